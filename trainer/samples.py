@@ -1,0 +1,373 @@
+"""Training samples from a rollout's recorded calls, by best-effort token-prefix merging.
+
+A rollout's successful calls are walked in `seq` order. Every open branch of the rollout is a
+sample under construction whose context is the last merged call's prompt + response. A call
+extends the branch whose context is the longest token-ID prefix of its prompt: the new prompt
+tail becomes observation tokens (loss mask 0, logprob 0) and the response is trainable (mask 1,
+its rollout logprobs). A call that extends no branch opens a new one (a new sample) and, when the
+rollout already had branches, is counted as a merge failure (see `trainer.merge_failures`).
+Token IDs are never re-tokenized.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from trainer.merge_failures import MERGE_FAILURE_KINDS, Decode, classify_merge_failure, common_prefix_len
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One call recorded by the gateway, as the trainer sees it."""
+
+    rollout_id: str
+    """The rollout (one harness run) the call belongs to."""
+    group_id: str
+    """The group of rollouts on the same task, for group-relative advantages."""
+    seq: int
+    """Call order within the rollout attempt (0, 1, ...)."""
+    prompt_token_ids: tuple[int, ...]
+    """Exact prompt token IDs the engine saw."""
+    response_token_ids: tuple[int, ...]
+    """Exact response token IDs the engine sampled."""
+    response_logprobs: tuple[float, ...]
+    """Sampling logprob of each response token (same length as the response)."""
+    policy_version: int
+    """Version of the policy weights that produced the response."""
+    ok: bool
+    """False for failed calls (engine errors, timeouts); those are skipped."""
+    finish_reason: str | None
+    """The engine's finish reason ("stop", "length", ...), None when unknown."""
+
+
+@dataclass(frozen=True)
+class TrainableSpan:
+    """A contiguous run of trainable tokens in a sample, produced by one call."""
+
+    start: int
+    """Position of the first response token in the sample."""
+    end: int
+    """Position one past the last response token."""
+    call_seq: int
+    """`seq` of the call that produced the span."""
+    policy_version: int
+    """Policy version that sampled the span."""
+
+
+@dataclass(frozen=True, eq=False)
+class Sample:
+    """One training sequence with its loss mask, rollout logprobs and provenance (arrays are read-only)."""
+
+    rollout_id: str
+    """Rollout the sample came from."""
+    group_id: str
+    """Group of that rollout."""
+    call_seqs: tuple[int, ...]
+    """`seq` of every call merged into the sample, in order."""
+    spans: tuple[TrainableSpan, ...]
+    """Trainable spans, one per merged call, in position order."""
+    token_ids_T: np.ndarray
+    """Token IDs (int64), prompt and responses."""
+    loss_mask_T: np.ndarray
+    """True exactly on sampled (trainable) response tokens."""
+    logprobs_T: np.ndarray
+    """Rollout logprob (float32) of each trainable token, 0 elsewhere."""
+    policy_versions_T: np.ndarray
+    """Policy version (int64) of each trainable token, -1 elsewhere."""
+
+    @property
+    def num_tokens(self) -> int:
+        """Sequence length in tokens."""
+        return int(self.token_ids_T.shape[0])
+
+    @property
+    def num_trainable_tokens(self) -> int:
+        """Number of tokens with loss mask 1."""
+        return sum(span.end - span.start for span in self.spans)
+
+
+@dataclass(frozen=True)
+class SampleLimits:
+    """Per-call length limits; the merged sample length is then at most prompt + response limit."""
+
+    max_prompt_tokens: int | None = None
+    """Longest prompt (context before a response) kept; None for no limit."""
+    max_response_tokens: int | None = None
+    """Longest trainable response; None for no limit."""
+    overflow: Literal["truncate", "drop"] = "truncate"
+    """truncate: keep the prompt's last / the response's first tokens; drop: skip the call."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_prompt_tokens", "max_response_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"SampleLimits.{name}={value}: use a positive token count or None")
+        if self.overflow not in ("truncate", "drop"):
+            raise ValueError(f"SampleLimits.overflow={self.overflow!r}: use 'truncate' or 'drop'")
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """Counts from one `build_samples` run."""
+
+    rollouts: int
+    """Rollouts with at least one recorded call."""
+    samples: int
+    """Samples built."""
+    samples_per_rollout_max: int
+    """Most samples any rollout produced."""
+    single_sample_rollouts: int
+    """Rollouts that stayed exactly one sample."""
+    rollouts_with_samples: int
+    """Rollouts that produced at least one sample."""
+    calls: int
+    """Calls seen."""
+    calls_merged: int
+    """Calls that extended an open sample."""
+    calls_failed: int
+    """Calls skipped because they failed (ok=False)."""
+    calls_empty: int
+    """Calls skipped because their response was empty."""
+    prompts_truncated: int
+    """Prompts cut to their last max_prompt_tokens (such a call starts a new sample)."""
+    prompts_dropped: int
+    """Calls skipped for a too-long prompt."""
+    responses_truncated: int
+    """Responses cut to their first max_response_tokens."""
+    responses_dropped: int
+    """Calls skipped for a too-long response."""
+    merge_failures_retokenization: int
+    """New samples opened because the IDs differ although the text is a prefix."""
+    merge_failures_template: int
+    """New samples opened because the conversation was rendered differently."""
+    merge_failures_other: int
+    """New samples opened for any other reason (or without a decoder)."""
+    tokens: int
+    """Tokens in all samples."""
+    trainable_tokens: int
+    """Tokens with loss mask 1 in all samples."""
+
+    @property
+    def merge_failures(self) -> int:
+        """New samples opened after a rollout's first, all classes together."""
+        return self.merge_failures_retokenization + self.merge_failures_template + self.merge_failures_other
+
+    def as_metrics(self) -> dict[str, float]:
+        """Flat metrics, including samples per rollout (mean) and the one-sample share."""
+        with_samples = max(self.rollouts_with_samples, 1)
+        metrics = {f"samples/{name}": float(value) for name, value in vars(self).items()}
+        metrics["samples/merge_failures"] = float(self.merge_failures)
+        metrics["samples/samples_per_rollout_mean"] = self.samples / with_samples
+        metrics["samples/single_sample_rollout_share"] = self.single_sample_rollouts / with_samples
+        return metrics
+
+
+@dataclass(frozen=True)
+class SampleBatch:
+    """The samples built from a set of recorded calls, with their counts."""
+
+    samples: tuple[Sample, ...]
+    """Samples, grouped by rollout (first-seen order), by first call within a rollout."""
+    stats: SampleStats
+    """What happened while building them."""
+
+
+@dataclass
+class _Counters:
+    """Mutable counts while building; frozen into SampleStats at the end."""
+
+    calls: int = 0
+    calls_merged: int = 0
+    calls_failed: int = 0
+    calls_empty: int = 0
+    prompts_truncated: int = 0
+    prompts_dropped: int = 0
+    responses_truncated: int = 0
+    responses_dropped: int = 0
+    merge_failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MERGE_FAILURE_KINDS, 0))
+
+
+@dataclass
+class _Branch:
+    """An open sample: the last merged call's prompt and response, and the spans so far."""
+
+    prompt: tuple[int, ...]
+    response: tuple[int, ...]
+    head_len: int
+    spans: list[TrainableSpan]
+    logprobs: list[tuple[float, ...]]
+
+    @property
+    def context_len(self) -> int:
+        return len(self.prompt) + len(self.response)
+
+    def is_prefix_of(self, prompt: tuple[int, ...]) -> bool:
+        """True when `prompt` starts with this branch's context (bulk tuple comparisons)."""
+        n_prompt, n = len(self.prompt), self.context_len
+        if len(prompt) < n or prompt[n - 1] != self.response[-1]:
+            return False
+        return prompt[:n_prompt] == self.prompt and prompt[n_prompt:n] == self.response
+
+    def extend(self, call: RecordedCall, prompt: tuple[int, ...], response: tuple[int, ...],
+               logprobs: tuple[float, ...]) -> None:
+        start = len(prompt)
+        self.spans.append(TrainableSpan(start, start + len(response), call.seq, call.policy_version))
+        self.logprobs.append(logprobs)
+        self.prompt, self.response = prompt, response
+
+    def to_sample(self, rollout_id: str, group_id: str) -> Sample:
+        token_ids_T = np.array(self.prompt + self.response, dtype=np.int64)
+        n = token_ids_T.shape[0]
+        loss_mask_T = np.zeros(n, dtype=bool)
+        logprobs_T = np.zeros(n, dtype=np.float32)
+        policy_versions_T = np.full(n, -1, dtype=np.int64)
+        for span, span_logprobs in zip(self.spans, self.logprobs, strict=True):
+            loss_mask_T[span.start:span.end] = True
+            logprobs_T[span.start:span.end] = span_logprobs
+            policy_versions_T[span.start:span.end] = span.policy_version
+        for array in (token_ids_T, loss_mask_T, logprobs_T, policy_versions_T):
+            array.flags.writeable = False
+        return Sample(rollout_id, group_id, tuple(s.call_seq for s in self.spans), tuple(self.spans),
+                      token_ids_T, loss_mask_T, logprobs_T, policy_versions_T)
+
+
+def build_samples(
+    calls: Iterable[RecordedCall],
+    *,
+    limits: SampleLimits = SampleLimits(),
+    decode: Decode | None = None,
+) -> SampleBatch:
+    """Merge recorded calls (any number of rollouts, any order) into training samples.
+
+    `decode` (a tokenizer's decode) lets merge failures be classified as retokenization or
+    template; without it every merge failure counts as "other".
+    """
+    by_rollout: dict[str, list[RecordedCall]] = {}
+    for call in calls:
+        by_rollout.setdefault(call.rollout_id, []).append(call)
+    counters = _Counters()
+    samples: list[Sample] = []
+    per_rollout: list[int] = []
+    for rollout_calls in by_rollout.values():
+        rollout = _rollout_samples(rollout_calls, limits, decode, counters)
+        samples.extend(rollout)
+        per_rollout.append(len(rollout))
+    return SampleBatch(tuple(samples), _freeze(counters, samples, per_rollout))
+
+
+def _rollout_samples(calls: list[RecordedCall], limits: SampleLimits, decode: Decode | None,
+                     counters: _Counters) -> list[Sample]:
+    ordered = sorted(calls, key=lambda call: call.seq)
+    _check_rollout(ordered)
+    branches: list[_Branch] = []
+    for call in ordered:
+        counters.calls += 1
+        _merge_call(call, branches, limits, decode, counters)
+    branches.sort(key=lambda branch: branch.spans[0].call_seq)
+    return [branch.to_sample(ordered[0].rollout_id, ordered[0].group_id) for branch in branches]
+
+
+def _check_rollout(ordered: list[RecordedCall]) -> None:
+    first = ordered[0]
+    for previous, call in zip(ordered, ordered[1:], strict=False):
+        if call.seq == previous.seq:
+            raise ValueError(f"rollout {call.rollout_id!r} has two calls with seq={call.seq}; "
+                             "pass one attempt's calls, each with a distinct seq")
+    for call in ordered:
+        if call.group_id != first.group_id:
+            raise ValueError(f"rollout {call.rollout_id!r} has calls in groups {first.group_id!r} and "
+                             f"{call.group_id!r}; a rollout belongs to exactly one group")
+        if len(call.response_logprobs) != len(call.response_token_ids):
+            raise ValueError(f"call seq={call.seq} of rollout {call.rollout_id!r} has "
+                             f"{len(call.response_logprobs)} logprobs for {len(call.response_token_ids)} "
+                             "response tokens; the gateway must record one logprob per token")
+
+
+def _merge_call(call: RecordedCall, branches: list[_Branch], limits: SampleLimits,
+                decode: Decode | None, counters: _Counters) -> None:
+    if not call.ok:
+        counters.calls_failed += 1
+        return
+    if not call.response_token_ids:
+        counters.calls_empty += 1
+        return
+    limited = _apply_limits(call, limits, counters)
+    if limited is None:
+        return
+    prompt, response, logprobs, prompt_truncated = limited
+    target = None if prompt_truncated else _longest_prefix_branch(branches, prompt)
+    if target is not None:
+        counters.calls_merged += 1
+        target.extend(call, prompt, response, logprobs)
+        return
+    if branches and not prompt_truncated:
+        counters.merge_failures[_classify(prompt, branches, decode)] += 1
+    branch = _Branch(prompt, (), len(prompt), [], [])
+    branch.extend(call, prompt, response, logprobs)
+    branches.append(branch)
+
+
+def _apply_limits(
+    call: RecordedCall, limits: SampleLimits, counters: _Counters
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...], bool] | None:
+    """The call's (prompt, response, logprobs, prompt_truncated) within limits, or None when dropped."""
+    prompt, response, logprobs = call.prompt_token_ids, call.response_token_ids, call.response_logprobs
+    truncate = limits.overflow == "truncate"
+    max_response = limits.max_response_tokens
+    if max_response is not None and len(response) > max_response:
+        if not truncate:
+            counters.responses_dropped += 1
+            return None
+        counters.responses_truncated += 1
+        response, logprobs = response[:max_response], logprobs[:max_response]
+    max_prompt = limits.max_prompt_tokens
+    prompt_truncated = max_prompt is not None and len(prompt) > max_prompt
+    if prompt_truncated:
+        if not truncate:
+            counters.prompts_dropped += 1
+            return None
+        counters.prompts_truncated += 1
+        prompt = prompt[len(prompt) - max_prompt:]
+    return prompt, response, logprobs, prompt_truncated
+
+
+def _longest_prefix_branch(branches: list[_Branch], prompt: tuple[int, ...]) -> _Branch | None:
+    best: _Branch | None = None
+    for branch in branches:
+        if (best is None or branch.context_len >= best.context_len) and branch.is_prefix_of(prompt):
+            best = branch
+    return best
+
+
+def _classify(prompt: tuple[int, ...], branches: Sequence[_Branch], decode: Decode | None) -> str:
+    """Classify against the branch sharing the longest token prefix with `prompt` (latest on ties)."""
+    nearest = max(reversed(branches), key=lambda b: common_prefix_len(b.prompt + b.response, prompt))
+    return classify_merge_failure(prompt, nearest.prompt + nearest.response, nearest.head_len, decode)
+
+
+def _freeze(counters: _Counters, samples: list[Sample], per_rollout: list[int]) -> SampleStats:
+    failures = counters.merge_failures
+    return SampleStats(
+        rollouts=len(per_rollout),
+        samples=len(samples),
+        samples_per_rollout_max=max(per_rollout, default=0),
+        single_sample_rollouts=sum(1 for n in per_rollout if n == 1),
+        rollouts_with_samples=sum(1 for n in per_rollout if n > 0),
+        calls=counters.calls,
+        calls_merged=counters.calls_merged,
+        calls_failed=counters.calls_failed,
+        calls_empty=counters.calls_empty,
+        prompts_truncated=counters.prompts_truncated,
+        prompts_dropped=counters.prompts_dropped,
+        responses_truncated=counters.responses_truncated,
+        responses_dropped=counters.responses_dropped,
+        merge_failures_retokenization=failures["retokenization"],
+        merge_failures_template=failures["template"],
+        merge_failures_other=failures["other"],
+        tokens=sum(sample.num_tokens for sample in samples),
+        trainable_tokens=sum(sample.num_trainable_tokens for sample in samples),
+    )
