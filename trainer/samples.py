@@ -12,12 +12,13 @@ Token IDs are never re-tokenized.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from trainer.merge_failures import MERGE_FAILURE_KINDS, Decode, classify_merge_failure, common_prefix_len
+from trainer.merge_failures import Decode, classify_merge_failure, common_prefix_len
+from trainer.sample_stats import SampleCounters, SampleStats
 
 
 @dataclass(frozen=True)
@@ -111,62 +112,6 @@ class SampleLimits:
 
 
 @dataclass(frozen=True)
-class SampleStats:
-    """Counts from one `build_samples` run."""
-
-    rollouts: int
-    """Rollouts with at least one recorded call."""
-    samples: int
-    """Samples built."""
-    samples_per_rollout_max: int
-    """Most samples any rollout produced."""
-    single_sample_rollouts: int
-    """Rollouts that stayed exactly one sample."""
-    rollouts_with_samples: int
-    """Rollouts that produced at least one sample."""
-    calls: int
-    """Calls seen."""
-    calls_merged: int
-    """Calls that extended an open sample."""
-    calls_failed: int
-    """Calls skipped because they failed (ok=False)."""
-    calls_empty: int
-    """Calls skipped because their response was empty."""
-    prompts_truncated: int
-    """Prompts cut to their last max_prompt_tokens (such a call starts a new sample)."""
-    prompts_dropped: int
-    """Calls skipped for a too-long prompt."""
-    responses_truncated: int
-    """Responses cut to their first max_response_tokens."""
-    responses_dropped: int
-    """Calls skipped for a too-long response."""
-    merge_failures_retokenization: int
-    """New samples opened because the IDs differ although the text is a prefix."""
-    merge_failures_template: int
-    """New samples opened because the conversation was rendered differently."""
-    merge_failures_other: int
-    """New samples opened for any other reason (or without a decoder)."""
-    tokens: int
-    """Tokens in all samples."""
-    trainable_tokens: int
-    """Tokens with loss mask 1 in all samples."""
-
-    @property
-    def merge_failures(self) -> int:
-        """New samples opened after a rollout's first, all classes together."""
-        return self.merge_failures_retokenization + self.merge_failures_template + self.merge_failures_other
-
-    def as_metrics(self) -> dict[str, float]:
-        """Flat metrics, including samples per rollout (mean) and the one-sample share."""
-        with_samples = max(self.rollouts_with_samples, 1)
-        metrics = {f"samples/{name}": float(value) for name, value in vars(self).items()}
-        metrics["samples/merge_failures"] = float(self.merge_failures)
-        metrics["samples/samples_per_rollout_mean"] = self.samples / with_samples
-        metrics["samples/single_sample_rollout_share"] = self.single_sample_rollouts / with_samples
-        return metrics
-
-
-@dataclass(frozen=True)
 class SampleBatch:
     """The samples built from a set of recorded calls, with their counts."""
 
@@ -177,32 +122,23 @@ class SampleBatch:
 
 
 @dataclass
-class _Counters:
-    """Mutable counts while building; frozen into SampleStats at the end."""
-
-    calls: int = 0
-    calls_merged: int = 0
-    calls_failed: int = 0
-    calls_empty: int = 0
-    prompts_truncated: int = 0
-    prompts_dropped: int = 0
-    responses_truncated: int = 0
-    responses_dropped: int = 0
-    merge_failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MERGE_FAILURE_KINDS, 0))
-
-
-@dataclass
 class _Branch:
     """An open sample: the last merged call's prompt and response, and the spans so far."""
 
     prompt: tuple[int, ...]
+    """Prompt of the last merged call (it starts with everything before)."""
     response: tuple[int, ...]
+    """Response of the last merged call (empty only before the first `extend`)."""
     head_len: int
+    """Length of the branch's first prompt, for merge-failure classification."""
     spans: list[TrainableSpan]
+    """Trainable spans so far."""
     logprobs: list[tuple[float, ...]]
+    """Rollout logprobs of each span."""
 
     @property
     def context_len(self) -> int:
+        """Tokens in the branch so far."""
         return len(self.prompt) + len(self.response)
 
     def is_prefix_of(self, prompt: tuple[int, ...]) -> bool:
@@ -212,8 +148,13 @@ class _Branch:
             return False
         return prompt[:n_prompt] == self.prompt and prompt[n_prompt:n] == self.response
 
-    def extend(self, call: RecordedCall, prompt: tuple[int, ...], response: tuple[int, ...],
-               logprobs: tuple[float, ...]) -> None:
+    def extend(
+        self,
+        call: RecordedCall,
+        prompt: tuple[int, ...],
+        response: tuple[int, ...],
+        logprobs: tuple[float, ...],
+    ) -> None:
         start = len(prompt)
         self.spans.append(TrainableSpan(start, start + len(response), call.seq, call.policy_version))
         self.logprobs.append(logprobs)
@@ -226,13 +167,21 @@ class _Branch:
         logprobs_T = np.zeros(n, dtype=np.float32)
         policy_versions_T = np.full(n, -1, dtype=np.int64)
         for span, span_logprobs in zip(self.spans, self.logprobs, strict=True):
-            loss_mask_T[span.start:span.end] = True
-            logprobs_T[span.start:span.end] = span_logprobs
-            policy_versions_T[span.start:span.end] = span.policy_version
+            loss_mask_T[span.start : span.end] = True
+            logprobs_T[span.start : span.end] = span_logprobs
+            policy_versions_T[span.start : span.end] = span.policy_version
         for array in (token_ids_T, loss_mask_T, logprobs_T, policy_versions_T):
             array.flags.writeable = False
-        return Sample(rollout_id, group_id, tuple(s.call_seq for s in self.spans), tuple(self.spans),
-                      token_ids_T, loss_mask_T, logprobs_T, policy_versions_T)
+        return Sample(
+            rollout_id,
+            group_id,
+            tuple(s.call_seq for s in self.spans),
+            tuple(self.spans),
+            token_ids_T,
+            loss_mask_T,
+            logprobs_T,
+            policy_versions_T,
+        )
 
 
 def build_samples(
@@ -249,18 +198,21 @@ def build_samples(
     by_rollout: dict[str, list[RecordedCall]] = {}
     for call in calls:
         by_rollout.setdefault(call.rollout_id, []).append(call)
-    counters = _Counters()
+    counters = SampleCounters()
     samples: list[Sample] = []
     per_rollout: list[int] = []
     for rollout_calls in by_rollout.values():
         rollout = _rollout_samples(rollout_calls, limits, decode, counters)
         samples.extend(rollout)
         per_rollout.append(len(rollout))
-    return SampleBatch(tuple(samples), _freeze(counters, samples, per_rollout))
+    tokens = sum(sample.num_tokens for sample in samples)
+    trainable = sum(sample.num_trainable_tokens for sample in samples)
+    return SampleBatch(tuple(samples), counters.freeze(per_rollout, tokens, trainable))
 
 
-def _rollout_samples(calls: list[RecordedCall], limits: SampleLimits, decode: Decode | None,
-                     counters: _Counters) -> list[Sample]:
+def _rollout_samples(
+    calls: list[RecordedCall], limits: SampleLimits, decode: Decode | None, counters: SampleCounters
+) -> list[Sample]:
     ordered = sorted(calls, key=lambda call: call.seq)
     _check_rollout(ordered)
     branches: list[_Branch] = []
@@ -275,20 +227,31 @@ def _check_rollout(ordered: list[RecordedCall]) -> None:
     first = ordered[0]
     for previous, call in zip(ordered, ordered[1:], strict=False):
         if call.seq == previous.seq:
-            raise ValueError(f"rollout {call.rollout_id!r} has two calls with seq={call.seq}; "
-                             "pass one attempt's calls, each with a distinct seq")
+            raise ValueError(
+                f"rollout {call.rollout_id!r} has two calls with seq={call.seq}; "
+                "pass one attempt's calls, each with a distinct seq"
+            )
     for call in ordered:
         if call.group_id != first.group_id:
-            raise ValueError(f"rollout {call.rollout_id!r} has calls in groups {first.group_id!r} and "
-                             f"{call.group_id!r}; a rollout belongs to exactly one group")
+            raise ValueError(
+                f"rollout {call.rollout_id!r} has calls in groups {first.group_id!r} and "
+                f"{call.group_id!r}; a rollout belongs to exactly one group"
+            )
         if len(call.response_logprobs) != len(call.response_token_ids):
-            raise ValueError(f"call seq={call.seq} of rollout {call.rollout_id!r} has "
-                             f"{len(call.response_logprobs)} logprobs for {len(call.response_token_ids)} "
-                             "response tokens; the gateway must record one logprob per token")
+            raise ValueError(
+                f"call seq={call.seq} of rollout {call.rollout_id!r} has "
+                f"{len(call.response_logprobs)} logprobs for {len(call.response_token_ids)} "
+                "response tokens; the gateway must record one logprob per token"
+            )
 
 
-def _merge_call(call: RecordedCall, branches: list[_Branch], limits: SampleLimits,
-                decode: Decode | None, counters: _Counters) -> None:
+def _merge_call(
+    call: RecordedCall,
+    branches: list[_Branch],
+    limits: SampleLimits,
+    decode: Decode | None,
+    counters: SampleCounters,
+) -> None:
     if not call.ok:
         counters.calls_failed += 1
         return
@@ -312,7 +275,7 @@ def _merge_call(call: RecordedCall, branches: list[_Branch], limits: SampleLimit
 
 
 def _apply_limits(
-    call: RecordedCall, limits: SampleLimits, counters: _Counters
+    call: RecordedCall, limits: SampleLimits, counters: SampleCounters
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...], bool] | None:
     """The call's (prompt, response, logprobs, prompt_truncated) within limits, or None when dropped."""
     prompt, response, logprobs = call.prompt_token_ids, call.response_token_ids, call.response_logprobs
@@ -331,7 +294,7 @@ def _apply_limits(
             counters.prompts_dropped += 1
             return None
         counters.prompts_truncated += 1
-        prompt = prompt[len(prompt) - max_prompt:]
+        prompt = prompt[len(prompt) - max_prompt :]
     return prompt, response, logprobs, prompt_truncated
 
 
@@ -347,27 +310,3 @@ def _classify(prompt: tuple[int, ...], branches: Sequence[_Branch], decode: Deco
     """Classify against the branch sharing the longest token prefix with `prompt` (latest on ties)."""
     nearest = max(reversed(branches), key=lambda b: common_prefix_len(b.prompt + b.response, prompt))
     return classify_merge_failure(prompt, nearest.prompt + nearest.response, nearest.head_len, decode)
-
-
-def _freeze(counters: _Counters, samples: list[Sample], per_rollout: list[int]) -> SampleStats:
-    failures = counters.merge_failures
-    return SampleStats(
-        rollouts=len(per_rollout),
-        samples=len(samples),
-        samples_per_rollout_max=max(per_rollout, default=0),
-        single_sample_rollouts=sum(1 for n in per_rollout if n == 1),
-        rollouts_with_samples=sum(1 for n in per_rollout if n > 0),
-        calls=counters.calls,
-        calls_merged=counters.calls_merged,
-        calls_failed=counters.calls_failed,
-        calls_empty=counters.calls_empty,
-        prompts_truncated=counters.prompts_truncated,
-        prompts_dropped=counters.prompts_dropped,
-        responses_truncated=counters.responses_truncated,
-        responses_dropped=counters.responses_dropped,
-        merge_failures_retokenization=failures["retokenization"],
-        merge_failures_template=failures["template"],
-        merge_failures_other=failures["other"],
-        tokens=sum(sample.num_tokens for sample in samples),
-        trainable_tokens=sum(sample.num_trainable_tokens for sample in samples),
-    )

@@ -12,13 +12,29 @@ from hypothesis import strategies as st
 from trainer.samples import RecordedCall, SampleLimits, build_samples
 
 
-def make_call(seq: int, prompt: tuple[int, ...], response: tuple[int, ...], *, rollout_id: str = "r0",
-              group_id: str = "g0", version: int = 0, ok: bool = True) -> RecordedCall:
+def make_call(
+    seq: int,
+    prompt: tuple[int, ...],
+    response: tuple[int, ...],
+    *,
+    rollout_id: str = "r0",
+    group_id: str = "g0",
+    version: int = 0,
+    ok: bool = True,
+) -> RecordedCall:
     """A recorded call whose logprobs encode (seq, position), so every token is recognisable."""
     logprobs = tuple(-(seq + 1) - i / 100 for i in range(len(response)))
-    return RecordedCall(rollout_id=rollout_id, group_id=group_id, seq=seq, prompt_token_ids=prompt,
-                        response_token_ids=response, response_logprobs=logprobs, policy_version=version,
-                        ok=ok, finish_reason="stop" if ok else None)
+    return RecordedCall(
+        rollout_id=rollout_id,
+        group_id=group_id,
+        seq=seq,
+        prompt_token_ids=prompt,
+        response_token_ids=response,
+        response_logprobs=logprobs,
+        policy_version=version,
+        ok=ok,
+        finish_reason="stop" if ok else None,
+    )
 
 
 def test_three_turn_conversation_merges_into_one_sample_with_exact_mask():
@@ -47,10 +63,10 @@ def test_sample_arrays_are_read_only():
 
 def test_interleaved_subagent_calls_merge_into_their_own_branches():
     calls = [
-        make_call(0, (1, 2), (3,)),           # main agent
-        make_call(1, (7, 7), (8,)),           # subagent starts: new sample
-        make_call(2, (1, 2, 3, 4), (5,)),     # main agent again
-        make_call(3, (7, 7, 8, 6), (9,)),     # subagent again
+        make_call(0, (1, 2), (3,)),  # main agent
+        make_call(1, (7, 7), (8,)),  # subagent starts: new sample
+        make_call(2, (1, 2, 3, 4), (5,)),  # main agent again
+        make_call(3, (7, 7, 8, 6), (9,)),  # subagent again
         make_call(4, (1, 2, 3, 4, 5, 6), (0,)),
     ]
     batch = build_samples(calls)
@@ -64,7 +80,7 @@ def test_longest_matching_branch_wins():
     calls = [
         make_call(0, (1,), (2,)),
         make_call(1, (5,), (6,)),
-        make_call(2, (1, 2, 3), (4,)),   # extends branch (1, 2)
+        make_call(2, (1, 2, 3), (4,)),  # extends branch (1, 2)
         make_call(3, (1, 2, 3, 4, 0), (9,)),  # matches (1,2) and (1,2,3,4): the longer wins
     ]
     batch = build_samples(calls)
@@ -89,31 +105,41 @@ def fake_decode(token_ids) -> str:
 @pytest.mark.parametrize(
     ("second_prompt", "kind"),
     [
-        ((1, 7, 6, 4, 5), "retokenization"),       # "he" + "llo" re-encoded as one "hello" token
-        ((1, 7, 8, 5), "template"),               # same head "<s>Q", reasoning dropped from the earlier reply
-        ((7, 7, 8), "other"),                     # head "<s>Q" gone: a new conversation
+        ((1, 7, 6, 4, 5), "retokenization"),  # "he" + "llo" re-encoded as one "hello" token
+        ((1, 7, 8, 5), "template"),  # same head "<s>Q", reasoning dropped from the earlier reply
+        ((7, 7, 8), "other"),  # head "<s>Q" gone: a new conversation
     ],
 )
 def test_merge_failures_are_classified_with_a_decoder(second_prompt, kind):
     calls = [make_call(0, (1, 7), (6, 2, 3)), make_call(1, second_prompt, (5,))]
     stats = build_samples(calls, decode=fake_decode).stats
-    counts = {"retokenization": stats.merge_failures_retokenization,
-              "template": stats.merge_failures_template, "other": stats.merge_failures_other}
+    counts = {
+        "retokenization": stats.merge_failures_retokenization,
+        "template": stats.merge_failures_template,
+        "other": stats.merge_failures_other,
+    }
     assert counts == {name: int(name == kind) for name in counts}
     assert stats.samples == 2
 
 
 def test_failed_and_empty_calls_are_skipped_and_counted():
-    calls = [make_call(0, (1,), (2,)), make_call(1, (1, 2, 3), (4,), ok=False), make_call(2, (1, 2, 3), ()),
-             make_call(3, (1, 2, 3), (5,))]
+    calls = [
+        make_call(0, (1,), (2,)),
+        make_call(1, (1, 2, 3), (4,), ok=False),
+        make_call(2, (1, 2, 3), ()),
+        make_call(3, (1, 2, 3), (5,)),
+    ]
     batch = build_samples(calls)
     assert [s.call_seqs for s in batch.samples] == [(0, 3)]
     assert (batch.stats.calls_failed, batch.stats.calls_empty, batch.stats.calls) == (1, 1, 4)
 
 
 def test_calls_are_ordered_by_seq_and_grouped_by_rollout():
-    calls = [make_call(1, (1, 2, 3), (4,), rollout_id="a"), make_call(0, (5,), (6,), rollout_id="b"),
-             make_call(0, (1, 2), (3,), rollout_id="a")]
+    calls = [
+        make_call(1, (1, 2, 3), (4,), rollout_id="a"),
+        make_call(0, (5,), (6,), rollout_id="b"),
+        make_call(0, (1, 2), (3,), rollout_id="a"),
+    ]
     batch = build_samples(calls)
     assert [(s.rollout_id, s.call_seqs) for s in batch.samples] == [("a", (0, 1)), ("b", (0,))]
     assert batch.stats.rollouts == 2
@@ -129,8 +155,11 @@ def test_truncated_response_keeps_merging_with_its_tail_as_observation():
 
 
 def test_dropped_response_is_not_trained_and_next_call_still_merges():
-    calls = [make_call(0, (1,), (2,)), make_call(1, (1, 2, 3), (4, 4, 4)),
-             make_call(2, (1, 2, 3, 4, 4, 4), (5,))]
+    calls = [
+        make_call(0, (1,), (2,)),
+        make_call(1, (1, 2, 3), (4, 4, 4)),
+        make_call(2, (1, 2, 3, 4, 4, 4), (5,)),
+    ]
     batch = build_samples(calls, limits=SampleLimits(max_response_tokens=2, overflow="drop"))
     assert [s.call_seqs for s in batch.samples] == [(0, 2)]
     assert batch.stats.responses_dropped == 1
@@ -159,8 +188,9 @@ def test_inconsistent_calls_are_rejected_with_the_offending_value(calls, message
         build_samples(calls)
 
 
-@pytest.mark.parametrize("limits", [{"max_prompt_tokens": 0}, {"max_response_tokens": -1},
-                                    {"overflow": "cut"}])
+@pytest.mark.parametrize(
+    "limits", [{"max_prompt_tokens": 0}, {"max_response_tokens": -1}, {"overflow": "cut"}]
+)
 def test_invalid_limits_are_rejected(limits):
     with pytest.raises(ValueError, match="SampleLimits"):
         SampleLimits(**limits)
@@ -208,10 +238,11 @@ def test_every_trainable_token_appears_exactly_once_with_its_logprob(calls, rng)
         for span in sample.spans:
             call = by_seq[span.call_seq]
             assert tuple(tokens[: span.start]) == call.prompt_token_ids  # the context the engine saw
-            assert tuple(tokens[span.start: span.end]) == call.response_token_ids
-            np.testing.assert_array_equal(sample.logprobs_T[span.start: span.end],
-                                          np.asarray(call.response_logprobs, dtype=np.float32))
-            assert set(sample.policy_versions_T[span.start: span.end].tolist()) == {call.policy_version}
+            assert tuple(tokens[span.start : span.end]) == call.response_token_ids
+            np.testing.assert_array_equal(
+                sample.logprobs_T[span.start : span.end], np.asarray(call.response_logprobs, dtype=np.float32)
+            )
+            assert set(sample.policy_versions_T[span.start : span.end].tolist()) == {call.policy_version}
         assert sample.num_tokens == sample.spans[-1].end
     stats = batch.stats
     assert stats.samples + stats.calls_merged == sum(call.ok for call in calls)
@@ -225,7 +256,7 @@ def test_mask_is_one_exactly_on_sampled_tokens(calls):
     for sample in batch.samples:
         expected_T = np.zeros(sample.num_tokens, dtype=bool)
         for span in sample.spans:
-            expected_T[span.start: span.end] = True
+            expected_T[span.start : span.end] = True
         np.testing.assert_array_equal(sample.loss_mask_T, expected_T)
         np.testing.assert_array_equal(sample.policy_versions_T >= 0, expected_T)
         assert not sample.logprobs_T[~expected_T].any()
@@ -239,4 +270,5 @@ def test_shuffled_rollouts_give_the_same_samples():
     rng.shuffle(calls)
     shuffled = build_samples(calls)
     assert sorted((s.rollout_id, s.call_seqs) for s in shuffled.samples) == sorted(
-        (s.rollout_id, s.call_seqs) for s in reference.samples)
+        (s.rollout_id, s.call_seqs) for s in reference.samples
+    )

@@ -1,0 +1,111 @@
+"""Counts from building samples: calls skipped, truncated, merged, merge failures by class, tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainer.merge_failures import MERGE_FAILURE_KINDS
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """Counts from one `build_samples` run."""
+
+    rollouts: int
+    """Rollouts with at least one recorded call."""
+    samples: int
+    """Samples built."""
+    samples_per_rollout_max: int
+    """Most samples any rollout produced."""
+    single_sample_rollouts: int
+    """Rollouts that stayed exactly one sample."""
+    rollouts_with_samples: int
+    """Rollouts that produced at least one sample."""
+    calls: int
+    """Calls seen."""
+    calls_merged: int
+    """Calls that extended an open sample."""
+    calls_failed: int
+    """Calls skipped because they failed (ok=False)."""
+    calls_empty: int
+    """Calls skipped because their response was empty."""
+    prompts_truncated: int
+    """Prompts cut to their last max_prompt_tokens (such a call starts a new sample)."""
+    prompts_dropped: int
+    """Calls skipped for a too-long prompt."""
+    responses_truncated: int
+    """Responses cut to their first max_response_tokens."""
+    responses_dropped: int
+    """Calls skipped for a too-long response."""
+    merge_failures_retokenization: int
+    """New samples opened because the IDs differ although the text is a prefix."""
+    merge_failures_template: int
+    """New samples opened because the conversation was rendered differently."""
+    merge_failures_other: int
+    """New samples opened for any other reason (or without a decoder)."""
+    tokens: int
+    """Tokens in all samples."""
+    trainable_tokens: int
+    """Tokens with loss mask 1 in all samples."""
+
+    @property
+    def merge_failures(self) -> int:
+        """New samples opened after a rollout's first, all classes together."""
+        return self.merge_failures_retokenization + self.merge_failures_template + self.merge_failures_other
+
+    def as_metrics(self) -> dict[str, float]:
+        """Flat metrics, including samples per rollout (mean) and the one-sample share."""
+        with_samples = max(self.rollouts_with_samples, 1)
+        metrics = {f"samples/{name}": float(value) for name, value in vars(self).items()}
+        metrics["samples/merge_failures"] = float(self.merge_failures)
+        metrics["samples/samples_per_rollout_mean"] = self.samples / with_samples
+        metrics["samples/single_sample_rollout_share"] = self.single_sample_rollouts / with_samples
+        return metrics
+
+
+@dataclass
+class SampleCounters:
+    """Mutable counts while building samples; `freeze` turns them into SampleStats."""
+
+    calls: int = 0
+    """Calls seen."""
+    calls_merged: int = 0
+    """Calls that extended an open sample."""
+    calls_failed: int = 0
+    """Calls skipped as failed."""
+    calls_empty: int = 0
+    """Calls skipped for an empty response."""
+    prompts_truncated: int = 0
+    """Prompts cut from the left."""
+    prompts_dropped: int = 0
+    """Calls skipped for a too-long prompt."""
+    responses_truncated: int = 0
+    """Responses cut from the right."""
+    responses_dropped: int = 0
+    """Calls skipped for a too-long response."""
+    merge_failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MERGE_FAILURE_KINDS, 0))
+    """New samples opened after a rollout's first, by class."""
+
+    def freeze(self, per_rollout: list[int], tokens: int, trainable_tokens: int) -> SampleStats:
+        """The final counts, given each rollout's number of samples and the samples' token totals."""
+        failures = self.merge_failures
+        return SampleStats(
+            rollouts=len(per_rollout),
+            samples=sum(per_rollout),
+            samples_per_rollout_max=max(per_rollout, default=0),
+            single_sample_rollouts=sum(1 for n in per_rollout if n == 1),
+            rollouts_with_samples=sum(1 for n in per_rollout if n > 0),
+            calls=self.calls,
+            calls_merged=self.calls_merged,
+            calls_failed=self.calls_failed,
+            calls_empty=self.calls_empty,
+            prompts_truncated=self.prompts_truncated,
+            prompts_dropped=self.prompts_dropped,
+            responses_truncated=self.responses_truncated,
+            responses_dropped=self.responses_dropped,
+            merge_failures_retokenization=failures["retokenization"],
+            merge_failures_template=failures["template"],
+            merge_failures_other=failures["other"],
+            tokens=tokens,
+            trainable_tokens=trainable_tokens,
+        )
