@@ -1,0 +1,1 @@
+"""The embedded engine's OpenAI-compatible server (vLLM response shapes) over transformers on CPU."""

@@ -1,0 +1,46 @@
+"""`harnessrl engine serve`: run the embedded engine's HTTP server."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="The embedded CPU inference engine.", no_args_is_help=True, add_completion=False)
+
+
+@app.callback()
+def engine() -> None:
+    """The embedded CPU inference engine."""
+
+
+@app.command()
+def serve(
+    model: str = typer.Option("smollm2-135m-instruct", help="Local HF directory, known name, or hub id."),
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
+    port: int = typer.Option(8001, help="TCP port."),
+    served_model_name: str | None = typer.Option(
+        None, help="Name clients pass as `model` (default: MODEL)."),
+    max_batch_size: int = typer.Option(16, min=1, help="Most rows generating at once."),
+    models_dir: str | None = typer.Option(None, help="Provisioning cache for known names."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+) -> None:
+    """Serve MODEL over an OpenAI-compatible API with token ids, logprobs and policy versions."""
+    import uvicorn
+
+    from harnessrl.models import resolve_model
+    from trainer.engines.serving.app import create_app
+    from trainer.engines.serving.model_holder import ModelHolder
+    from trainer.engines.serving.scheduler import GenerationScheduler
+    from trainer.engines.serving.state import EngineState
+
+    logging.basicConfig(level=log_level.upper())
+    model_dir = resolve_model(model, models_dir)
+    holder = ModelHolder(Path(model_dir))
+    state = EngineState(holder, GenerationScheduler(holder, max_batch_size), served_model_name or model)
+    uvicorn.run(create_app(state), host=host, port=port, log_level=log_level)
+
+
+if __name__ == "__main__":
+    app()

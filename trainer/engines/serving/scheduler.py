@@ -1,0 +1,319 @@
+"""The generation thread: continuous batching of concurrent requests over one model.
+
+Requests join the running batch at step boundaries (their prompts are prefilled together and their cache
+merged in), finished rows leave it, and every row keeps its own sampling parameters, generator and stopping
+rules. Weight operations (sleep, wake-up, update) stop admission, wait until the running batch has drained,
+then run, so every response is produced by exactly one policy version.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+
+from trainer.engines.serving import kv_batch
+from trainer.engines.serving.detokenizer import ChoiceText
+from trainer.engines.serving.model_holder import ModelHolder
+from trainer.engines.serving.sampling import (
+    RowSampling,
+    raw_logprobs_BV,
+    row_generator,
+    sample_tokens_B,
+    top_logprobs_BK,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Everything that decides how one request's choices are generated and when they stop."""
+
+    sampling: RowSampling
+    """Temperature, top-p and top-k of every choice."""
+    max_tokens: int
+    """Most tokens generated per choice."""
+    stop: tuple[str, ...] = ()
+    """Stop strings; the text is cut before the first one that appears."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Token ids that end a choice (besides end-of-sequence)."""
+    ignore_eos: bool = False
+    """Keep generating past end-of-sequence tokens."""
+    include_stop_str: bool = False
+    """Keep the matched stop string (or stop token text) in the text."""
+    seed: int | None = None
+    """Makes sampling reproducible; None draws a fresh random seed."""
+    n: int = 1
+    """Number of choices."""
+    top_logprobs: int = 0
+    """Alternatives reported per token (0: only the sampled token's logprob)."""
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """First event of a request: generation started under this policy version."""
+
+    policy_version: int
+    """Version of the weights that produce every token of this request."""
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One sampled token of one choice."""
+
+    choice: int
+    """Choice index within the request."""
+    token_id: int
+    """The sampled token id."""
+    logprob: float
+    """Its log-probability under the raw model distribution."""
+    top: tuple[tuple[int, float], ...]
+    """The best (token id, logprob) alternatives, best first."""
+    text_delta: str
+    """Visible text settled by this token (may be empty)."""
+    finish_reason: str | None = None
+    """'stop' or 'length' on the choice's last token, else None."""
+    stop_reason: str | int | None = None
+    """The stop string or stop token id that ended the choice, else None."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The request cannot be completed; no more events follow."""
+
+    message: str
+    """What went wrong."""
+
+
+Event = Admitted | TokenEvent | Failed
+
+
+@dataclass(eq=False)
+class GenerationRequest:
+    """A request submitted to the scheduler; `emit` receives its events on the generation thread."""
+
+    prompt_ids: list[int]
+    """Token ids of the prompt."""
+    params: GenerationParams
+    """Sampling and stopping parameters."""
+    emit: Callable[[Event], None]
+    """Called (from the generation thread) with every event of this request."""
+    cancelled: bool = False
+    """Set by the caller when the client went away; its rows are dropped at the next step."""
+
+
+@dataclass(eq=False)
+class _Row:
+    """One choice being generated."""
+
+    request: GenerationRequest
+    choice: int
+    generator: torch.Generator
+    text: ChoiceText
+    generated: int = 0
+    next_token: int = -1
+
+
+@dataclass(eq=False)
+class _Control:
+    """A weight operation waiting for the batch to drain."""
+
+    action: Callable[[], object]
+    future: Future = field(default_factory=Future)
+
+
+class GenerationScheduler:
+    """Runs generation on a dedicated thread; thread-safe `submit` and `control`."""
+
+    def __init__(self, holder: ModelHolder, max_batch_size: int = 16) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size}; it must be at least 1")
+        self.holder = holder
+        self.max_batch_size = max_batch_size
+        self._lock = threading.Condition()
+        self._pending: collections.deque[GenerationRequest] = collections.deque()
+        self._controls: collections.deque[_Control] = collections.deque()
+        self._rows: list[_Row] = []
+        self._batch: kv_batch.KVBatch | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
+
+    def start(self) -> None:
+        """Starts the generation thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops the thread; queued requests fail."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        self._thread.join(timeout=30)
+
+    def submit(self, request: GenerationRequest) -> None:
+        """Queues a request; it joins the batch at the next step boundary."""
+        with self._lock:
+            self._pending.append(request)
+            self._lock.notify_all()
+
+    def control(self, action: Callable[[], object]) -> Future:
+        """Runs `action` on the generation thread once no request generates; the future gets its result."""
+        control = _Control(action)
+        with self._lock:
+            self._controls.append(control)
+            self._lock.notify_all()
+        return control.future
+
+    @property
+    def running_rows(self) -> int:
+        """Rows in the running batch (for health and tests)."""
+        return len(self._rows)
+
+    def _has_work(self) -> bool:
+        return bool(self._rows or self._controls or (self._pending and not self.holder.asleep))
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and not self._has_work():
+                    self._lock.wait()
+                if self._stopping:
+                    break
+            self._run_controls_when_drained()
+            if not self._controls and not self.holder.asleep:
+                self._guarded(self._admit)
+            if self._rows:
+                self._guarded(self._step)
+        self._fail_everything("the engine is shutting down")
+
+    def _run_controls_when_drained(self) -> None:
+        while self._controls and not self._rows:
+            with self._lock:
+                control = self._controls.popleft()
+            try:
+                control.future.set_result(control.action())
+            except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
+                control.future.set_exception(exc)
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 - a failed forward fails its requests, not the engine
+            logger.exception("generation step failed")
+            for request in {row.request for row in self._rows}:
+                request.emit(Failed(f"generation failed: {exc!r}"))
+            self._rows, self._batch = [], None
+
+    def _take_admissible(self) -> list[GenerationRequest]:
+        taken: list[GenerationRequest] = []
+        rows = len(self._rows)
+        with self._lock:
+            while self._pending:
+                request = self._pending[0]
+                if request.cancelled:
+                    self._pending.popleft()
+                    continue
+                if rows and rows + request.params.n > self.max_batch_size:
+                    break
+                taken.append(self._pending.popleft())
+                rows += request.params.n
+        return taken
+
+    def _admit(self) -> None:
+        requests = self._take_admissible()
+        if not requests:
+            return
+        new_rows = [self._new_row(request, choice)
+                    for request in requests for choice in range(request.params.n)]
+        for request in requests:
+            request.emit(Admitted(self.holder.policy_version))
+        try:
+            prompts = [row.request.prompt_ids for row in new_rows]
+            batch, logits_BV = kv_batch.prefill(self.holder.model, prompts, self.holder.pad_token_id)
+            keep = self._emit_tokens(new_rows, logits_BV, [len(r.request.prompt_ids) for r in new_rows])
+        except Exception as exc:  # noqa: BLE001 - a failed prefill fails the joining requests only
+            logger.exception("prefill failed")
+            for request in requests:
+                request.emit(Failed(f"prefill failed: {exc!r}"))
+            return
+        survivors = kv_batch.select(batch, keep)
+        if survivors is not None:
+            self._batch = kv_batch.merge(self._batch, survivors)
+            self._rows.extend(new_rows[i] for i in keep)
+
+    def _new_row(self, request: GenerationRequest, choice: int) -> _Row:
+        params = request.params
+        decode = self.holder.tokenizer.decode
+        text = ChoiceText(lambda ids: decode(ids, skip_special_tokens=True), params.stop,
+                          params.include_stop_str)
+        return _Row(request, choice, row_generator(params.seed, choice), text)
+
+    def _step(self) -> None:
+        live = [i for i, row in enumerate(self._rows) if not row.request.cancelled]
+        if len(live) < len(self._rows):
+            self._batch = kv_batch.select(self._batch, live)
+            self._rows = [self._rows[i] for i in live]
+            if not self._rows:
+                return
+        next_ids_B = torch.tensor([row.next_token for row in self._rows], dtype=torch.long)
+        logits_BV = kv_batch.decode_step(self.holder.model, self._batch, next_ids_B)
+        keep = self._emit_tokens(self._rows, logits_BV, self._batch.positions_B.tolist())
+        if len(keep) < len(self._rows):
+            self._batch = kv_batch.select(self._batch, keep)
+            self._rows = [self._rows[i] for i in keep]
+
+    def _emit_tokens(self, rows: list[_Row], logits_BV: torch.Tensor, lengths_B: list[int]) -> list[int]:
+        """Samples one token per row, emits it, and returns the indices of rows that continue."""
+        tokens_B = sample_tokens_B(logits_BV, [r.request.params.sampling for r in rows],
+                                   [r.generator for r in rows])
+        logprobs_BV = raw_logprobs_BV(logits_BV)
+        chosen_B = logprobs_BV.gather(1, tokens_B[:, None])[:, 0]
+        widest = max(r.request.params.top_logprobs for r in rows)
+        top_values_BK, top_ids_BK = top_logprobs_BK(logprobs_BV, widest)
+        keep: list[int] = []
+        for b, row in enumerate(rows):
+            token = int(tokens_B[b])
+            k = row.request.params.top_logprobs
+            top = tuple(zip(top_ids_BK[b, :k].tolist(), top_values_BK[b, :k].tolist(), strict=True))
+            finish, reason = self._advance(row, token, lengths_B[b] + 1)
+            row.request.emit(TokenEvent(row.choice, token, float(chosen_B[b]), top,
+                                        row.text.take_delta(final=finish is not None), finish, reason))
+            if finish is None:
+                row.next_token = token
+                keep.append(b)
+        return keep
+
+    def _advance(self, row: _Row, token: int, total_len: int) -> tuple[str | None, str | int | None]:
+        """Records `token` in the row; returns (finish_reason, stop_reason) if the row is done."""
+        params = row.request.params
+        row.generated += 1
+        if token in self.holder.eos_token_ids and not params.ignore_eos:
+            if params.include_stop_str:
+                row.text.append(token)
+            return "stop", None
+        if token in params.stop_token_ids:
+            if params.include_stop_str:
+                row.text.append(token)
+            return "stop", token
+        stop = row.text.append(token)
+        if stop is not None:
+            return "stop", stop
+        if row.generated >= params.max_tokens or total_len >= self.holder.max_model_len:
+            return "length", None
+        return None, None
+
+    def _fail_everything(self, message: str) -> None:
+        with self._lock:
+            waiting = list(self._pending)
+            self._pending.clear()
+            controls = list(self._controls)
+            self._controls.clear()
+        for request in {row.request for row in self._rows} | set(waiting):
+            request.emit(Failed(message))
+        for control in controls:
+            control.future.set_exception(RuntimeError(message))

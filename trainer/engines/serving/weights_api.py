@@ -1,0 +1,68 @@
+"""Routes that manage the weights for collocated training: health, sleep, wake-up and update_weights."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+
+from trainer.engines.serving.model_holder import WeightsError
+from trainer.engines.serving.openai_api import json_response
+from trainer.engines.serving.protocol import RequestError, UpdateWeightsRequest
+from trainer.engines.serving.state import EngineState, engine_state
+
+router = APIRouter()
+
+
+def health_body(state: EngineState) -> dict[str, object]:
+    """{status, policy_version, asleep, model} as /health reports it."""
+    holder = state.holder
+    return {"status": "asleep" if holder.asleep else "ok", "policy_version": holder.policy_version,
+            "asleep": holder.asleep, "model": state.served_model_name,
+            "running_rows": state.scheduler.running_rows}
+
+
+@router.get("/health")
+async def health(state: EngineState = Depends(engine_state)) -> Response:
+    """Liveness and weight state."""
+    return json_response(health_body(state), state.holder.policy_version)
+
+
+@router.get("/is_sleeping")
+async def is_sleeping(state: EngineState = Depends(engine_state)) -> Response:
+    """vLLM's sleep probe."""
+    return json_response({"is_sleeping": state.holder.asleep}, state.holder.policy_version)
+
+
+@router.post("/sleep")
+async def sleep(state: EngineState = Depends(engine_state)) -> Response:
+    """Waits for in-flight generation, then releases the weights; new requests queue until /wake_up."""
+    holder = state.holder
+    await asyncio.wrap_future(state.scheduler.control(lambda: None if holder.asleep else holder.release()))
+    return json_response(health_body(state), holder.policy_version)
+
+
+@router.post("/wake_up")
+async def wake_up(state: EngineState = Depends(engine_state)) -> Response:
+    """Reloads the weights (the latest update's, if one arrived while asleep) and resumes serving."""
+    holder = state.holder
+    await asyncio.wrap_future(state.scheduler.control(lambda: holder.load() if holder.asleep else None))
+    return json_response(health_body(state), holder.policy_version)
+
+
+@router.post("/update_weights")
+async def update_weights(body: UpdateWeightsRequest, state: EngineState = Depends(engine_state)) -> Response:
+    """Loads a checkpoint between batches and sets the policy version (applied at wake-up while asleep)."""
+    path = Path(body.path).expanduser()
+    if not path.is_dir():
+        raise RequestError(f"update_weights path {body.path!r} is not a directory on the engine's machine",
+                           param="path")
+    holder = state.holder
+    try:
+        applied = state.scheduler.control(lambda: holder.update(path.resolve(), body.version))
+        await asyncio.wrap_future(applied)
+    except WeightsError as exc:
+        raise RequestError(str(exc), param="path") from exc
+    return json_response(health_body(state), holder.policy_version)
