@@ -1,0 +1,50 @@
+"""Merging through the real SmolLM2 tokenizer and chat template: canonical tokens merge, others retokenize."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.samples import RecordedCall, build_samples
+
+pytestmark = pytest.mark.slow
+
+USER = [{"role": "user", "content": "Say hello"}]
+HISTORY = [*USER, {"role": "assistant", "content": "hello world"}, {"role": "user", "content": "again"}]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    transformers = pytest.importorskip("transformers")
+    from harnessrl.models import prepare_model
+
+    return transformers.AutoTokenizer.from_pretrained(prepare_model("smollm2-135m-instruct"))
+
+
+def render(tokenizer, messages) -> tuple[int, ...]:
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return tuple(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def two_calls(tokenizer, response_text_pieces: list[str]) -> list[RecordedCall]:
+    """The engine sampled `response_text_pieces` token by piece; the harness re-renders the history."""
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    response = tuple(
+        t for piece in response_text_pieces for t in tokenizer.encode(piece, add_special_tokens=False)
+    )
+    response += (end,)
+    first = RecordedCall(
+        "r", "g", 0, render(tokenizer, USER), response, (-0.1,) * len(response), 0, True, "stop"
+    )
+    second = RecordedCall("r", "g", 1, render(tokenizer, HISTORY), (905, end), (-0.2, -0.3), 0, True, "stop")
+    return [first, second]
+
+
+def test_canonical_tokens_merge_into_one_sample(tokenizer):
+    batch = build_samples(two_calls(tokenizer, ["hello world"]), decode=tokenizer.decode)
+    assert batch.stats.samples == 1 and batch.stats.merge_failures == 0
+
+
+def test_non_canonical_tokens_give_two_samples_classified_as_retokenization(tokenizer):
+    batch = build_samples(two_calls(tokenizer, ["hel", "lo world"]), decode=tokenizer.decode)
+    assert batch.stats.samples == 2
+    assert batch.stats.merge_failures_retokenization == 1 and batch.stats.merge_failures == 1
