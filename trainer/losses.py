@@ -123,9 +123,14 @@ class LossDenominators:
 class LossSequence(Protocol):
     """What the loss needs from a sequence (a `trainer.samples.Sample` is one)."""
 
-    rollout_id: str
-    loss_mask_T: np.ndarray
-    logprobs_T: np.ndarray
+    @property
+    def rollout_id(self) -> str: ...
+
+    @property
+    def loss_mask_T(self) -> np.ndarray: ...
+
+    @property
+    def logprobs_T(self) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
