@@ -103,7 +103,7 @@ async def chat_completions(body: ChatCompletionRequest,
     prompt_ids = render_chat(state, body)
     top_k = body.top_logprobs or 0
     params = generation_params(body, body.max_completion_tokens or body.max_tokens, len(prompt_ids),
-                               state.holder.max_model_len, top_k)
+                               state.holder.max_model_len, top_k, "messages")
     generation = await _start(state, [prompt_ids], params)
     meta = shapes.ResponseMeta(shapes.new_id("chatcmpl"), state.served_model_name, generation.policy_version)
     if body.stream:
@@ -172,7 +172,8 @@ async def completions(body: CompletionRequest, state: EngineState = Depends(engi
     prompts_ids = _completion_prompts(state, body)
     with_logprobs = body.logprobs is not None
     longest = max(len(ids) for ids in prompts_ids)
-    params = generation_params(body, body.max_tokens, longest, state.holder.max_model_len, body.logprobs or 0)
+    params = generation_params(body, body.max_tokens, longest, state.holder.max_model_len, body.logprobs or 0,
+                               "prompt")
     generation = await _start(state, prompts_ids, params)
     meta = shapes.ResponseMeta(shapes.new_id("cmpl"), state.served_model_name, generation.policy_version)
     if body.stream:

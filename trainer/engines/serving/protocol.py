@@ -147,14 +147,14 @@ class UpdateWeightsRequest(BaseModel):
 
 
 def generation_params(request: SamplingFields, max_tokens: int | None, prompt_len: int, max_model_len: int,
-                      top_logprobs: int) -> GenerationParams:
+                      top_logprobs: int, prompt_param: str) -> GenerationParams:
     """Checks lengths and builds the scheduler's parameters; RequestError names the offending numbers."""
     if prompt_len == 0:
-        raise RequestError("the prompt is empty; pass at least one token", param="prompt")
+        raise RequestError("the prompt is empty; pass at least one token", param=prompt_param)
     room = max_model_len - prompt_len
     if room < 1:
         raise RequestError(f"the prompt has {prompt_len} tokens but the model's maximum context length is "
-                           f"{max_model_len} tokens; shorten the prompt", param="messages")
+                           f"{max_model_len} tokens; shorten the prompt", param=prompt_param)
     wanted = room if max_tokens is None else max_tokens
     if wanted > room:
         raise RequestError(f"this model's maximum context length is {max_model_len} tokens, but "
