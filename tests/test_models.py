@@ -114,3 +114,16 @@ def test_smollm2_prepares_and_reloads_with_matching_logits() -> None:
         out = model.generate(ids, max_new_tokens=8, do_sample=False)
     text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     assert text.strip() and text.isascii(), f"dequantised model produced {text!r}"
+
+
+def test_model_cli_prepares_and_lists(tiny_dir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from harnessrl.model_cli import app
+
+    result = CliRunner().invoke(app, ["prepare", "tiny", "--models-dir", str(tiny_dir.parent)])
+    assert result.exit_code == 0 and str(tiny_dir) in result.output
+    listing = CliRunner().invoke(app, ["list", "--models-dir", str(tiny_dir.parent)])
+    assert "tiny" in listing.output and "prepared" in listing.output
+    failed = CliRunner().invoke(app, ["prepare", "gpt-17", "--models-dir", str(tiny_dir.parent)])
+    assert failed.exit_code == 2 and "unknown model name 'gpt-17'" in failed.output

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from trainer.engines.serving.sampling import (
     RowSampling,
+    inverse_cdf_draw,
     raw_logprobs_BV,
     row_generator,
     sample_tokens_B,
@@ -104,3 +105,12 @@ def test_raw_logprobs_normalise_and_top_logprobs_are_sorted() -> None:
     assert ids_BK[0].tolist() == [1, 2] and bool(values_BK[0, 0] >= values_BK[0, 1])
     empty_values, empty_ids = top_logprobs_BK(logprobs_BV, 0)
     assert empty_values.shape == (2, 0) and empty_ids.shape == (2, 0)
+
+
+def test_inverse_cdf_draws_follow_the_distribution_and_skip_zero_mass() -> None:
+    probs_V = torch.tensor([0.0, 0.5, 0.0, 0.25, 0.25, 0.0])
+    generator = row_generator(0, 0)
+    counts = torch.bincount(torch.tensor([inverse_cdf_draw(probs_V, generator) for _ in range(4000)]),
+                            minlength=6)
+    assert counts[[0, 2, 5]].sum() == 0
+    assert torch.allclose(counts.double() / 4000, probs_V.double(), atol=0.03)
