@@ -49,6 +49,26 @@ def test_chat_logprobs_equal_teacher_forcing(client, reference_model, tokenizer)
                           [e.logprob for e in content])
 
 
+def test_tools_reach_the_chat_template_and_list_content_is_flattened(client, tokenizer) -> None:
+    tools = [{"type": "function", "function": {"name": "add", "description": "Add two numbers",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    parts = [{"type": "text", "text": "Add "}, {"type": "text", "text": "1+2"}]
+    messages = [{"role": "user", "content": parts}]
+    response = chat(client, messages=messages, tools=tools, max_tokens=2, temperature=0)
+    flat = [{"role": "user", "content": "Add 1+2"}]
+    rendered = tokenizer.apply_chat_template(flat, tools=tools, add_generation_prompt=True, tokenize=False)
+    expected = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    assert response.model_extra["prompt_token_ids"] == expected
+
+
+def test_completion_prompt_lists_give_n_choices_per_prompt(client) -> None:
+    response = client.completions.create(model="tiny", prompt=[[5, 6], [7, 8, 9]], max_tokens=2, n=2, seed=0,
+                                         extra_body={"return_token_ids": True})
+    prompts = [c.model_extra["prompt_token_ids"] for c in response.choices]
+    assert prompts == [[5, 6], [5, 6], [7, 8, 9], [7, 8, 9]]
+    assert response.usage.prompt_tokens == 5 and response.usage.completion_tokens == 8
+
+
 def test_concurrent_requests_of_different_lengths_are_each_exact(async_client, reference_model) -> None:
     async def one(i: int):
         messages = [{"role": "user", "content": "word " * (3 + 7 * i)}]

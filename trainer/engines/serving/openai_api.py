@@ -198,6 +198,6 @@ def _completion_stream(state: EngineState, body: CompletionRequest, generation: 
                 meta, index, event, state.token_text, offset, body.logprobs is not None, prompt_ids,
                 body.return_token_ids))
         if body.stream_options and body.stream_options.include_usage:
-            prompt_tokens = sum(len(p) for p in prompts_ids) * body.n
+            prompt_tokens = sum(len(p) for p in prompts_ids)
             yield sse(shapes.usage_chunk(meta, "text_completion", prompt_tokens, completion_tokens))
     return _guarded_stream(chunks(), generation)

@@ -123,7 +123,7 @@ def completion_body(meta: ResponseMeta, choices: list[ChoiceLog], prompts_ids: l
         "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
         **({"prompt_token_ids": prompts_ids[i // n], "token_ids": c.token_ids} if with_token_ids else {}),
     } for i, c in enumerate(choices)]
-    body["usage"] = usage(sum(len(p) for p in prompts_ids) * n, sum(len(c.token_ids) for c in choices))
+    body["usage"] = usage(sum(len(p) for p in prompts_ids), sum(len(c.token_ids) for c in choices))
     return body
 
 

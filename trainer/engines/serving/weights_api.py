@@ -63,6 +63,6 @@ async def update_weights(body: UpdateWeightsRequest, state: EngineState = Depend
     try:
         applied = state.scheduler.control(lambda: holder.update(path.resolve(), body.version))
         await asyncio.wrap_future(applied)
-    except WeightsError as exc:
-        raise RequestError(str(exc), param="path") from exc
+    except (WeightsError, OSError, ValueError) as exc:
+        raise RequestError(f"cannot load weights from {body.path!r}: {exc}", param="path") from exc
     return json_response(health_body(state), holder.policy_version)
