@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 
 from trainer.engines.serving import openai_api, weights_api
+from trainer.engines.serving.bridge import GenerationFailed
 from trainer.engines.serving.openai_api import POLICY_VERSION_HEADER, json_response
 from trainer.engines.serving.protocol import RequestError
 from trainer.engines.serving.state import EngineState
@@ -41,6 +42,11 @@ def create_app(state: EngineState) -> FastAPI:
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError) -> Response:
         return json_response(exc.body(), state.holder.policy_version, exc.status_code)
+
+    @app.exception_handler(GenerationFailed)
+    async def _failed(_: Request, exc: GenerationFailed) -> Response:
+        error = RequestError(str(exc), status_code=500, error_type="internal_server_error")
+        return json_response(error.body(), state.holder.policy_version, error.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> Response:
