@@ -1,0 +1,51 @@
+"""Minimal raw-ASGI helpers for the lean proxy path: read a bounded body, send a JSON answer."""
+
+from __future__ import annotations
+
+from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
+
+
+def header(scope: dict, name: bytes) -> str | None:
+    """A request header (lower-case name) as text."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def read_body(scope: dict, receive, limit_bytes: int) -> bytes:
+    """The whole request body; PayloadTooLarge beyond `limit_bytes` (checked on Content-Length first)."""
+    declared = header(scope, b"content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise BadRequest(f"invalid Content-Length {declared!r}")
+        if int(declared) > limit_bytes:
+            raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit_bytes} bytes "
+                                  "(max_body_bytes)")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise BadRequest("client disconnected before sending the body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit_bytes:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit_bytes} bytes (max_body_bytes)")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def send_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None,
+                     content_type: bytes = b"application/json") -> None:
+    """A complete response."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send, error: GatewayError) -> None:
+    """An OpenAI-style error response."""
+    await send_bytes(send, error.status, error.body())

@@ -1,0 +1,113 @@
+"""Credentials: the admin token, an optional grader token, and per-rollout keys minted from a stored secret.
+
+A rollout key embeds its rollout id and an HMAC of it, so checking a key needs no database read, a key for another
+rollout is recognised (403, not 401), and the same key is returned when creation is retried.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.errors import Forbidden, Unauthorized
+
+KEY_PREFIX = "hrl"
+
+
+class Role(StrEnum):
+    """What a credential may do."""
+
+    ADMIN = "admin"
+    GRADER = "grader"
+    ROLLOUT = "rollout"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller."""
+
+    role: Role
+    rollout_id: str | None = None
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _mac(secret: bytes, rollout_id: str) -> str:
+    return _b64(hmac.new(secret, b"rollout-key:" + rollout_id.encode(), hashlib.sha256).digest()[:24])
+
+
+def mint_rollout_key(secret: bytes, rollout_id: str) -> str:
+    """The rollout's API key: `hrl.<id>.<mac>` (deterministic, so idempotent creation returns the same key)."""
+    return f"{KEY_PREFIX}.{_b64(rollout_id.encode())}.{_mac(secret, rollout_id)}"
+
+
+def rollout_of_key(secret: bytes, key: str) -> str | None:
+    """The rollout id a valid key belongs to, or None for anything forged or malformed."""
+    parts = key.split(".")
+    if len(parts) != 3 or parts[0] != KEY_PREFIX:
+        return None
+    try:
+        rollout_id = _unb64(parts[1]).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    return rollout_id if hmac.compare_digest(parts[2], _mac(secret, rollout_id)) else None
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+class Authenticator:
+    """Maps a bearer token to a Principal."""
+
+    def __init__(self, admin_token: str, grader_token: str | None, secret: bytes) -> None:
+        if not admin_token:
+            raise ValueError("the admin token is empty; set HARNESSRL_ADMIN_TOKEN")
+        self._admin = admin_token.encode()
+        self._grader = grader_token.encode() if grader_token else None
+        self._secret = secret
+
+    def identify(self, authorization: str | None) -> Principal:
+        """Who is calling; raises Unauthorized for a missing or unknown credential."""
+        token = bearer(authorization)
+        if token is None:
+            raise Unauthorized("missing credential: send 'Authorization: Bearer <key>'")
+        raw = token.encode()
+        if hmac.compare_digest(raw, self._admin):
+            return Principal(Role.ADMIN)
+        if self._grader is not None and hmac.compare_digest(raw, self._grader):
+            return Principal(Role.GRADER)
+        rollout_id = rollout_of_key(self._secret, token)
+        if rollout_id is None:
+            raise Unauthorized("invalid credential: not an admin token, grader token or rollout key")
+        return Principal(Role.ROLLOUT, rollout_id)
+
+    def require_rollout(self, authorization: str | None, rollout_id: str) -> Principal:
+        """Allow the rollout's own key (or the admin); another rollout's key is Forbidden."""
+        principal = self.identify(authorization)
+        if principal.role == Role.ADMIN or principal.rollout_id == rollout_id:
+            return principal
+        if principal.role == Role.ROLLOUT:
+            raise Forbidden("this key belongs to another rollout; use the key returned when this rollout was created")
+        raise Forbidden(f"a {principal.role} credential cannot call a rollout's proxy")
+
+    def require(self, authorization: str | None, *roles: Role) -> Principal:
+        """Allow only the given roles (admin always)."""
+        principal = self.identify(authorization)
+        if principal.role == Role.ADMIN or principal.role in roles:
+            return principal
+        raise Forbidden(f"a {principal.role} credential may not do this; it needs {' or '.join(['admin', *roles])}")

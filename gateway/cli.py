@@ -1,0 +1,37 @@
+"""`harnessrl gateway ...`: run the gateway server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+
+@app.callback()
+def gateway() -> None:
+    """The API gateway and rollout store."""
+
+
+@app.command()
+def serve(
+    host: str = typer.Option(None, help="Listen address (default 127.0.0.1)."),
+    port: int = typer.Option(None, help="Listen port (default 8100)."),
+    db: str = typer.Option(None, "--db", help="Store URL, e.g. sqlite:///gateway.db or postgresql+psycopg://..."),
+    config: Path = typer.Option(None, exists=True, dir_okay=False, help="YAML gateway config."),
+    public_url: str = typer.Option(None, help="Base URL harnesses use to reach this gateway."),
+) -> None:
+    """Serve the OpenAI-compatible proxy and the admin API (admin token from HARNESSRL_ADMIN_TOKEN)."""
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.config import load_gateway_config
+
+    cfg = load_gateway_config(config, host=host, port=port, db_url=db, public_url=public_url)
+    uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
+                loop="uvloop", http="httptools", timeout_keep_alive=75, lifespan="on")
+
+
+if __name__ == "__main__":
+    app()

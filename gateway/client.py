@@ -1,0 +1,159 @@
+"""Typed client of the gateway's admin API, used by the controller, the trainer, the flows and the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from pydantic import TypeAdapter
+
+from gateway.records import (
+    CallRecord,
+    ClaimRequest,
+    CreateRolloutsRequest,
+    Event,
+    EventIn,
+    EventKind,
+    FailureKind,
+    FinishedPage,
+    GatewayState,
+    LeaseRenewal,
+    ModelIn,
+    ModelRecord,
+    ModelVersionPatch,
+    PauseResult,
+    RewardIn,
+    Rollout,
+    RolloutCreated,
+    RolloutPatch,
+    RolloutSpec,
+    RolloutState,
+)
+
+
+class GatewayAPIError(RuntimeError):
+    """The gateway answered with an error; `status` and the OpenAI-style `code` are kept."""
+
+    def __init__(self, status: int, message: str, code: str | None) -> None:
+        super().__init__(f"gateway answered {status} ({code}): {message}")
+        self.status = status
+        self.code = code
+
+
+class GatewayClient:
+    """Admin-API client; `token` is the admin (or grader) token."""
+
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s,
+                                  headers={"authorization": f"Bearer {token}"})
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> GatewayClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
+              timeout_s: float | None = None) -> Any:
+        kwargs: dict[str, Any] = {"json": json, "params": params}
+        if timeout_s is not None:
+            kwargs["timeout"] = timeout_s
+        response = self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                message, code = error.get("message", response.text), error.get("code")
+            except (ValueError, KeyError, TypeError):
+                message, code = response.text, None
+            raise GatewayAPIError(response.status_code, message, code)
+        return response.json()
+
+    # -- models --
+    def register_model(self, name: str, base_url: str, version: int = 0, served_name: str | None = None) -> ModelRecord:
+        """Register an upstream endpoint."""
+        body = ModelIn(name=name, base_url=base_url, version=version, served_name=served_name)
+        return ModelRecord.model_validate(self._call("POST", "/v1/admin/models", json=body.model_dump()))
+
+    def set_model_version(self, name: str, version: int) -> list[ModelRecord]:
+        """Set a model's policy version."""
+        data = self._call("PATCH", f"/v1/admin/models/{name}", json=ModelVersionPatch(version=version).model_dump())
+        return [ModelRecord.model_validate(m) for m in data]
+
+    def list_models(self) -> list[ModelRecord]:
+        """Registered endpoints."""
+        return [ModelRecord.model_validate(m) for m in self._call("GET", "/v1/admin/models")]
+
+    # -- rollouts --
+    def create_rollouts(self, specs: Sequence[RolloutSpec]) -> list[RolloutCreated]:
+        """Create rollouts (idempotent by id)."""
+        body = CreateRolloutsRequest(rollouts=list(specs)).model_dump(mode="json")
+        return [RolloutCreated.model_validate(r) for r in self._call("POST", "/v1/admin/rollouts", json=body)]
+
+    def get_rollout(self, rollout_id: str) -> Rollout:
+        """One rollout."""
+        return Rollout.model_validate(self._call("GET", f"/v1/admin/rollouts/{rollout_id}"))
+
+    def claim(self, controller_id: str, limit: int = 1, lease_s: float = 60.0) -> list[Rollout]:
+        """Lease queued rollouts."""
+        body = ClaimRequest(controller_id=controller_id, limit=limit, lease_s=lease_s).model_dump()
+        return [Rollout.model_validate(r) for r in self._call("POST", "/v1/admin/rollouts/claim", json=body)]
+
+    def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float = 60.0) -> Rollout:
+        """Extend a lease."""
+        body = LeaseRenewal(controller_id=controller_id, lease_s=lease_s).model_dump()
+        return Rollout.model_validate(self._call("POST", f"/v1/admin/rollouts/{rollout_id}/lease", json=body))
+
+    def set_state(self, rollout_id: str, state: RolloutState, failure_kind: FailureKind | None = None,
+                  error: str | None = None) -> Rollout:
+        """Move a rollout along the state machine."""
+        body = RolloutPatch(state=state, failure_kind=failure_kind, error=error).model_dump(mode="json")
+        return Rollout.model_validate(self._call("PATCH", f"/v1/admin/rollouts/{rollout_id}", json=body))
+
+    def post_reward(self, rollout_id: str, reward: float, details: dict[str, Any] | None = None) -> Rollout:
+        """Post the grader's reward."""
+        body = RewardIn(reward=reward, details=details or {}).model_dump()
+        return Rollout.model_validate(self._call("POST", f"/v1/admin/rollouts/{rollout_id}/reward", json=body))
+
+    def post_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any]) -> Event:
+        """Append an event."""
+        body = EventIn(kind=kind, payload=payload).model_dump(mode="json")
+        return Event.model_validate(self._call("POST", f"/v1/admin/rollouts/{rollout_id}/events", json=body))
+
+    def list_events(self, rollout_id: str) -> list[Event]:
+        """A rollout's events."""
+        return [Event.model_validate(e) for e in self._call("GET", f"/v1/admin/rollouts/{rollout_id}/events")]
+
+    def finished(self, after: int = 0, limit: int = 100, wait_s: float = 0.0) -> FinishedPage:
+        """Finished rollouts after a cursor, long-polling up to `wait_s`."""
+        data = self._call("GET", "/v1/admin/rollouts/finished",
+                          params={"after": after, "limit": limit, "wait_s": wait_s}, timeout_s=wait_s + 30)
+        return FinishedPage.model_validate(data)
+
+    def calls(self, rollout_id: str, attempt: int | None = None) -> list[CallRecord]:
+        """A rollout's recorded calls."""
+        params = {"attempt": attempt} if attempt is not None else None
+        return _CALLS.validate_python(self._call("GET", f"/v1/admin/rollouts/{rollout_id}/calls", params=params))
+
+    # -- control --
+    def pause(self, timeout_s: float | None = None) -> PauseResult:
+        """Hold new calls and drain in-flight ones."""
+        params = {"timeout_s": timeout_s} if timeout_s else None
+        return PauseResult.model_validate(self._call("POST", "/v1/admin/pause", params=params,
+                                                     timeout_s=(timeout_s or 900) + 30))
+
+    def resume(self) -> PauseResult:
+        """Release held calls."""
+        return PauseResult.model_validate(self._call("POST", "/v1/admin/resume"))
+
+    def state(self) -> GatewayState:
+        """Pause state and endpoints."""
+        return GatewayState.model_validate(self._call("GET", "/v1/admin/state"))
+
+
+_CALLS = TypeAdapter(list[CallRecord])

@@ -1,0 +1,47 @@
+"""The gateway's typed configuration: from YAML and/or keyword overrides; unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GatewayConfig(BaseModel):
+    """Settings of one gateway process."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    db_url: str = Field(default="sqlite:///harnessrl-gateway.db", description="SQLAlchemy URL of the store.")
+    host: str = Field(default="127.0.0.1", description="Listen address.")
+    port: int = Field(default=8100, ge=0, le=65535, description="Listen port.")
+    public_url: str | None = Field(default=None, description="Base URL harnesses reach; default http://host:port.")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above).")
+    upstream_timeout_s: float = Field(default=900.0, gt=0, description="Longest wait for one upstream answer.")
+    retry_attempts: int = Field(default=5, ge=1, description="Upstream tries per call on transient failures.")
+    retry_backoff_s: float = Field(default=0.2, ge=0, description="First backoff; doubles each retry.")
+    retry_budget_s: float = Field(default=60.0, gt=0, description="Total time allowed for retries of one call.")
+    pause_hold_timeout_s: float = Field(default=1800.0, gt=0, description="Longest a call is held by a pause.")
+    pause_drain_timeout_s: float = Field(default=900.0, gt=0, description="Longest `pause` waits for in-flight calls.")
+    sqlite_synchronous: str = Field(default="NORMAL", description="SQLite synchronous level; FULL survives power loss.")
+    cache_rollouts: bool = Field(default=True, description="Cache rollout state in memory (one gateway per store).")
+    admin_token: str | None = Field(default=None, description="Admin token; default $HARNESSRL_ADMIN_TOKEN.")
+    grader_token: str | None = Field(default=None, description="Grader token; default $HARNESSRL_GRADER_TOKEN.")
+
+    def base_url(self) -> str:
+        """Where harnesses reach this gateway."""
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+
+def load_gateway_config(path: str | Path | None = None, **overrides: Any) -> GatewayConfig:
+    """Read a YAML file (optional), apply non-None overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of gateway settings, got {type(loaded).__name__}")
+        data.update(loaded)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return GatewayConfig(**data)

@@ -1,0 +1,34 @@
+"""OpenAPI descriptions of the harness-facing paths, which are served as raw ASGI outside FastAPI's router."""
+
+from __future__ import annotations
+
+_ERR = {"description": "OpenAI-style error: {\"error\": {message, type, param, code}}"}
+_ERRORS = {"400": _ERR, "401": _ERR, "403": _ERR, "404": _ERR, "409": _ERR, "413": _ERR, "502": _ERR, "503": _ERR}
+_ROLLOUT = {"name": "rollout_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_SECURITY = [{"rolloutKey": []}]
+
+
+def _proxy(summary: str) -> dict:
+    return {"post": {
+        "tags": ["harness"], "summary": summary, "parameters": [_ROLLOUT], "security": _SECURITY,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+        "responses": {"200": {"description": "The engine's answer, byte for byte (JSON, or SSE when stream=true); "
+                                             "header X-Policy-Version."}, **_ERRORS},
+    }}
+
+
+def harness_paths() -> dict:
+    """Path items for /r/{rollout_id}/..."""
+    return {
+        "/r/{rollout_id}/v1/chat/completions": _proxy("OpenAI chat completions, recorded with token IDs"),
+        "/r/{rollout_id}/v1/completions": _proxy("OpenAI completions, recorded with token IDs"),
+        "/r/{rollout_id}/v1/models": {"get": {
+            "tags": ["harness"], "summary": "Models served", "parameters": [_ROLLOUT], "security": _SECURITY,
+            "responses": {"200": {"description": "OpenAI model list"}, **_ERRORS}}},
+        "/r/{rollout_id}/events": {"post": {
+            "tags": ["harness"], "summary": "Post an agent_output or log event for this rollout",
+            "parameters": [_ROLLOUT], "security": _SECURITY,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "$ref": "#/components/schemas/EventIn"}}}},
+            "responses": {"200": {"description": "The stored event"}, **_ERRORS}}},
+    }

@@ -1,0 +1,78 @@
+"""Pause, drain, resume: a gate in front of upstream dispatch for collocated training.
+
+While paused, new calls are held (not rejected) for at most `hold_timeout_s`; `pause` returns once no call is in
+flight (or `drain_timeout_s` passes); `resume` releases the held calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager, suppress
+
+from gateway.errors import PausedTooLong
+from gateway.records import PauseResult
+
+
+class PauseGate:
+    """Counts calls in flight and holds new ones while paused."""
+
+    def __init__(self, hold_timeout_s: float) -> None:
+        self.hold_timeout_s = hold_timeout_s
+        self.paused = False
+        self.in_flight = 0
+        self.held = 0
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @asynccontextmanager
+    async def admit(self):
+        """Enter before dispatching upstream, leave once the upstream answer is complete."""
+        if self.paused:
+            await self._hold()
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+
+    async def _hold(self) -> None:
+        self.held += 1
+        deadline = time.monotonic() + self.hold_timeout_s
+        try:
+            while self.paused:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PausedTooLong(f"the gateway has been paused for more than {self.hold_timeout_s:g} s; "
+                                        "retry later or raise pause_hold_timeout_s")
+                try:
+                    await asyncio.wait_for(self._resumed.wait(), timeout=remaining)
+                except TimeoutError:
+                    continue
+        finally:
+            self.held -= 1
+
+    async def pause(self, drain_timeout_s: float) -> PauseResult:
+        """Stop dispatching and wait until nothing is in flight."""
+        self.paused = True
+        self._resumed.clear()
+        started = time.monotonic()
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout=drain_timeout_s)
+        return self.snapshot(waited_ms=(time.monotonic() - started) * 1000)
+
+    def resume(self) -> PauseResult:
+        """Release held calls."""
+        self.paused = False
+        self._resumed.set()
+        return self.snapshot(waited_ms=0.0)
+
+    def snapshot(self, waited_ms: float) -> PauseResult:
+        """Current counters."""
+        return PauseResult(paused=self.paused, in_flight=self.in_flight, held=self.held,
+                           drained=self.in_flight == 0, waited_ms=waited_ms)

@@ -1,0 +1,187 @@
+"""Forward one harness call upstream, capture its tokens, record it durably, and answer the harness.
+
+The path is lean: the body is parsed once (orjson), only the fields the gateway relies on are checked, and the
+upstream answer is returned byte for byte. A call is recorded before its answer completes, so every answer the
+harness received is in the store.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.capture import Captured, capture_json, capture_sse
+from gateway.errors import BadRequest, GatewayError, UpstreamUnavailable, error_body
+from gateway.records import CallStatus, ModelRecord, RolloutMode
+from gateway.services import Services
+from gateway.tokens import pack_floats, pack_ids
+from gateway.upstream import UpstreamFailed
+
+CHAT, COMPLETION = "chat", "completion"
+PATHS = {CHAT: "/chat/completions", COMPLETION: "/completions"}
+DONE_MARK = b"data: [DONE]"
+
+
+def parse_request(raw: bytes, kind: str) -> dict[str, Any]:
+    """The harness's JSON body, with the fields the gateway relies on type-checked."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"request body must be a JSON object, not {type(body).__name__}")
+    if kind == CHAT and (not isinstance(body.get("messages"), list) or not body["messages"]):
+        raise BadRequest("'messages' must be a non-empty list of messages", param="messages")
+    if kind == COMPLETION and not isinstance(body.get("prompt"), (str, list)):
+        raise BadRequest("'prompt' must be a string or a list of token IDs", param="prompt")
+    if not isinstance(body.get("stream", False), bool):
+        raise BadRequest("'stream' must be a boolean", param="stream")
+    if not isinstance(body.get("model", ""), str):
+        raise BadRequest("'model' must be a string", param="model")
+    return body
+
+
+def upstream_request(body: dict[str, Any], kind: str, mode: RolloutMode, served_name: str) -> bytes:
+    """The body sent upstream: token IDs always forced, logprobs forced in train mode, model renamed."""
+    forwarded = dict(body)
+    forwarded["model"] = served_name
+    forwarded["return_token_ids"] = True
+    if mode == RolloutMode.TRAIN:
+        if kind == CHAT:
+            forwarded["logprobs"] = True
+        elif forwarded.get("logprobs") is None:
+            forwarded["logprobs"] = 0
+    return orjson.dumps(forwarded)
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What is known about a call before it goes upstream."""
+
+    rollout_id: str
+    attempt: int
+    seq: int
+    kind: str
+    stream: bool
+    model: str
+    endpoint: ModelRecord
+    request_raw: bytes
+    created_at: float
+    started: float
+
+
+def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status: int, error: str | None,
+             response_raw: bytes | None, policy_version: int | None) -> dict[str, Any]:
+    """The store row of one call."""
+    return {
+        "rollout_id": ctx.rollout_id, "attempt": ctx.attempt, "seq": ctx.seq, "kind": ctx.kind,
+        "stream": ctx.stream, "model": ctx.model, "upstream": ctx.endpoint.base_url, "status": status.value,
+        "http_status": http_status, "error": error, "request": ctx.request_raw, "response_raw": response_raw,
+        "response_id": cap.response_id, "prompt_token_ids": pack_ids(cap.prompt_token_ids),
+        "response_token_ids": pack_ids(cap.response_token_ids),
+        "response_logprobs": pack_floats(cap.response_logprobs), "response_text": cap.response_text or None,
+        "finish_reason": cap.finish_reason, "n_choices": cap.n_choices, "policy_version": policy_version,
+        "latency_ms": (time.perf_counter() - ctx.started) * 1000, "created_at": ctx.created_at,
+    }
+
+
+def _version(cap: Captured, header_value: str | None, fallback: int) -> int:
+    if cap.policy_version is not None:
+        return cap.policy_version
+    if header_value is not None and header_value.isdigit():
+        return int(header_value)
+    return fallback
+
+
+def _answer_headers(ctx: CallContext, version: int) -> list[tuple[bytes, bytes]]:
+    return [(b"x-policy-version", str(version).encode()), (b"x-harnessrl-call-seq", str(ctx.seq).encode())]
+
+
+async def forward_unary(svc: Services, ctx: CallContext, body: bytes, send) -> None:
+    """Forward a non-streamed call."""
+    url = ctx.endpoint.base_url + PATHS[ctx.kind]
+    async with svc.gate.admit():
+        try:
+            status, version_header, payload = await svc.upstream.request(url, body)
+        except UpstreamFailed as exc:
+            await _record_failure(svc, ctx, exc, send)
+            return
+    cap = Captured()
+    if status == 200:
+        try:
+            cap = capture_json(orjson.loads(payload))
+        except orjson.JSONDecodeError:
+            cap.error = "upstream answered 200 with a body that is not JSON"
+    version = _version(cap, version_header, ctx.endpoint.version)
+    failed = status != 200 or cap.error is not None
+    error = (cap.error or payload[:2000].decode("utf-8", "replace")) if failed else None
+    await svc.store.insert_call(call_row(ctx, cap, status=CallStatus.ERROR if failed else CallStatus.OK,
+                                         http_status=status, error=error, response_raw=payload,
+                                         policy_version=version))
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode()), *_answer_headers(ctx, version)]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _record_failure(svc: Services, ctx: CallContext, exc: UpstreamFailed, send) -> None:
+    error = UpstreamUnavailable(f"{exc}; the engine did not answer, try again later")
+    await svc.store.insert_call(call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
+                                         error=str(exc), response_raw=exc.body, policy_version=None))
+    await send({"type": "http.response.start", "status": error.status,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": error.body()})
+
+
+async def forward_stream(svc: Services, ctx: CallContext, body: bytes, send) -> None:
+    """Forward a streamed call chunk by chunk; the final `[DONE]` is sent only after the call is recorded."""
+    url = ctx.endpoint.base_url + PATHS[ctx.kind]
+    async with svc.gate.admit():
+        try:
+            response = await svc.upstream.open_stream(url, body)
+        except UpstreamFailed as exc:
+            await _record_failure(svc, ctx, exc, send)
+            return
+        try:
+            await _relay(svc, ctx, response, send)
+        finally:
+            response.release()
+
+
+async def _relay(svc: Services, ctx: CallContext, response, send) -> None:
+    status = response.status
+    version_header = response.headers.get("x-policy-version")
+    content_type = response.headers.get("content-type", "text/event-stream").encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache"),
+                            *_answer_headers(ctx, ctx.endpoint.version if version_header is None
+                                             else int(version_header))]})
+    received: list[bytes] = []
+    held = b""
+    stream_error: str | None = None
+    try:
+        async for chunk in response.content.iter_any():
+            received.append(chunk)
+            if held:
+                held += chunk
+                continue
+            mark = chunk.find(DONE_MARK)
+            if mark >= 0:
+                chunk, held = chunk[:mark], chunk[mark:]
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except GatewayError:
+        raise
+    except Exception as exc:  # the engine dropped the stream: record what came, tell the harness
+        stream_error = f"upstream stream broke: {type(exc).__name__}: {exc}"
+        held = b"data: " + error_body(stream_error, "upstream_error", code="stream_broken") + b"\n\n"
+    raw = b"".join(received)
+    cap = capture_sse(raw) if status == 200 else Captured(error=raw[:2000].decode("utf-8", "replace"))
+    error = stream_error or cap.error
+    await svc.store.insert_call(call_row(
+        ctx, cap, status=CallStatus.ERROR if error or status != 200 else CallStatus.OK, http_status=status,
+        error=error, response_raw=raw, policy_version=_version(cap, version_header, ctx.endpoint.version)))
+    await send({"type": "http.response.body", "body": held, "more_body": False})

@@ -1,0 +1,248 @@
+"""Wire and storage records of the gateway: rollouts, calls, events, models, and the rollout state machine."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RolloutState(StrEnum):
+    """Lifecycle of one rollout; the store enforces TRANSITIONS."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES = frozenset({RolloutState.SUCCEEDED, RolloutState.FAILED, RolloutState.CANCELLED})
+
+TRANSITIONS: dict[RolloutState, frozenset[RolloutState]] = {
+    RolloutState.QUEUED: frozenset({RolloutState.RUNNING, RolloutState.CANCELLED}),
+    # running -> queued is a requeue for another attempt (infra failure, lost lease).
+    RolloutState.RUNNING: frozenset(
+        {RolloutState.SUCCEEDED, RolloutState.FAILED, RolloutState.CANCELLED, RolloutState.QUEUED}
+    ),
+    RolloutState.SUCCEEDED: frozenset(),
+    RolloutState.FAILED: frozenset(),
+    RolloutState.CANCELLED: frozenset(),
+}
+
+
+def can_transition(current: RolloutState, target: RolloutState) -> bool:
+    """True when the state machine allows `current -> target`."""
+    return target in TRANSITIONS[current]
+
+
+class FailureKind(StrEnum):
+    """Who is to blame for a failed rollout: the agent (counts with its reward) or the infrastructure (retried)."""
+
+    AGENT = "agent"
+    INFRA = "infra"
+
+
+class RolloutMode(StrEnum):
+    """`train` rollouts feed the trainer; `val` rollouts are evaluation only."""
+
+    TRAIN = "train"
+    VAL = "val"
+
+
+class CallStatus(StrEnum):
+    """Outcome of one proxied call."""
+
+    OK = "ok"
+    ERROR = "error"
+
+
+class EventKind(StrEnum):
+    """What an event records."""
+
+    AGENT_OUTPUT = "agent_output"
+    LOG = "log"
+    REWARD = "reward"
+    STATE = "state"
+
+
+class WireModel(BaseModel):
+    """Base of every record that crosses a process boundary: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RolloutSpec(WireModel):
+    """One rollout to create."""
+
+    id: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$",
+                    description="Client-chosen id; idempotency key.")
+    group_id: str = Field(min_length=1, max_length=200,
+                          description="Rollouts of one task share a group id (GRPO/RLOO).")
+    input: dict[str, Any] = Field(default_factory=dict, description="The task input handed to the harness.")
+    mode: RolloutMode = Field(default=RolloutMode.TRAIN, description="train or val.")
+    max_attempts: int = Field(default=3, ge=1, le=100, description="Attempts allowed before an infra failure is final.")
+
+
+class CreateRolloutsRequest(WireModel):
+    """Batch creation of rollouts; all-or-nothing."""
+
+    rollouts: list[RolloutSpec] = Field(min_length=1, max_length=10_000, description="Rollouts to create.")
+
+
+class RolloutCreated(WireModel):
+    """What a harness needs to run one rollout."""
+
+    id: str = Field(description="Rollout id.")
+    base_url: str = Field(description="OpenAI base URL for the harness: {gateway}/r/{id}/v1.")
+    api_key: str = Field(description="The rollout's own key; valid only for this rollout.")
+    created: bool = Field(description="False when the rollout already existed (idempotent retry).")
+
+
+class Rollout(WireModel):
+    """A rollout as stored."""
+
+    id: str = Field(description="Rollout id.")
+    group_id: str = Field(description="Group id.")
+    input: dict[str, Any] = Field(description="Task input.")
+    mode: RolloutMode = Field(description="train or val.")
+    state: RolloutState = Field(description="Current state.")
+    attempt: int = Field(description="Number of times the rollout was claimed (0 before the first claim).")
+    max_attempts: int = Field(description="Attempts allowed.")
+    failure_kind: FailureKind | None = Field(default=None, description="Set when state is failed.")
+    error: str | None = Field(default=None, description="Human-readable failure reason.")
+    reward: float | None = Field(default=None, description="Reward posted by the grader.")
+    lease_owner: str | None = Field(default=None, description="Controller holding the lease while running.")
+    lease_expires_at: float | None = Field(default=None, description="Lease deadline, unix seconds.")
+    created_at: float = Field(description="Unix seconds.")
+    started_at: float | None = Field(default=None, description="Last claim, unix seconds.")
+    finished_at: float | None = Field(default=None, description="Reached a terminal state, unix seconds.")
+    finished_seq: int | None = Field(default=None, description="Cursor position among finished rollouts.")
+
+
+class ClaimRequest(WireModel):
+    """A controller asks for queued rollouts."""
+
+    controller_id: str = Field(min_length=1, max_length=200, description="Who claims; owns the lease.")
+    limit: int = Field(default=1, ge=1, le=1000, description="Most rollouts to claim.")
+    lease_s: float = Field(default=60.0, gt=0, le=86_400, description="Lease length; renew before it expires.")
+
+
+class LeaseRenewal(WireModel):
+    """Renew a running rollout's lease."""
+
+    controller_id: str = Field(min_length=1, description="Must be the current lease owner.")
+    lease_s: float = Field(default=60.0, gt=0, le=86_400, description="New lease length from now.")
+
+
+class RolloutPatch(WireModel):
+    """A state change."""
+
+    state: RolloutState = Field(description="Target state; must be allowed by the state machine.")
+    failure_kind: FailureKind | None = Field(default=None, description="Required when state is failed.")
+    error: str | None = Field(default=None, max_length=20_000, description="Failure reason.")
+
+
+class RewardIn(WireModel):
+    """A grader's verdict."""
+
+    reward: float = Field(allow_inf_nan=False, description="The scalar reward.")
+    details: dict[str, Any] = Field(default_factory=dict, description="Free-form grading details.")
+
+
+class EventIn(WireModel):
+    """An event posted by a harness (agent_output, log) or an admin."""
+
+    kind: EventKind = Field(description="Event kind.")
+    payload: dict[str, Any] = Field(default_factory=dict, description="Event body.")
+
+
+class Event(WireModel):
+    """An event as stored."""
+
+    id: int = Field(description="Store id, increasing.")
+    rollout_id: str = Field(description="Rollout id.")
+    attempt: int = Field(description="Attempt during which it was posted.")
+    kind: EventKind = Field(description="Event kind.")
+    payload: dict[str, Any] = Field(description="Event body.")
+    created_at: float = Field(description="Unix seconds.")
+
+
+class ModelIn(WireModel):
+    """Register one upstream endpoint serving a model."""
+
+    name: str = Field(min_length=1, max_length=200, description="Name harnesses ask for in `model`.")
+    base_url: str = Field(pattern=r"^https?://", 
+                          description="Upstream OpenAI base URL, e.g. http://host:8000/v1.")
+    version: int = Field(default=0, ge=0, description="Policy version served (used when the upstream does not report it).")
+    served_name: str | None = Field(default=None, description="The upstream's own model id, if different from name.")
+
+
+class ModelVersionPatch(WireModel):
+    """Set the policy version of every endpoint of a model."""
+
+    version: int = Field(ge=0, description="New policy version.")
+
+
+class ModelRecord(WireModel):
+    """A registered upstream endpoint."""
+
+    name: str = Field(description="Model name.")
+    base_url: str = Field(description="Upstream base URL.")
+    version: int = Field(description="Policy version.")
+    served_name: str = Field(description="Upstream model id.")
+
+
+class CallRecord(WireModel):
+    """One proxied call, immutable once written."""
+
+    id: int = Field(description="Store id, increasing.")
+    rollout_id: str = Field(description="Rollout id.")
+    attempt: int = Field(description="Rollout attempt the call belongs to.")
+    seq: int = Field(description="Arrival order within the rollout attempt, from 0.")
+    kind: str = Field(description="chat or completion.")
+    stream: bool = Field(description="Whether the harness streamed the answer.")
+    model: str = Field(description="Model name asked for.")
+    upstream: str | None = Field(description="Upstream base URL that answered.")
+    status: CallStatus = Field(description="ok or error.")
+    http_status: int = Field(description="HTTP status returned to the harness.")
+    error: str | None = Field(description="Error message when status is error.")
+    request: dict[str, Any] = Field(description="The request body as the harness sent it.")
+    response_raw: str | None = Field(description="The response body exactly as returned (JSON or the SSE stream).")
+    response_id: str | None = Field(description="The upstream's response id.")
+    prompt_token_ids: list[int] = Field(description="Token IDs the engine consumed.")
+    response_token_ids: list[int] = Field(description="Token IDs the engine sampled (first choice).")
+    response_logprobs: list[float] = Field(description="Logprob of each sampled token (empty when not requested).")
+    response_text: str | None = Field(description="The first choice's text.")
+    finish_reason: str | None = Field(description="The first choice's finish reason.")
+    n_choices: int = Field(description="Number of choices returned.")
+    policy_version: int | None = Field(description="Engine policy version that produced the response.")
+    latency_ms: float = Field(description="Time from arrival to the response being complete.")
+    created_at: float = Field(description="Arrival, unix seconds.")
+
+
+class FinishedPage(WireModel):
+    """A page of finished rollouts after a cursor."""
+
+    rollouts: list[Rollout] = Field(description="Finished rollouts, in finishing order.")
+    cursor: int = Field(description="Pass as `after` to get the next page.")
+
+
+class PauseResult(WireModel):
+    """Outcome of a pause or resume."""
+
+    paused: bool = Field(description="Whether dispatch is paused now.")
+    in_flight: int = Field(description="Calls still in flight upstream.")
+    held: int = Field(description="Calls waiting for resume.")
+    drained: bool = Field(description="True when no call is in flight.")
+    waited_ms: float = Field(description="Time spent draining.")
+
+
+class GatewayState(WireModel):
+    """Control-plane view of the gateway."""
+
+    paused: bool = Field(description="Whether dispatch is paused.")
+    in_flight: int = Field(description="Calls in flight upstream.")
+    held: int = Field(description="Calls held by a pause.")
+    models: list[ModelRecord] = Field(description="Registered endpoints.")

@@ -1,0 +1,167 @@
+"""Rollout write operations, each run on the writer connection inside one transaction.
+
+They enforce the state machine of `records.TRANSITIONS`, the lease rules, and idempotent creation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from gateway import schema
+from gateway.errors import BadRequest, Conflict, InvalidTransition, NotFound
+from gateway.records import (
+    TERMINAL_STATES,
+    TRANSITIONS,
+    EventKind,
+    FailureKind,
+    Rollout,
+    RolloutPatch,
+    RolloutSpec,
+    RolloutState,
+    can_transition,
+)
+
+R = schema.rollouts.c
+
+
+def row_to_rollout(row: Any) -> Rollout:
+    """A stored rollout row as a `Rollout`."""
+    return Rollout(
+        id=row.id, group_id=row.group_id, input=orjson.loads(row.input), mode=row.mode, state=row.state,
+        attempt=row.attempt, max_attempts=row.max_attempts, failure_kind=row.failure_kind, error=row.error,
+        reward=row.reward, lease_owner=row.lease_owner, lease_expires_at=row.lease_expires_at,
+        created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
+        finished_seq=row.finished_seq,
+    )
+
+
+def _load(conn: sa.Connection, rollout_id: str) -> Any:
+    row = conn.execute(sa.select(schema.rollouts).where(R.id == rollout_id)).first()
+    if row is None:
+        raise NotFound(f"rollout {rollout_id!r} does not exist", param="rollout_id")
+    return row
+
+
+def _event(conn: sa.Connection, rollout_id: str, attempt: int, kind: EventKind, payload: dict, now: float) -> None:
+    conn.execute(schema.events.insert().values(rollout_id=rollout_id, attempt=attempt, kind=kind.value,
+                                               payload=orjson.dumps(payload), created_at=now))
+
+
+def create_rollouts(conn: sa.Connection, specs: Sequence[RolloutSpec], now: float) -> list[tuple[Rollout, bool]]:
+    """Insert new rollouts; an existing id must carry the same spec (else 409). All-or-nothing."""
+    existing = {row.id: row for row in conn.execute(
+        sa.select(schema.rollouts).where(R.id.in_([s.id for s in specs]))).all()}
+    out: list[tuple[Rollout, bool]] = []
+    new_rows = []
+    for spec in specs:
+        row = existing.get(spec.id)
+        if row is not None:
+            _check_same_spec(row, spec)
+            out.append((row_to_rollout(row), False))
+            continue
+        values = {"id": spec.id, "group_id": spec.group_id, "input": orjson.dumps(spec.input),
+                  "mode": spec.mode.value, "state": RolloutState.QUEUED.value, "attempt": 0,
+                  "max_attempts": spec.max_attempts, "created_at": now}
+        new_rows.append(values)
+        out.append((Rollout(**{**values, "input": spec.input}), True))
+    if new_rows:
+        conn.execute(schema.rollouts.insert(), new_rows)
+    return out
+
+
+def _check_same_spec(row: Any, spec: RolloutSpec) -> None:
+    same = (row.group_id == spec.group_id and orjson.loads(row.input) == spec.input
+            and row.mode == spec.mode.value and row.max_attempts == spec.max_attempts)
+    if not same:
+        raise Conflict(f"rollout {spec.id!r} already exists with a different spec; use a new id", param="id")
+
+
+def claim_rollouts(conn: sa.Connection, controller_id: str, limit: int, lease_s: float,
+                   now: float) -> tuple[list[Rollout], list[str]]:
+    """Expire lost leases (requeue, or fail as infra when attempts are spent), then lease queued rollouts FIFO."""
+    expired = conn.execute(sa.select(schema.rollouts).where(
+        R.state == RolloutState.RUNNING.value, R.lease_expires_at < now)).all()
+    for row in expired:
+        reason = f"lease of {row.lease_owner!r} expired during attempt {row.attempt}"
+        _requeue_or_fail(conn, row, reason, now)
+    rows = conn.execute(sa.select(schema.rollouts).where(R.state == RolloutState.QUEUED.value)
+                        .order_by(R.created_at, R.id).limit(limit).with_for_update(skip_locked=True)).all()
+    claimed = []
+    for row in rows:
+        values = {"state": RolloutState.RUNNING.value, "attempt": row.attempt + 1, "lease_owner": controller_id,
+                  "lease_expires_at": now + lease_s, "started_at": now}
+        conn.execute(schema.rollouts.update().where(R.id == row.id).values(**values))
+        _event(conn, row.id, row.attempt + 1, EventKind.STATE, {"state": "running", "by": controller_id}, now)
+        claimed.append(row_to_rollout(_load(conn, row.id)))
+    return claimed, [row.id for row in expired]
+
+
+def _requeue_or_fail(conn: sa.Connection, row: Any, reason: str, now: float) -> None:
+    if row.attempt < row.max_attempts:
+        conn.execute(schema.rollouts.update().where(R.id == row.id).values(
+            state=RolloutState.QUEUED.value, lease_owner=None, lease_expires_at=None, error=reason))
+        _event(conn, row.id, row.attempt, EventKind.STATE, {"state": "queued", "reason": reason}, now)
+        return
+    message = f"{reason}; {row.max_attempts} attempts spent"
+    _finish(conn, row.id, RolloutState.FAILED, FailureKind.INFRA, message, now)
+    _event(conn, row.id, row.attempt, EventKind.STATE, {"state": "failed", "reason": message}, now)
+
+
+def _finish(conn: sa.Connection, rollout_id: str, state: RolloutState, kind: FailureKind | None,
+            error: str | None, now: float) -> None:
+    last = conn.execute(sa.select(sa.func.max(R.finished_seq))).scalar() or 0
+    conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(
+        state=state.value, failure_kind=kind.value if kind else None, error=error, finished_at=now,
+        finished_seq=last + 1, lease_owner=None, lease_expires_at=None))
+
+
+def renew_lease(conn: sa.Connection, rollout_id: str, controller_id: str, lease_s: float, now: float) -> Rollout:
+    """Extend a running rollout's lease; only its owner may."""
+    row = _load(conn, rollout_id)
+    if row.state != RolloutState.RUNNING.value:
+        raise Conflict(f"rollout {rollout_id!r} is {row.state}, not running; its lease cannot be renewed")
+    if row.lease_owner != controller_id:
+        raise Conflict(f"rollout {rollout_id!r} is leased by {row.lease_owner!r}, not {controller_id!r}")
+    conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(lease_expires_at=now + lease_s))
+    return row_to_rollout(_load(conn, rollout_id))
+
+
+def transition_rollout(conn: sa.Connection, rollout_id: str, patch: RolloutPatch, now: float) -> Rollout:
+    """Move a rollout along the state machine; invalid moves raise InvalidTransition (409)."""
+    row = _load(conn, rollout_id)
+    current, target = RolloutState(row.state), patch.state
+    if not can_transition(current, target):
+        raise InvalidTransition(f"rollout {rollout_id!r}: {current} -> {target} is not allowed "
+                                f"(allowed from {current}: {_allowed(current)})", param="state")
+    if target == RolloutState.FAILED and patch.failure_kind is None:
+        raise BadRequest("state=failed needs failure_kind 'agent' or 'infra'", param="failure_kind")
+    if target != RolloutState.FAILED and patch.failure_kind is not None:
+        raise BadRequest(f"failure_kind is only valid with state=failed, not {target}", param="failure_kind")
+    if target == RolloutState.QUEUED:
+        conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(
+            state=target.value, lease_owner=None, lease_expires_at=None, error=patch.error))
+    elif target in TERMINAL_STATES:
+        _finish(conn, rollout_id, target, patch.failure_kind, patch.error, now)
+    else:
+        conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(state=target.value))
+    _event(conn, rollout_id, row.attempt, EventKind.STATE,
+           {"state": target.value, "failure_kind": patch.failure_kind, "error": patch.error}, now)
+    return row_to_rollout(_load(conn, rollout_id))
+
+
+def _allowed(state: RolloutState) -> str:
+    return ", ".join(sorted(s.value for s in TRANSITIONS[state])) or "none, it is terminal"
+
+
+def set_reward(conn: sa.Connection, rollout_id: str, reward: float, details: dict, now: float) -> Rollout:
+    """Record a reward; refused on queued and cancelled rollouts."""
+    row = _load(conn, rollout_id)
+    if row.state in (RolloutState.QUEUED.value, RolloutState.CANCELLED.value):
+        raise Conflict(f"rollout {rollout_id!r} is {row.state}; rewards are accepted once it has run")
+    conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(reward=reward))
+    _event(conn, rollout_id, row.attempt, EventKind.REWARD, {"reward": reward, "details": details}, now)
+    return row_to_rollout(_load(conn, rollout_id))

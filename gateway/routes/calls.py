@@ -1,0 +1,18 @@
+"""Admin API for recorded calls."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+
+from gateway.records import CallRecord
+from gateway.routes.deps import admin, services
+from gateway.services import Services
+
+router = APIRouter(prefix="/v1/admin/rollouts", tags=["calls"])
+
+
+@router.get("/{rollout_id}/calls", dependencies=[Depends(admin)])
+async def list_calls(rollout_id: str, attempt: int | None = Query(None, ge=0, description="Only this attempt."),
+                     svc: Services = Depends(services)) -> list[CallRecord]:
+    """A rollout's recorded calls ordered by attempt and arrival, with their token IDs and logprobs."""
+    return await svc.store.list_calls(rollout_id, attempt)

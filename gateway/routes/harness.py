@@ -1,0 +1,97 @@
+"""The harness-facing API under /r/{rollout_id}/: the OpenAI-compatible proxy and the harness's own events.
+
+Served as raw ASGI (no framework routing or validation on the hot path). Paths:
+  POST /r/{id}/v1/chat/completions   POST /r/{id}/v1/completions   GET /r/{id}/v1/models   POST /r/{id}/events
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from pydantic import ValidationError
+
+from gateway.asgi import header, read_body, send_bytes, send_error
+from gateway.auth import Role
+from gateway.errors import BadRequest, Conflict, Forbidden, GatewayError, MethodNotAllowed, NotFound
+from gateway.proxy import (
+    CHAT,
+    COMPLETION,
+    CallContext,
+    forward_stream,
+    forward_unary,
+    parse_request,
+    upstream_request,
+)
+from gateway.records import TERMINAL_STATES, EventIn, EventKind
+from gateway.services import Services
+
+PROXY_KINDS = {("v1", "chat", "completions"): CHAT, ("v1", "completions"): COMPLETION}
+
+
+async def handle_harness(svc: Services, scope: dict, receive, send) -> None:
+    """Entry point for every request whose path starts with /r/."""
+    try:
+        await _dispatch(svc, scope, receive, send)
+    except GatewayError as error:
+        await send_error(send, error)
+
+
+async def _dispatch(svc: Services, scope: dict, receive, send) -> None:
+    parts = scope["path"].strip("/").split("/")
+    if len(parts) < 3 or not parts[1]:
+        raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/...")
+    rollout_id, rest, method = parts[1], tuple(parts[2:]), scope["method"]
+    kind = PROXY_KINDS.get(rest)
+    if kind is not None and method == "POST":
+        await _proxy(svc, scope, receive, send, rollout_id, kind)
+    elif rest == ("v1", "models") and method == "GET":
+        svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
+        await _models(svc, send)
+    elif rest == ("events",) and method == "POST":
+        await _post_event(svc, scope, receive, send, rollout_id)
+    elif kind is not None or rest in (("v1", "models"), ("events",)):
+        raise MethodNotAllowed(f"method {method} is not allowed on {scope['path']}")
+    else:
+        raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/chat/completions, "
+                       "/v1/completions, /v1/models and /events")
+
+
+async def _proxy(svc: Services, scope: dict, receive, send, rollout_id: str, kind: str) -> None:
+    started, created_at = time.perf_counter(), time.time()
+    svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
+    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    request = parse_request(raw, kind)
+    brief = await svc.store.brief(rollout_id)
+    if brief.state in TERMINAL_STATES:
+        raise Conflict(f"rollout {rollout_id!r} is {brief.state}; calls are accepted only while it is queued or "
+                       "running", code="rollout_finished")
+    endpoint = svc.router.pick(request.get("model"), rollout_id)
+    body = upstream_request(request, kind, brief.mode, endpoint.served_name)
+    seq = await svc.store.next_call_seq(rollout_id, brief.attempt)
+    stream = bool(request.get("stream", False))
+    ctx = CallContext(rollout_id=rollout_id, attempt=brief.attempt, seq=seq, kind=kind, stream=stream,
+                      model=str(request.get("model", "")), endpoint=endpoint, request_raw=raw,
+                      created_at=created_at, started=started)
+    await (forward_stream if stream else forward_unary)(svc, ctx, body, send)
+
+
+async def _models(svc: Services, send) -> None:
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "harnessrl"} for name in svc.router.names()]
+    await send_bytes(send, 200, orjson.dumps({"object": "list", "data": data}))
+
+
+async def _post_event(svc: Services, scope: dict, receive, send, rollout_id: str) -> None:
+    principal = svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
+    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    try:
+        event = EventIn.model_validate_json(raw)
+    except ValidationError as exc:
+        raise BadRequest(f"invalid event: {exc.errors(include_url=False)}") from None
+    if event.kind in (EventKind.REWARD, EventKind.STATE) and principal.role != Role.ADMIN:
+        raise Forbidden(f"a harness may not post {event.kind} events; rewards come from the grader")
+    brief = await svc.store.brief(rollout_id)
+    if brief.state in TERMINAL_STATES:
+        raise Conflict(f"rollout {rollout_id!r} is {brief.state}; it takes no more events")
+    stored = await svc.store.add_event(rollout_id, event.kind, event.payload)
+    await send_bytes(send, 200, stored.model_dump_json().encode())

@@ -1,0 +1,79 @@
+"""SQL tables of the store (SQLAlchemy Core): rollouts, calls, events, models, meta."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+meta = sa.Table(
+    "meta", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+)
+
+rollouts = sa.Table(
+    "rollouts", metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("group_id", sa.String(200), nullable=False, index=True),
+    sa.Column("input", sa.LargeBinary, nullable=False),
+    sa.Column("mode", sa.String(8), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("attempt", sa.Integer, nullable=False, default=0),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("failure_kind", sa.String(8)),
+    sa.Column("error", sa.Text),
+    sa.Column("reward", sa.Float),
+    sa.Column("lease_owner", sa.String(200)),
+    sa.Column("lease_expires_at", sa.Float),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float),
+    sa.Column("finished_at", sa.Float),
+    sa.Column("finished_seq", sa.Integer, unique=True),
+)
+
+calls = sa.Table(
+    "calls", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("rollout_id", sa.String(200), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("stream", sa.Boolean, nullable=False),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("upstream", sa.String(500)),
+    sa.Column("status", sa.String(8), nullable=False),
+    sa.Column("http_status", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("request", sa.LargeBinary, nullable=False),
+    sa.Column("response_raw", sa.LargeBinary),
+    sa.Column("response_id", sa.String(200)),
+    sa.Column("prompt_token_ids", sa.LargeBinary, nullable=False),
+    sa.Column("response_token_ids", sa.LargeBinary, nullable=False),
+    sa.Column("response_logprobs", sa.LargeBinary, nullable=False),
+    sa.Column("response_text", sa.Text),
+    sa.Column("finish_reason", sa.String(32)),
+    sa.Column("n_choices", sa.Integer, nullable=False),
+    sa.Column("policy_version", sa.Integer),
+    sa.Column("latency_ms", sa.Float, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_calls_rollout", "rollout_id", "attempt", "seq"),
+)
+
+events = sa.Table(
+    "events", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("rollout_id", sa.String(200), nullable=False, index=True),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("payload", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+models = sa.Table(
+    "models", metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("base_url", sa.String(500), primary_key=True),
+    sa.Column("served_name", sa.String(200), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+)

@@ -1,0 +1,50 @@
+"""The objects one gateway process shares between its routes, built at start-up inside the event loop."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from gateway.auth import Authenticator
+from gateway.config import GatewayConfig
+from gateway.pause import PauseGate
+from gateway.routing import Router
+from gateway.store import SqlStore, Store
+from gateway.upstream import RetryPolicy, Upstream
+
+
+@dataclass
+class Services:
+    """Store, credentials, routing, pause gate and upstream client of one gateway."""
+
+    config: GatewayConfig
+    store: Store
+    auth: Authenticator
+    router: Router
+    gate: PauseGate
+    upstream: Upstream
+
+    async def reload_models(self) -> None:
+        """Refresh the router from the store after a model change."""
+        self.router.load(await self.store.list_models())
+
+    async def close(self) -> None:
+        """Release the upstream pool and flush the store."""
+        await self.upstream.close()
+        self.store.close()
+
+
+async def open_services(config: GatewayConfig) -> Services:
+    """Open the store and build everything else (call inside the server's event loop)."""
+    admin_token = config.admin_token or os.environ.get("HARNESSRL_ADMIN_TOKEN", "")
+    if not admin_token:
+        raise SystemExit("no admin token: set HARNESSRL_ADMIN_TOKEN (or admin_token in the gateway config)")
+    store = SqlStore(config.db_url, sqlite_synchronous=config.sqlite_synchronous,
+                     cache_rollouts=config.cache_rollouts)
+    grader_token = config.grader_token or os.environ.get("HARNESSRL_GRADER_TOKEN") or None
+    auth = Authenticator(admin_token, grader_token, await store.secret())
+    retry = RetryPolicy(config.retry_attempts, config.retry_backoff_s, config.retry_budget_s)
+    services = Services(config=config, store=store, auth=auth, router=Router(), gate=PauseGate(
+        config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry))
+    await services.reload_models()
+    return services

@@ -1,0 +1,299 @@
+"""The durable store: the `Store` protocol and its SQL implementation (SQLite in WAL mode, or Postgres).
+
+Every write goes through one `GroupCommitter`, so an operation's result is returned only once it is committed.
+Reads use pooled connections in worker threads. The state machine is enforced here: an invalid transition raises
+`InvalidTransition` (HTTP 409).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+import sqlalchemy as sa
+
+from gateway import schema
+from gateway.committer import GroupCommitter
+from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.records import (
+    CallRecord,
+    Event,
+    EventKind,
+    FinishedPage,
+    ModelIn,
+    ModelRecord,
+    Rollout,
+    RolloutMode,
+    RolloutPatch,
+    RolloutSpec,
+    RolloutState,
+)
+from gateway.rollout_ops import (
+    claim_rollouts,
+    create_rollouts,
+    renew_lease,
+    row_to_rollout,
+    set_reward,
+    transition_rollout,
+)
+from gateway.sql import make_engine
+from gateway.tokens import call_row_to_record
+
+
+@dataclass(frozen=True)
+class RolloutBrief:
+    """What the proxy hot path needs to know about a rollout."""
+
+    state: RolloutState
+    attempt: int
+    mode: RolloutMode
+
+
+class Store(Protocol):
+    """Everything the gateway persists."""
+
+    async def create_rollouts(self, specs: Sequence[RolloutSpec]) -> list[tuple[Rollout, bool]]: ...
+    async def get_rollout(self, rollout_id: str) -> Rollout: ...
+    async def brief(self, rollout_id: str) -> RolloutBrief: ...
+    async def claim(self, controller_id: str, limit: int, lease_s: float) -> list[Rollout]: ...
+    async def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float) -> Rollout: ...
+    async def transition(self, rollout_id: str, patch: RolloutPatch) -> Rollout: ...
+    async def set_reward(self, rollout_id: str, reward: float, details: dict[str, Any]) -> Rollout: ...
+    async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any]) -> Event: ...
+    async def list_events(self, rollout_id: str) -> list[Event]: ...
+    async def list_finished(self, after: int, limit: int, wait_s: float) -> FinishedPage: ...
+    async def next_call_seq(self, rollout_id: str, attempt: int) -> int: ...
+    async def insert_call(self, row: dict[str, Any]) -> None: ...
+    async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]: ...
+    async def register_model(self, model: ModelIn) -> ModelRecord: ...
+    async def set_model_version(self, name: str, version: int) -> list[ModelRecord]: ...
+    async def delete_model(self, name: str, base_url: str | None) -> int: ...
+    async def list_models(self) -> list[ModelRecord]: ...
+    async def secret(self) -> bytes: ...
+    def close(self) -> None: ...
+
+
+class SqlStore:
+    """`Store` over SQLAlchemy; one process owns the writer."""
+
+    def __init__(self, url: str, *, sqlite_synchronous: str = "NORMAL", cache_rollouts: bool = True) -> None:
+        self._engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
+        schema.metadata.create_all(self._engine)
+        self._finished = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._committer = GroupCommitter(self._engine)
+        self._cache_rollouts = cache_rollouts
+        self._briefs: dict[str, RolloutBrief] = {}
+        self._seqs: dict[tuple[str, int], int] = {}
+        self._secret: bytes | None = None
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+
+    async def _write(self, fn, *, rollout_id: str | None = None, finishes: bool = False) -> Any:
+        self._loop = asyncio.get_running_loop()
+        try:
+            return await self._committer.run(fn)
+        finally:
+            if rollout_id is not None:
+                self._briefs.pop(rollout_id, None)
+            if finishes:
+                self._finished.set()
+
+    async def _read(self, fn) -> Any:
+        def run() -> Any:
+            with self._engine.connect() as conn:
+                return fn(conn)
+        return await asyncio.to_thread(run)
+
+    def close(self) -> None:
+        """Flush pending writes and release connections."""
+        self._committer.close()
+        self._engine.dispose()
+
+    # -- rollouts -------------------------------------------------------------------------------------------
+
+    async def create_rollouts(self, specs: Sequence[RolloutSpec]) -> list[tuple[Rollout, bool]]:
+        """Create rollouts all-or-nothing; an existing id with the same spec is returned with created=False."""
+        ids = [spec.id for spec in specs]
+        if len(set(ids)) != len(ids):
+            raise BadRequest("rollout ids must be unique within one request", param="rollouts")
+        return await self._write(lambda conn: create_rollouts(conn, specs, time.time()))
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        """One rollout, or NotFound."""
+        row = await self._read(lambda conn: conn.execute(
+            sa.select(schema.rollouts).where(schema.rollouts.c.id == rollout_id)).first())
+        if row is None:
+            raise NotFound(f"rollout {rollout_id!r} does not exist", param="rollout_id")
+        return row_to_rollout(row)
+
+    async def brief(self, rollout_id: str) -> RolloutBrief:
+        """State, attempt and mode of a rollout, cached for the proxy hot path."""
+        cached = self._briefs.get(rollout_id)
+        if cached is not None:
+            return cached
+        rollout = await self.get_rollout(rollout_id)
+        brief = RolloutBrief(rollout.state, rollout.attempt, rollout.mode)
+        if self._cache_rollouts:
+            self._briefs[rollout_id] = brief
+        return brief
+
+    async def claim(self, controller_id: str, limit: int, lease_s: float) -> list[Rollout]:
+        """Requeue or fail rollouts whose lease expired, then lease up to `limit` queued rollouts."""
+        claimed, expired_ids = await self._write(
+            lambda conn: claim_rollouts(conn, controller_id, limit, lease_s, time.time()), finishes=True)
+        for rollout_id in [*expired_ids, *(r.id for r in claimed)]:
+            self._briefs.pop(rollout_id, None)
+        return claimed
+
+    async def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float) -> Rollout:
+        """Extend the lease of a running rollout held by `controller_id`."""
+        return await self._write(lambda conn: renew_lease(conn, rollout_id, controller_id, lease_s, time.time()),
+                                 rollout_id=rollout_id)
+
+    async def transition(self, rollout_id: str, patch: RolloutPatch) -> Rollout:
+        """Apply a state change allowed by the state machine."""
+        return await self._write(lambda conn: transition_rollout(conn, rollout_id, patch, time.time()),
+                                 rollout_id=rollout_id, finishes=True)
+
+    async def set_reward(self, rollout_id: str, reward: float, details: dict[str, Any]) -> Rollout:
+        """Record the grader's reward (and a reward event)."""
+        return await self._write(lambda conn: set_reward(conn, rollout_id, reward, details, time.time()),
+                                 rollout_id=rollout_id)
+
+    async def list_finished(self, after: int, limit: int, wait_s: float) -> FinishedPage:
+        """Rollouts that reached a terminal state after cursor `after`; waits up to `wait_s` for the first one."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self._finished.clear()
+            page = await self._read(lambda conn: _finished_page(conn, after, limit))
+            remaining = deadline - time.monotonic()
+            if page.rollouts or remaining <= 0:
+                return page
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._finished.wait(), timeout=remaining)
+
+    # -- events ---------------------------------------------------------------------------------------------
+
+    async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any]) -> Event:
+        """Append an event to a rollout's log."""
+        return await self._write(lambda conn: _add_event(conn, rollout_id, kind, payload, time.time()))
+
+    async def list_events(self, rollout_id: str) -> list[Event]:
+        """A rollout's events in order."""
+        await self.get_rollout(rollout_id)
+        rows = await self._read(lambda conn: conn.execute(
+            sa.select(schema.events).where(schema.events.c.rollout_id == rollout_id)
+            .order_by(schema.events.c.id)).all())
+        return [Event(id=r.id, rollout_id=r.rollout_id, attempt=r.attempt, kind=r.kind,
+                      payload=orjson.loads(r.payload), created_at=r.created_at) for r in rows]
+
+    # -- calls ----------------------------------------------------------------------------------------------
+
+    async def next_call_seq(self, rollout_id: str, attempt: int) -> int:
+        """The arrival number of a new call within its rollout attempt."""
+        key = (rollout_id, attempt)
+        if key not in self._seqs:
+            c = schema.calls.c
+            last = await self._read(lambda conn: conn.execute(
+                sa.select(sa.func.max(c.seq)).where(c.rollout_id == rollout_id, c.attempt == attempt)).scalar())
+            if key not in self._seqs:
+                self._seqs[key] = -1 if last is None else last
+        self._seqs[key] += 1
+        return self._seqs[key]
+
+    async def insert_call(self, row: dict[str, Any]) -> None:
+        """Durably record one call (group-committed)."""
+        await asyncio.wrap_future(self._committer.insert(schema.calls, row))
+
+    async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]:
+        """A rollout's calls ordered by attempt and arrival."""
+        await self.get_rollout(rollout_id)
+        c = schema.calls.c
+        query = sa.select(schema.calls).where(c.rollout_id == rollout_id)
+        if attempt is not None:
+            query = query.where(c.attempt == attempt)
+        rows = await self._read(lambda conn: conn.execute(query.order_by(c.attempt, c.seq)).all())
+        return [call_row_to_record(row) for row in rows]
+
+    # -- models ---------------------------------------------------------------------------------------------
+
+    async def register_model(self, model: ModelIn) -> ModelRecord:
+        """Add or update one upstream endpoint."""
+        record = ModelRecord(name=model.name, base_url=model.base_url.rstrip("/"), version=model.version,
+                             served_name=model.served_name or model.name)
+        await self._write(lambda conn: _upsert_model(conn, record))
+        return record
+
+    async def set_model_version(self, name: str, version: int) -> list[ModelRecord]:
+        """Set the policy version of every endpoint named `name`."""
+        updated = await self._write(lambda conn: conn.execute(
+            schema.models.update().where(schema.models.c.name == name).values(version=version)).rowcount)
+        if not updated:
+            raise NotFound(f"model {name!r} is not registered; register it with POST /v1/admin/models", param="name")
+        return [m for m in await self.list_models() if m.name == name]
+
+    async def delete_model(self, name: str, base_url: str | None) -> int:
+        """Remove endpoints of a model (one endpoint when `base_url` is given)."""
+        table = schema.models
+        query = table.delete().where(table.c.name == name)
+        if base_url is not None:
+            query = query.where(table.c.base_url == base_url.rstrip("/"))
+        return await self._write(lambda conn: conn.execute(query).rowcount)
+
+    async def list_models(self) -> list[ModelRecord]:
+        """Every registered endpoint."""
+        rows = await self._read(lambda conn: conn.execute(
+            sa.select(schema.models).order_by(schema.models.c.name, schema.models.c.base_url)).all())
+        return [ModelRecord(name=r.name, base_url=r.base_url, version=r.version, served_name=r.served_name)
+                for r in rows]
+
+    async def secret(self) -> bytes:
+        """The key-minting secret, created once and kept in the store so keys survive restarts."""
+        if self._secret is None:
+            self._secret = await self._write(_get_or_create_secret)
+        return self._secret
+
+
+def _finished_page(conn: sa.Connection, after: int, limit: int) -> FinishedPage:
+    r = schema.rollouts.c
+    rows = conn.execute(sa.select(schema.rollouts).where(r.finished_seq > after)
+                        .order_by(r.finished_seq).limit(limit)).all()
+    rollouts = [row_to_rollout(row) for row in rows]
+    return FinishedPage(rollouts=rollouts, cursor=rollouts[-1].finished_seq if rollouts else after)
+
+
+def _add_event(conn: sa.Connection, rollout_id: str, kind: EventKind, payload: dict[str, Any], now: float) -> Event:
+    attempt = conn.execute(sa.select(schema.rollouts.c.attempt)
+                           .where(schema.rollouts.c.id == rollout_id)).scalar()
+    if attempt is None:
+        raise NotFound(f"rollout {rollout_id!r} does not exist", param="rollout_id")
+    event_id = conn.execute(schema.events.insert().values(
+        rollout_id=rollout_id, attempt=attempt, kind=kind.value, payload=orjson.dumps(payload),
+        created_at=now)).inserted_primary_key[0]
+    return Event(id=event_id, rollout_id=rollout_id, attempt=attempt, kind=kind, payload=payload, created_at=now)
+
+
+def _upsert_model(conn: sa.Connection, record: ModelRecord) -> None:
+    table = schema.models
+    key = (table.c.name == record.name) & (table.c.base_url == record.base_url)
+    values = {"served_name": record.served_name, "version": record.version}
+    if not conn.execute(table.update().where(key).values(**values)).rowcount:
+        conn.execute(table.insert().values(name=record.name, base_url=record.base_url, **values))
+
+
+def _get_or_create_secret(conn: sa.Connection) -> bytes:
+    value = conn.execute(sa.select(schema.meta.c.value).where(schema.meta.c.key == "key_secret")).scalar()
+    if value is None:
+        value = secrets.token_bytes(32)
+        conn.execute(schema.meta.insert().values(key="key_secret", value=value))
+    return value
+
+
+__all__ = ["Conflict", "RolloutBrief", "SqlStore", "Store"]

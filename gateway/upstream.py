@@ -1,0 +1,97 @@
+"""The pooled HTTP client to engines, with retries of transient failures (connection errors, 502/503/504, 429)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+TRANSIENT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try one upstream call."""
+
+    attempts: int
+    backoff_s: float
+    budget_s: float
+
+
+class UpstreamFailed(Exception):
+    """Retries exhausted; `status` is the last upstream status (0 when it never answered)."""
+
+    def __init__(self, message: str, status: int = 0, body: bytes | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class Upstream:
+    """One aiohttp session shared by all calls."""
+
+    def __init__(self, timeout_s: float, retry: RetryPolicy) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=10),
+            skip_auto_headers=("User-Agent",),
+        )
+        self._retry = retry
+
+    async def close(self) -> None:
+        """Release pooled connections."""
+        await self._session.close()
+
+    async def request(self, url: str, body: bytes) -> tuple[int, str | None, bytes]:
+        """POST and read the whole answer: (status, X-Policy-Version header, body). Transient failures are retried."""
+
+        async def once() -> tuple[int, str | None, bytes]:
+            async with self._session.post(url, data=body, headers=JSON_HEADERS) as response:
+                payload = await response.read()
+                if response.status in RETRY_STATUSES:
+                    raise _RetryableStatus(response.status, payload)
+                return response.status, response.headers.get("x-policy-version"), payload
+
+        return await self._retrying(url, once)
+
+    async def open_stream(self, url: str, body: bytes) -> aiohttp.ClientResponse:
+        """POST and return the response once its status is final; the caller reads and releases it."""
+
+        async def once() -> aiohttp.ClientResponse:
+            response = await self._session.post(url, data=body, headers=JSON_HEADERS)
+            if response.status in RETRY_STATUSES:
+                payload = await response.read()
+                response.release()
+                raise _RetryableStatus(response.status, payload)
+            return response
+
+        return await self._retrying(url, once)
+
+    async def _retrying(self, url: str, once):
+        deadline = time.monotonic() + self._retry.budget_s
+        last_error, last_status, last_body, tries = "no attempt made", 0, None, 0
+        for attempt in range(self._retry.attempts):
+            if attempt:
+                delay = self._retry.backoff_s * 2 ** (attempt - 1)
+                if time.monotonic() + delay > deadline:
+                    break
+                await asyncio.sleep(delay)
+            tries += 1
+            try:
+                return await once()
+            except _RetryableStatus as exc:
+                last_error, last_status, last_body = f"HTTP {exc.status}", exc.status, exc.body
+            except TRANSIENT_ERRORS as exc:
+                last_error, last_status, last_body = f"{type(exc).__name__}: {exc}", 0, None
+        raise UpstreamFailed(f"upstream {url} failed after {tries} tries: {last_error}", last_status, last_body)
+
+
+class _RetryableStatus(Exception):
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body

@@ -1,0 +1,1 @@
+"""harnessrl: harnessed agentic RL (command line and shared provisioning)."""
