@@ -2,6 +2,8 @@
 
 `python -m gateway.scripted --port 9000 --prompt-tokens 512 --response-tokens 64` serves chat and completions,
 streamed or not, with token IDs and logprobs, a unique response id per call, and optional injected failures.
+`--echo-request` adds the request body it received under `echo_request` to non-streamed answers (for tests of
+what the gateway forwards); `--policy-version V` sets the version reported in every answer.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Script:
     fail_first: int = 0
     fail_status: int = 503
     delay_s: float = 0.0
+    echo_request: bool = False
 
 
 def _chat_body(script: Script) -> dict:
@@ -111,7 +114,10 @@ class ScriptedUpstream:
         ident = str(n).encode()
         if b'"stream":true' in body and path == "/v1/chat/completions":
             return _http(200, self._stream.replace(b"@ID@", ident), b"text/event-stream")
-        return _http(200, self._bodies[path].replace(b"@ID@", ident))
+        answer = self._bodies[path].replace(b"@ID@", ident)
+        if self.script.echo_request:
+            answer = orjson.dumps({**orjson.loads(answer), "echo_request": orjson.loads(body)})
+        return _http(200, answer)
 
 
 def _http(status: int, body: bytes, content_type: bytes = b"application/json") -> bytes:
@@ -135,8 +141,11 @@ def main() -> None:
     parser.add_argument("--response-tokens", type=int, default=64)
     parser.add_argument("--fail-first", type=int, default=0)
     parser.add_argument("--delay-s", type=float, default=0.0)
+    parser.add_argument("--policy-version", type=int, default=0, help="Version reported in every answer.")
+    parser.add_argument("--echo-request", action="store_true", help="Echo the received body under echo_request.")
     args = parser.parse_args()
-    script = Script(args.prompt_tokens, args.response_tokens, fail_first=args.fail_first, delay_s=args.delay_s)
+    script = Script(args.prompt_tokens, args.response_tokens, policy_version=args.policy_version,
+                    fail_first=args.fail_first, delay_s=args.delay_s, echo_request=args.echo_request)
 
     async def run() -> None:
         server, _ = await serve(script, args.host, args.port)
