@@ -1,0 +1,109 @@
+"""Credentials: rollout key minting and forgery, bearer parsing, and who may do what."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.auth import Authenticator, Role, bearer, mint_rollout_key, rollout_of_key
+from gateway.errors import Forbidden, Unauthorized
+
+SECRET = b"s" * 32
+OTHER_SECRET = b"o" * 32
+IDS = st.from_regex(r"[A-Za-z0-9._:-]{1,60}", fullmatch=True)
+
+
+@given(rollout_id=IDS)
+def test_a_minted_key_names_its_rollout(rollout_id: str) -> None:
+    assert rollout_of_key(SECRET, mint_rollout_key(SECRET, rollout_id)) == rollout_id
+
+
+@given(rollout_id=IDS)
+def test_minting_is_deterministic_and_secret_bound(rollout_id: str) -> None:
+    key = mint_rollout_key(SECRET, rollout_id)
+    assert mint_rollout_key(SECRET, rollout_id) == key
+    assert mint_rollout_key(OTHER_SECRET, rollout_id) != key
+    assert rollout_of_key(OTHER_SECRET, key) is None
+
+
+def test_a_mac_moved_to_another_rollout_id_is_rejected() -> None:
+    prefix, _, mac = mint_rollout_key(SECRET, "r1").split(".")
+    other_id_part = mint_rollout_key(SECRET, "r2").split(".")[1]
+    assert rollout_of_key(SECRET, f"{prefix}.{other_id_part}.{mac}") is None
+
+
+@pytest.mark.parametrize("key", [
+    "", "hrl", "hrl..", "hrl.cjE", "xyz.cjE.abc", "hrl.cjE.abc.def", "hrl.!!!.abc", "hrl.__8.abc",
+    "sk-proj-0123456789",
+])
+def test_malformed_keys_name_no_rollout(key: str) -> None:
+    assert rollout_of_key(SECRET, key) is None
+
+
+def test_a_tampered_mac_is_rejected() -> None:
+    key = mint_rollout_key(SECRET, "r1")
+    tampered = key[:-1] + ("A" if key[-1] != "A" else "B")
+    assert rollout_of_key(SECRET, tampered) is None
+
+
+@pytest.mark.parametrize(("header", "token"), [
+    (None, None), ("", None), ("Bearer abc", "abc"), ("bearer abc", "abc"), ("BEARER  abc ", "abc"),
+    ("Bearer ", None), ("Basic abc", None), ("abc", None),
+])
+def test_bearer_parsing(header: str | None, token: str | None) -> None:
+    assert bearer(header) == token
+
+
+AUTH = Authenticator("admin-t", "grader-t", SECRET)
+KEY_R1 = "Bearer " + mint_rollout_key(SECRET, "r1")
+
+
+@pytest.mark.parametrize(("header", "role", "rollout_id"), [
+    ("Bearer admin-t", Role.ADMIN, None), ("Bearer grader-t", Role.GRADER, None), (KEY_R1, Role.ROLLOUT, "r1"),
+])
+def test_identify(header: str, role: Role, rollout_id: str | None) -> None:
+    principal = AUTH.identify(header)
+    assert (principal.role, principal.rollout_id) == (role, rollout_id)
+
+
+@pytest.mark.parametrize("header", [None, "Bearer nope", "Bearer " + mint_rollout_key(OTHER_SECRET, "r1"),
+                                    "Basic admin-t"])
+def test_unknown_credentials_are_unauthorized(header: str | None) -> None:
+    with pytest.raises(Unauthorized):
+        AUTH.identify(header)
+
+
+def test_a_rollout_key_may_call_only_its_own_proxy() -> None:
+    assert AUTH.require_rollout(KEY_R1, "r1").rollout_id == "r1"
+    with pytest.raises(Forbidden, match="another rollout"):
+        AUTH.require_rollout(KEY_R1, "r2")
+
+
+def test_the_grader_may_not_call_a_proxy_but_the_admin_may() -> None:
+    with pytest.raises(Forbidden, match="grader"):
+        AUTH.require_rollout("Bearer grader-t", "r1")
+    assert AUTH.require_rollout("Bearer admin-t", "r1").role == Role.ADMIN
+
+
+@pytest.mark.parametrize(("header", "roles", "allowed"), [
+    ("Bearer admin-t", (), True), ("Bearer admin-t", (Role.GRADER,), True),
+    ("Bearer grader-t", (), False), ("Bearer grader-t", (Role.GRADER,), True),
+    (KEY_R1, (), False), (KEY_R1, (Role.GRADER,), False),
+])
+def test_require_roles(header: str, roles: tuple[Role, ...], allowed: bool) -> None:
+    if allowed:
+        assert AUTH.require(header, *roles)
+    else:
+        with pytest.raises(Forbidden):
+            AUTH.require(header, *roles)
+
+
+def test_without_a_grader_token_the_grader_role_does_not_exist() -> None:
+    with pytest.raises(Unauthorized):
+        Authenticator("admin-t", None, SECRET).identify("Bearer grader-t")
+
+
+def test_an_empty_admin_token_is_refused() -> None:
+    with pytest.raises(ValueError, match="HARNESSRL_ADMIN_TOKEN"):
+        Authenticator("", None, SECRET)

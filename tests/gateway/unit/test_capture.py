@@ -1,0 +1,105 @@
+"""Capture of token IDs, logprobs, text and finish reason from engine answers in vLLM's shapes."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.capture import capture_json, capture_sse
+
+
+def chat_body(index: int = 0, ids: list[int] | None = None, text: str = "hi") -> dict:
+    ids = ids if ids is not None else [7, 8]
+    return {"index": index, "message": {"role": "assistant", "content": text}, "token_ids": ids,
+            "logprobs": {"content": [{"token": "x", "logprob": -0.5 * (i + 1)} for i in range(len(ids))]},
+            "finish_reason": "stop"}
+
+
+def sse(*chunks: dict) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def test_chat_answer() -> None:
+    cap = capture_json({"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3], "policy_version": 4,
+                        "choices": [chat_body()]})
+    assert (cap.prompt_token_ids, cap.response_token_ids, cap.response_logprobs) == ([1, 2, 3], [7, 8], [-0.5, -1.0])
+    assert (cap.response_text, cap.finish_reason, cap.n_choices) == ("hi", "stop", 1)
+    assert (cap.response_id, cap.policy_version, cap.error) == ("chatcmpl-1", 4, None)
+
+
+def test_completion_answer_with_prompt_ids_on_the_choice() -> None:
+    cap = capture_json({"id": "cmpl-1", "choices": [{
+        "index": 0, "text": "ab", "prompt_token_ids": [1, 2], "token_ids": [9, 10],
+        "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-0.1, None]}, "finish_reason": "length"}]})
+    assert (cap.prompt_token_ids, cap.response_token_ids) == ([1, 2], [9, 10])
+    assert cap.response_logprobs[0] == -0.1 and math.isnan(cap.response_logprobs[1])
+    assert (cap.response_text, cap.finish_reason) == ("ab", "length")
+
+
+def test_answer_without_logprobs_or_ids_captures_text_only() -> None:
+    cap = capture_json({"choices": [{"index": 0, "message": {"content": "plain"}, "finish_reason": "stop"}]})
+    assert (cap.prompt_token_ids, cap.response_token_ids, cap.response_logprobs) == ([], [], [])
+    assert (cap.response_text, cap.policy_version) == ("plain", None)
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1)])
+def test_n_choices_keeps_the_first_choice_and_counts_all(order: tuple[int, ...]) -> None:
+    choices = [chat_body(i, ids=[100 * (i + 1)], text=f"c{i}") for i in order]
+    cap = capture_json({"prompt_token_ids": [1], "choices": choices})
+    assert (cap.n_choices, cap.response_token_ids, cap.response_text) == (3, [100], "c0")
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"error": {"message": "boom", "type": "server_error"}}, "boom"),
+    ({"error": "plain failure"}, "plain failure"),
+    ({"error": {"type": "no_message"}}, "{'type': 'no_message'}"),
+])
+def test_error_bodies(body: dict, message: str) -> None:
+    assert capture_json(body).error == message
+
+
+def test_chat_stream_with_prompt_ids_once_and_ids_per_chunk() -> None:
+    stream = sse(
+        {"id": "c-1", "prompt_token_ids": [1, 2], "policy_version": 2,
+         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        {"id": "c-1", "choices": [{"index": 0, "delta": {"content": "he"}, "token_ids": [5],
+                                   "logprobs": {"content": [{"token": "he", "logprob": -0.25}]}}]},
+        {"id": "c-1", "choices": [{"index": 0, "delta": {"content": "y"}, "token_ids": [6],
+                                   "logprobs": {"content": [{"token": "y", "logprob": -0.75}]},
+                                   "finish_reason": "stop"}]},
+        {"id": "c-1", "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 2}},
+    )
+    cap = capture_sse(stream)
+    assert (cap.prompt_token_ids, cap.response_token_ids, cap.response_logprobs) == ([1, 2], [5, 6], [-0.25, -0.75])
+    assert (cap.response_text, cap.finish_reason, cap.response_id, cap.policy_version) == ("hey", "stop", "c-1", 2)
+    assert cap.error is None
+
+
+def test_stream_with_two_choices_interleaved() -> None:
+    stream = sse(*[{"choices": [{"index": i % 2, "delta": {"content": f"{i}"}, "token_ids": [i]}]} for i in range(6)])
+    cap = capture_sse(stream)
+    assert (cap.n_choices, cap.response_token_ids, cap.response_text) == (2, [0, 2, 4], "024")
+
+
+def test_stream_error_event_and_undecodable_chunk() -> None:
+    assert capture_sse(sse({"error": {"message": "engine died"}})).error == "engine died"
+    assert "undecodable" in capture_sse(b"data: {not json\n\n").error
+
+
+def test_stream_ignores_comments_and_blank_data() -> None:
+    cap = capture_sse(b": keep-alive\n\ndata:\n\n" + sse({"choices": [{"index": 0, "token_ids": [3]}]}))
+    assert (cap.response_token_ids, cap.error) == ([3], None)
+
+
+@given(ids=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=40), cut=st.integers(1, 8))
+def test_stream_reassembles_ids_however_they_are_chunked(ids: list[int], cut: int) -> None:
+    chunks = [{"choices": [{"index": 0, "token_ids": ids[i:i + cut],
+                            "logprobs": {"content": [{"logprob": -float(t % 7)} for t in ids[i:i + cut]]}}]}
+              for i in range(0, len(ids), cut)]
+    cap = capture_sse(sse(*chunks))
+    assert cap.response_token_ids == ids
+    assert cap.response_logprobs == [-float(t % 7) for t in ids]
