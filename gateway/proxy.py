@@ -101,7 +101,7 @@ def _answer_headers(ctx: CallContext, version: int) -> list[tuple[bytes, bytes]]
 
 
 async def forward_unary(svc: Services, ctx: CallContext, body: bytes, send) -> None:
-    """Forward a non-streamed call."""
+    """Forward a non-streamed call; it counts as in flight until the harness has its answer."""
     url = ctx.endpoint.base_url + PATHS[ctx.kind]
     async with svc.gate.admit():
         try:
@@ -109,22 +109,22 @@ async def forward_unary(svc: Services, ctx: CallContext, body: bytes, send) -> N
         except UpstreamFailed as exc:
             await _record_failure(svc, ctx, exc, send)
             return
-    cap = Captured()
-    if status == 200:
-        try:
-            cap = capture_json(orjson.loads(payload))
-        except orjson.JSONDecodeError:
-            cap.error = "upstream answered 200 with a body that is not JSON"
-    version = _version(cap, version_header, ctx.endpoint.version)
-    failed = status != 200 or cap.error is not None
-    error = (cap.error or payload[:2000].decode("utf-8", "replace")) if failed else None
-    await svc.store.insert_call(call_row(ctx, cap, status=CallStatus.ERROR if failed else CallStatus.OK,
-                                         http_status=status, error=error, response_raw=payload,
-                                         policy_version=version))
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode()), *_answer_headers(ctx, version)]})
-    await send({"type": "http.response.body", "body": payload})
+        cap = Captured()
+        if status == 200:
+            try:
+                cap = capture_json(orjson.loads(payload))
+            except orjson.JSONDecodeError:
+                cap.error = "upstream answered 200 with a body that is not JSON"
+        version = _version(cap, version_header, ctx.endpoint.version)
+        failed = status != 200 or cap.error is not None
+        error = (cap.error or payload[:2000].decode("utf-8", "replace")) if failed else None
+        await svc.store.insert_call(call_row(ctx, cap, status=CallStatus.ERROR if failed else CallStatus.OK,
+                                             http_status=status, error=error, response_raw=payload,
+                                             policy_version=version))
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode()), *_answer_headers(ctx, version)]})
+        await send({"type": "http.response.body", "body": payload})
 
 
 async def _record_failure(svc: Services, ctx: CallContext, exc: UpstreamFailed, send) -> None:
