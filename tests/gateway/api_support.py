@@ -1,0 +1,87 @@
+"""Helpers shared by the gateway API tests: rollout creation, raw HTTP calls, the error-shape check, configs."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from gateway.client import GatewayClient
+from gateway.records import RolloutCreated, RolloutSpec
+from tests.gateway.support import ScriptedProcess
+
+CHAT_PATH, COMPLETIONS_PATH, MODELS_PATH = "/v1/chat/completions", "/v1/completions", "/v1/models"
+
+
+def new_id(prefix: str = "r") -> str:
+    """A rollout id no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def create_rollouts(admin: GatewayClient, count: int = 1, *, prefix: str = "r", **spec: Any) -> list[RolloutCreated]:
+    """Create `count` fresh rollouts (one group unless `group_id` is given)."""
+    group_id = spec.pop("group_id", new_id("g"))
+    specs = [RolloutSpec(id=new_id(prefix), group_id=group_id, **spec) for _ in range(count)]
+    return admin.create_rollouts(specs)
+
+
+def chat(model: str = "policy", **extra: Any) -> dict[str, Any]:
+    """A minimal chat request body."""
+    return {"model": model, "messages": [{"role": "user", "content": "hello"}], **extra}
+
+
+def completion(model: str = "policy", **extra: Any) -> dict[str, Any]:
+    """A minimal completions request body."""
+    return {"model": model, "prompt": "hello", **extra}
+
+
+def auth(token: str | None) -> dict[str, str]:
+    """Authorization header for a bearer token (none when `token` is None)."""
+    return {} if token is None else {"authorization": f"Bearer {token}".strip()}
+
+
+def request(gateway_url: str, method: str, path: str, token: str | None, body: Any = None,
+            headers: dict[str, str] | None = None, **kwargs: Any) -> httpx.Response:
+    """One raw HTTP request to the gateway."""
+    return httpx.request(method, gateway_url + path, json=body, headers={**auth(token), **(headers or {})},
+                         timeout=30, **kwargs)
+
+
+def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+    """The OpenAI-style error object of `response`, after checking its status and exact shape."""
+    assert response.status_code == status, (response.status_code, response.text)
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"], error
+    assert isinstance(error["type"], str) and error["type"], error
+    return error
+
+
+def write_config(path: Path, **settings: Any) -> Path:
+    """A YAML gateway config file."""
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+class SilentScripted(ScriptedProcess):
+    """A scripted upstream started without health probes, so `--fail-first N` counts only the test's calls."""
+
+    def start(self) -> SilentScripted:
+        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.scripted", "--port", str(self.port), *self.args])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"scripted upstream on port {self.port} did not listen within 30 s")
