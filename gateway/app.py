@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway.asgi import header, send_error
+from gateway.asgi import read_body, send_error
 from gateway.config import GatewayConfig
-from gateway.errors import BadRequest, GatewayError, PayloadTooLarge, error_body
+from gateway.errors import BadRequest, GatewayError, error_body
 from gateway.openapi import harness_paths
 from gateway.routes import calls, control, models, rollouts
 from gateway.routes.harness import handle_harness
@@ -50,7 +52,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> Response:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        err = BadRequest(f"invalid request: {problems}")
+        err = BadRequest(f"invalid request: {problems}", param=_field(exc.errors()))
         return Response(err.body(), status_code=400, media_type="application/json")
 
     @app.exception_handler(StarletteHTTPException)
@@ -87,16 +89,38 @@ class GatewayApp:
         if scope["type"] == "http" and scope["path"].startswith("/r/"):
             await handle_harness(self.services, scope, receive, send)
             return
-        if scope["type"] == "http" and _too_large(scope, self.config.max_body_bytes):
-            await send_error(send, PayloadTooLarge(
-                f"request body exceeds the limit of {self.config.max_body_bytes} bytes (max_body_bytes)"))
-            return
+        if scope["type"] == "http":
+            try:  # read the body here so that chunked bodies are bounded too
+                body = await read_body(scope, receive, self.config.max_body_bytes)
+            except GatewayError as error:
+                await send_error(send, error)
+                return
+            receive = _replay(body, receive)
         await self.admin(scope, receive, send)
 
 
-def _too_large(scope: dict, limit_bytes: int) -> bool:
-    declared = header(scope, b"content-length")
-    return declared is not None and declared.isdigit() and int(declared) > limit_bytes
+def _replay(body: bytes, receive):
+    """An ASGI `receive` that yields the already-read body once, then defers to the real one (disconnects)."""
+    delivered = False
+
+    async def replay() -> dict:
+        nonlocal delivered
+        if delivered:
+            return await receive()
+        delivered = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _field(errors: Sequence[Any]) -> str | None:
+    """The dotted name of the first invalid field, without its location ('body', 'query', 'path')."""
+    if not errors:
+        return None
+    loc = [str(part) for part in errors[0].get("loc", ())]
+    if loc and loc[0] in ("body", "query", "path", "header"):
+        loc = loc[1:]
+    return ".".join(loc) or None
 
 
 def create_app(config: GatewayConfig) -> GatewayApp:
