@@ -1,0 +1,168 @@
+"""The torch backend on the tiny model: the real update, micro-batch and layout invariance, clipping, KL, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.engine.support import teacher_forced_logprobs
+from trainer.backends.base import TrainBatch
+from trainer.backends.torch import OptimizerConfig, TorchBackend, TorchBackendConfig, warmup_lr
+from trainer.losses import LossConfig
+from trainer.samples import RecordedCall, build_samples
+from trainer.scheduling import ScheduleConfig
+
+PROMPT = (1, 504, 2116, 4193, 17423)
+POSITIVE = (28, 1123, 905, 42, 7711, 300)
+NEGATIVE = (9050, 17, 2210, 48000, 61, 4)
+
+
+def make_backend(
+    model_dir: Path,
+    *,
+    lr: float = 1e-3,
+    max_grad_norm: float | None = None,
+    schedule: ScheduleConfig = ScheduleConfig(),
+    loss: LossConfig = LossConfig(),
+    resume_from: Path | None = None,
+) -> TorchBackend:
+    backend = TorchBackend(
+        TorchBackendConfig(
+            model_dir,
+            resume_from=resume_from,
+            optimizer=OptimizerConfig(lr=lr, max_grad_norm=max_grad_norm),
+            schedule=schedule,
+            loss=loss,
+        )
+    )
+    backend.load()
+    return backend
+
+
+def on_policy_call(model, rollout_id: str, seq: int, prompt, response) -> RecordedCall:
+    """A call whose recorded logprobs are the model's own (the ratio starts at 1)."""
+    logprobs = teacher_forced_logprobs(model, list(prompt), list(response))
+    return RecordedCall(rollout_id, "g0", seq, tuple(prompt), tuple(response), tuple(logprobs), 0, True, "stop")
+
+
+def response_logprob(model, prompt, response) -> float:
+    return sum(teacher_forced_logprobs(model, list(prompt), list(response)))
+
+
+@pytest.fixture(scope="module")
+def base_model(tiny_model_dir: Path) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def mixed_batch(base_model) -> TrainBatch:
+    """Four rollouts of one or two samples (multi-turn and compacted), lengths 9-31, random advantages."""
+    rng = np.random.default_rng(0)
+    calls = []
+    for rollout in range(4):
+        prompt = tuple(int(t) for t in rng.integers(1, 49000, 4 + 3 * rollout))
+        first = tuple(int(t) for t in rng.integers(1, 49000, 5 + rollout))
+        calls.append(on_policy_call(base_model, f"r{rollout}", 0, prompt, first))
+        if rollout % 2 == 0:  # a second turn that extends the first: one longer sample
+            follow = prompt + first + tuple(int(t) for t in rng.integers(1, 49000, 3))
+        else:  # compaction: a new context, a second sample of the same rollout
+            follow = tuple(int(t) for t in rng.integers(1, 49000, 6))
+        calls.append(on_policy_call(base_model, f"r{rollout}", 1, follow, tuple(rng.integers(1, 49000, 4).tolist())))
+    samples = build_samples(calls).samples
+    return TrainBatch.of(samples, rng.normal(size=len(samples)))
+
+
+def test_one_step_raises_the_positive_response_and_lowers_the_negative(tiny_model_dir, base_model):
+    calls = [
+        on_policy_call(base_model, "pos", 0, PROMPT, POSITIVE),
+        on_policy_call(base_model, "neg", 0, PROMPT, NEGATIVE),
+    ]
+    backend = make_backend(tiny_model_dir, max_grad_norm=1.0)
+    metrics = backend.train_step(TrainBatch.of(build_samples(calls).samples, [1.0, -1.0]))
+    assert response_logprob(backend.model, PROMPT, POSITIVE) > response_logprob(base_model, PROMPT, POSITIVE) + 0.1
+    assert response_logprob(backend.model, PROMPT, NEGATIVE) < response_logprob(base_model, PROMPT, NEGATIVE) - 0.1
+    assert backend.policy_version == 1 and metrics["train/policy_version"] == 1.0
+    # On-policy first step: ratio 1, nothing clipped, no divergence; the loss is -(mean advantage) = 0.
+    assert metrics["loss/clip_fraction"] == 0.0 and abs(metrics["loss/approx_kl_k3"]) < 1e-6
+    assert abs(metrics["loss/total"]) < 1e-6
+    assert 10.0 < metrics["loss/entropy"] < np.log(49152) + 1e-3  # near-uniform random model
+    assert metrics["train/grad_norm"] > 0 and metrics["train/lr"] == 1e-3
+    assert metrics["train/trainable_tokens"] == 12 and metrics["train/tokens"] == 22
+    assert metrics["train/tokens_per_s"] > 0 and metrics["schedule/micro_batches"] == 1
+
+
+def grads(backend: TorchBackend) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in backend.model.parameters()]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        ScheduleConfig(max_tokens_per_micro_batch=40),
+        ScheduleConfig(max_tokens_per_micro_batch=40, layout="padded"),
+        ScheduleConfig(max_tokens_per_micro_batch=4096, layout="padded"),
+    ],
+    ids=["packed-split", "padded-split", "padded-whole"],
+)
+def test_micro_batch_split_and_layout_do_not_change_the_update(tiny_model_dir, mixed_batch, schedule):
+    whole = make_backend(tiny_model_dir, schedule=ScheduleConfig(max_tokens_per_micro_batch=4096))
+    whole_metrics = whole.train_step(mixed_batch)
+    split = make_backend(tiny_model_dir, schedule=schedule)
+    split_metrics = split.train_step(mixed_batch)
+    assert whole_metrics["schedule/micro_batches"] == 1
+    if schedule.max_tokens_per_micro_batch == 40:
+        assert split_metrics["schedule/micro_batches"] >= 3
+    scale = max(float(g.abs().max()) for g in grads(whole))
+    worst = max(float((a - b).abs().max()) for a, b in zip(grads(whole), grads(split), strict=True))
+    assert worst <= 2e-6 * scale, f"gradients differ by {worst} (largest gradient {scale})"
+    for key in ("loss/total", "loss/entropy", "loss/ppo_kl", "train/grad_norm"):
+        assert split_metrics[key] == pytest.approx(whole_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_gradient_is_clipped_to_max_norm_and_the_raw_norm_reported(tiny_model_dir, mixed_batch):
+    backend = make_backend(tiny_model_dir, max_grad_norm=1e-3)
+    metrics = backend.train_step(mixed_batch)
+    clipped = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads(backend)]))
+    assert metrics["train/grad_norm"] > 1e-2
+    assert float(clipped) == pytest.approx(1e-3, rel=1e-4)
+
+
+def test_kl_to_the_base_model_starts_at_zero_and_grows(tiny_model_dir, mixed_batch):
+    backend = make_backend(tiny_model_dir, loss=LossConfig(kl_coef=0.1))
+    first = backend.train_step(mixed_batch)
+    second = backend.train_step(mixed_batch)
+    assert abs(first["loss/kl"]) < 1e-6 and second["loss/kl"] > 1e-4
+
+
+def test_resume_from_checkpoint_gives_an_identical_next_step(tiny_model_dir, mixed_batch, tmp_path):
+    reversed_batch = TrainBatch.of(mixed_batch.samples, -mixed_batch.advantages_S)
+    original = make_backend(tiny_model_dir)
+    original.train_step(mixed_batch)
+    path, version = original.save_checkpoint(tmp_path)
+    assert (path.name, version) == ("step-000001", 1)
+    expected = original.train_step(reversed_batch)
+    resumed = make_backend(tiny_model_dir, resume_from=path)
+    assert (resumed.policy_version, resumed.step, resumed.optimizer_updates) == (1, 1, 1)
+    got = resumed.train_step(reversed_batch)
+    for mine, theirs in zip(original.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    assert got["loss/total"] == expected["loss/total"] and resumed.policy_version == 2
+
+
+def test_warmup_is_linear_then_flat():
+    assert [warmup_lr(1.0, i, 4) for i in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert warmup_lr(3e-6, 0, 0) == 3e-6
+
+
+def test_several_workers_and_unloaded_use_are_refused(tiny_model_dir, mixed_batch):
+    with pytest.raises(ValueError, match="num_workers=2"):
+        TorchBackendConfig(tiny_model_dir, schedule=ScheduleConfig(num_workers=2))
+    with pytest.raises(RuntimeError, match="call load"):
+        TorchBackend(TorchBackendConfig(tiny_model_dir)).train_step(mixed_batch)
+    with pytest.raises(ValueError, match="one advantage per sample"):
+        TrainBatch.of(mixed_batch.samples, [1.0])

@@ -1,0 +1,1 @@
+"""Training backends: the `Backend` protocol and its implementations (torch on CPU)."""

@@ -1,0 +1,55 @@
+"""Logprobs and entropies of a micro-batch's trainable tokens, recomputed from an HF causal LM.
+
+The decoder runs over every token; the output head runs only on the hidden states that predict trainable
+tokens, so the [N, vocab] logits (the largest tensors of a step) exist only for the N targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainer.backends.model_inputs import ModelInputs
+
+UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+"""Config fields of models whose forward changes logits after the output head (not reproduced here)."""
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """Per-target results of one forward pass."""
+
+    logprobs_N: torch.Tensor
+    """log p(target | context) (float32, differentiable)."""
+    entropy_N: torch.Tensor
+    """Entropy of the predicting distribution (float32; differentiable only when asked)."""
+
+
+def check_plain_output_head(config: object) -> None:
+    """Raises ValueError when the model transforms its logits after the output head."""
+    for field in UNSUPPORTED_LOGIT_TRANSFORMS:
+        value = getattr(config, field, None)
+        if value not in (None, 1, 1.0):
+            raise ValueError(
+                f"model config has {field}={value!r}: its logits are transformed after the output head, "
+                "which the torch backend does not reproduce; use a model without it or extend token_logprobs"
+            )
+
+
+def token_logprobs(model: torch.nn.Module, inputs: ModelInputs, *, entropy_grad: bool = False) -> TokenLogprobs:
+    """Teacher-forced logprobs (and entropies) of `inputs`' trainable tokens under `model`."""
+    hidden = model.base_model(
+        input_ids=inputs.input_ids,
+        position_ids=inputs.position_ids,
+        attention_mask=inputs.attention_mask,
+        use_cache=False,
+    ).last_hidden_state
+    hidden_NH = hidden[inputs.target_rows_N, inputs.target_cols_N]
+    logits_NV = model.get_output_embeddings()(hidden_NH).float()
+    normalizer_N = torch.logsumexp(logits_NV, dim=-1)
+    logprobs_N = logits_NV.gather(-1, inputs.target_ids_N[:, None]).squeeze(-1) - normalizer_N
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        probs_NV = torch.softmax(logits_NV, dim=-1)
+        entropy_N = normalizer_N - (probs_NV * logits_NV).sum(dim=-1)
+    return TokenLogprobs(logprobs_N, entropy_N)

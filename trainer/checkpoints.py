@@ -1,0 +1,156 @@
+"""Training checkpoints: an HF safetensors model directory plus the policy version, step and optimizer state.
+
+A checkpoint `ROOT/step-000042/` holds what `save_pretrained` writes (config.json, *.safetensors,
+generation_config.json), the tokenizer files copied from the model it was trained from, `harnessrl-checkpoint.json`
+(`CheckpointMeta`) and `optimizer.pt` (the optimizer's state_dict). It is written into a hidden temporary
+directory next to it, fsynced, then renamed into place, so a checkpoint directory is always complete; `ROOT/latest`
+names the newest one and is replaced atomically too. Any engine that loads HF directories can serve it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+META_FILE = "harnessrl-checkpoint.json"
+OPTIMIZER_FILE = "optimizer.pt"
+LATEST_FILE = "latest"
+TOKENIZER_PATTERNS = (
+    "tokenizer*.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "chat_template*",
+    "*.tiktoken",
+)
+"""Files of a model directory that belong to its tokenizer."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be written or read; the message names the fix."""
+
+
+class CheckpointMeta(BaseModel):
+    """The trainer state stored with the weights (`harnessrl-checkpoint.json`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: int = Field(default=1, description="Layout of this file.")
+    policy_version: int = Field(ge=0, description="Policy version of the weights; engines serve it under this.")
+    step: int = Field(ge=0, description="Training steps applied since the base model.")
+    optimizer_updates: int = Field(ge=0, description="Optimizer updates applied since the base model.")
+    base_model: str = Field(description="The model directory training started from (the KL reference).")
+    created_at: float = Field(description="Unix seconds when the checkpoint was written.")
+
+
+def checkpoint_name(step: int) -> str:
+    """Directory name of the checkpoint after `step` training steps."""
+    return f"step-{step:06d}"
+
+
+def save_checkpoint(
+    root: Path,
+    model: Any,
+    optimizer: torch.optim.Optimizer | None,
+    meta: CheckpointMeta,
+    tokenizer_source: Path,
+) -> Path:
+    """Atomically writes `root/step-NNNNNN` (see the module docstring) and points `root/latest` at it."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(meta.step)
+    if final.exists():
+        raise CheckpointError(f"checkpoint {final} already exists; save into another root or remove it first")
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
+    try:
+        model.save_pretrained(str(staging))
+        copy_tokenizer_files(Path(tokenizer_source), staging)
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), staging / OPTIMIZER_FILE)
+        (staging / META_FILE).write_text(meta.model_dump_json(indent=2))
+        _fsync_tree(staging)
+        os.rename(staging, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _write_atomic(root / LATEST_FILE, final.name + "\n")
+    return final
+
+
+def copy_tokenizer_files(source: Path, dest: Path) -> list[str]:
+    """Copies the tokenizer files of model directory `source` into `dest`; returns their names."""
+    names = sorted({p.name for pattern in TOKENIZER_PATTERNS for p in source.glob(pattern) if p.is_file()})
+    if not names:
+        raise CheckpointError(
+            f"{source} has no tokenizer files ({', '.join(TOKENIZER_PATTERNS)}); pass the model directory "
+            "the tokenizer was saved in as tokenizer_source"
+        )
+    for name in names:
+        shutil.copyfile(source / name, dest / name)
+    return names
+
+
+def read_meta(path: Path) -> CheckpointMeta:
+    """The trainer state of checkpoint `path`."""
+    meta_path = Path(path) / META_FILE
+    if not meta_path.is_file():
+        raise CheckpointError(f"{path} has no {META_FILE}; resume only from directories written by trainer.checkpoints")
+    return CheckpointMeta.model_validate_json(meta_path.read_text())
+
+
+def load_optimizer_state(path: Path) -> dict[str, Any]:
+    """The optimizer state_dict saved in checkpoint `path`."""
+    state_path = Path(path) / OPTIMIZER_FILE
+    if not state_path.is_file():
+        raise CheckpointError(f"{path} has no {OPTIMIZER_FILE}; it was saved without optimizer state")
+    return torch.load(state_path, map_location="cpu", weights_only=True)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """The newest complete checkpoint under `root`, or None when there is none."""
+    pointer = Path(root) / LATEST_FILE
+    if not pointer.is_file():
+        return None
+    path = Path(root) / pointer.read_text().strip()
+    if not (path / META_FILE).is_file():
+        raise CheckpointError(f"{pointer} names {path.name}, which is not a complete checkpoint; fix or remove it")
+    return path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in directory.rglob("*"):
+        if path.is_file():
+            with path.open("rb") as handle:
+                os.fsync(handle.fileno())
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
