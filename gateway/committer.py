@@ -41,11 +41,9 @@ _STOP = object()
 class GroupCommitter:
     """Owns the only write connection; `submit`/`insert` return futures resolved after commit."""
 
-    def __init__(self, engine: sa.Engine, *, max_batch: int = 1024,
-                 after_commit: Callable[[], None] | None = None) -> None:
+    def __init__(self, engine: sa.Engine, *, max_batch: int = 1024) -> None:
         self._engine = engine
         self._max_batch = max_batch
-        self._after_commit = after_commit
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="harnessrl-committer", daemon=True)
         self._thread.start()
@@ -96,10 +94,15 @@ class GroupCommitter:
         return False
 
     def _commit_batch(self, conn: sa.Connection, batch: list) -> None:
+        groups = _group_inserts(batch)
+        if all(isinstance(group[0], _Insert) for group in groups) and _inserts_only(conn, groups):
+            for item in batch:
+                item.future.set_result(None)
+            return
         results: list[tuple[Future, Any, BaseException | None]] = []
         try:
             with conn.begin():
-                for group in _group_inserts(batch):
+                for group in groups:
                     results.extend(_execute(conn, group))
         except BaseException as exc:  # the commit itself failed: nothing of the batch is durable
             for item in batch:
@@ -111,8 +114,17 @@ class GroupCommitter:
                 future.set_result(value)
             else:
                 future.set_exception(error)
-        if self._after_commit is not None:
-            self._after_commit()
+
+
+def _inserts_only(conn: sa.Connection, groups: list[list]) -> bool:
+    """The hot path (only call inserts): one transaction, no savepoints; False (rolled back) if anything failed."""
+    try:
+        with conn.begin():
+            for group in groups:
+                conn.execute(group[0].table.insert(), [item.row for item in group])
+    except Exception:
+        return False
+    return True
 
 
 def _group_inserts(batch: list) -> list[list]:
