@@ -154,15 +154,17 @@ def test_admin_validation_errors_are_400_naming_the_field(gateway, target, metho
 def test_malformed_json_on_the_admin_api_is_400_and_creates_nothing(gateway, admin) -> None:
     response = httpx.post(gateway.url + "/v1/admin/rollouts", content=b'{"rollouts": [{"id": "half-', timeout=30,
                           headers={"authorization": f"Bearer {ADMIN_TOKEN}", "content-type": "application/json"})
-    error_of(response, 400)
-    assert error_of(request(gateway.url, "GET", "/v1/admin/rollouts/half-", ADMIN_TOKEN), 404)
+    error = error_of(response, 400)
+    status = request(gateway.url, "GET", "/v1/admin/rollouts/half-", ADMIN_TOKEN).status_code
+    assert (error["code"], "JSON" in error["message"], status) == ("invalid_request", True, 404)
 
 
 def test_a_batch_with_one_bad_row_creates_none(gateway) -> None:
     good = new_id("good")
     rows = [{"id": good, "group_id": "g"}, {"id": "bad row", "group_id": "g"}]
-    error_of(request(gateway.url, "POST", "/v1/admin/rollouts", ADMIN_TOKEN, {"rollouts": rows}), 400)
-    assert error_of(request(gateway.url, "GET", f"/v1/admin/rollouts/{good}", ADMIN_TOKEN), 404)
+    error = error_of(request(gateway.url, "POST", "/v1/admin/rollouts", ADMIN_TOKEN, {"rollouts": rows}), 400)
+    status = request(gateway.url, "GET", f"/v1/admin/rollouts/{good}", ADMIN_TOKEN).status_code
+    assert (error["param"], status) == ("rollouts.1.id", 404)
 
 
 def test_duplicate_ids_in_one_request_are_400_and_create_none(gateway) -> None:

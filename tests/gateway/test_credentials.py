@@ -193,10 +193,9 @@ def test_a_non_bearer_scheme_is_401(gateway, rollouts) -> None:
 def test_recreating_a_rollout_returns_the_same_key(admin, rollouts) -> None:
     own = rollouts["own"]
     spec = admin.get_rollout(own.id)
-    again = admin._call("POST", "/v1/admin/rollouts", json={"rollouts": [
-        {"id": own.id, "group_id": spec.group_id, "input": spec.input, "mode": spec.mode.value,
-         "max_attempts": spec.max_attempts}]})
-    assert (again[0]["api_key"], again[0]["created"]) == (own.api_key, False)
+    (again,) = admin.create_rollouts([RolloutSpec(id=own.id, group_id=spec.group_id, input=spec.input,
+                                                  mode=spec.mode, max_attempts=spec.max_attempts)])
+    assert (again.api_key, again.created) == (own.api_key, False)
 
 
 def test_keys_survive_a_gateway_restart(tmp_path, scripted) -> None:
