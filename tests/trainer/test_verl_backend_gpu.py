@@ -1,0 +1,83 @@
+"""The verl backend on real FSDP workers (needs CUDA GPUs and verl 0.9.1; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.engine.support import teacher_forced_logprobs
+from trainer.backends.base import TrainBatch
+from trainer.checkpoints import META_FILE
+from trainer.losses import LossConfig
+from trainer.samples import RecordedCall, build_samples
+from trainer.scheduling import ScheduleConfig
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU for verl's FSDP workers"),
+]
+
+PROMPT = (1, 504, 2116, 4193, 17423)
+POSITIVE = (28, 1123, 905, 42, 7711, 300)
+NEGATIVE = (9050, 17, 2210, 48000, 61, 4)
+OBSERVATION = (77, 78, 79)
+SECOND_TURN = (310, 311, 312)
+
+
+def on_policy_call(model, rollout_id: str, seq: int, prompt, response) -> RecordedCall:
+    """A call whose recorded logprobs are the model's own (the ratio starts at 1)."""
+    logprobs = teacher_forced_logprobs(model, list(prompt), list(response))
+    return RecordedCall(rollout_id, "g0", seq, tuple(prompt), tuple(response), tuple(logprobs), 0, True, "stop")
+
+
+def response_logprob(model, prompt, response) -> float:
+    return sum(teacher_forced_logprobs(model, list(prompt), list(response)))
+
+
+def test_one_update_on_fsdp_workers_moves_logprobs_by_advantage_sign_and_checkpoints(tiny_model_dir, tmp_path):
+    pytest.importorskip("verl")
+    from transformers import AutoModelForCausalLM
+
+    from trainer.backends.torch import OptimizerConfig
+    from trainer.backends.verl import VerlBackend, VerlBackendConfig
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    positive_context = PROMPT + POSITIVE + OBSERVATION
+    calls = [
+        on_policy_call(base, "pos", 0, PROMPT, POSITIVE),
+        on_policy_call(base, "pos", 1, positive_context, SECOND_TURN),  # multi-turn: observation inside the response
+        on_policy_call(base, "neg", 0, PROMPT, NEGATIVE),
+    ]
+    samples = build_samples(calls).samples
+    assert len(samples) == 2
+    gpus = torch.cuda.device_count()
+    backend = VerlBackend(
+        VerlBackendConfig(
+            model_path=Path(tiny_model_dir),
+            n_gpus_per_node=gpus,
+            optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=1.0),
+            loss=LossConfig(),
+            schedule=ScheduleConfig(num_workers=gpus, max_tokens_per_micro_batch=256),
+            param_dtype="float32",
+            gradient_checkpointing=False,
+        )
+    )
+    backend.load()
+    metrics = backend.train_step(TrainBatch.of(samples, [1.0, -1.0]))
+    assert backend.policy_version == 1 and metrics["train/policy_version"] == 1.0
+    assert metrics["train/trainable_tokens"] == len(POSITIVE) + len(SECOND_TURN) + len(NEGATIVE)
+    assert abs(metrics["loss/total"]) < 1e-4  # on-policy: ratio 1, rollout-token-mean of +1 and -1
+    assert metrics["loss/clip_fraction"] == 0.0
+
+    path, version = backend.save_checkpoint(tmp_path)
+    assert version == 1 and json.loads((path / META_FILE).read_text())["policy_version"] == 1
+    trained = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    assert response_logprob(trained, PROMPT, POSITIVE) > response_logprob(base, PROMPT, POSITIVE) + 0.1
+    assert response_logprob(trained, positive_context, SECOND_TURN) > response_logprob(
+        base, positive_context, SECOND_TURN
+    )
+    assert response_logprob(trained, PROMPT, NEGATIVE) < response_logprob(base, PROMPT, NEGATIVE) - 0.1

@@ -1,0 +1,276 @@
+"""`VerlBackend`: policy updates on verl's FSDP training workers (GPU clusters), pinned to verl 0.9.1.
+
+verl 0.9 trains through its model-engine workers: a Ray worker group of `verl.workers.engine_workers.TrainingWorker`
+(one per GPU, FSDP2 engine) takes a TensorDict batch, splits it into micro-batches under a token budget, calls the
+loss function it was given per micro-batch, and takes one optimizer step per mini-batch. A training step here:
+
+1. schedules the batch (`trainer.scheduling`, one worker per data-parallel rank, rollout-atomic updates);
+2. for each update, lays its samples out as verl rows with global-denominator token weights
+   (`trainer.backends.verl_batch`) and converts them to verl's DataProto, then to its no-padding TensorDict;
+3. sends it as ONE mini-batch (one epoch, no shuffle) to `train_mini_batch`, so verl's optimizer step is exactly our
+   update and the loss (`trainer.backends.verl_loss.actor_loss`, our policy loss from verl's registry) is whole.
+
+Checkpoints are verl's (model, optimizer, extra) plus an HF directory (`huggingface/`) that engines load, with our
+`harnessrl-checkpoint.json` beside the HF files. verl (and Ray) are imported only when used.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from trainer import checkpoints
+from trainer.backends.base import TrainBatch
+from trainer.backends.torch import OptimizerConfig
+from trainer.backends.verl_batch import VerlRows, to_verl_rows
+from trainer.losses import LossConfig
+from trainer.scheduling import ScheduleConfig, schedule
+
+VERL_VERSION = "0.9.1"
+"""The verl release this backend is written and tested against (pyproject's `gpu` extra pins it)."""
+
+Strategy = Literal["fsdp", "fsdp2"]
+"""verl FSDP engine generation."""
+
+
+@dataclass(frozen=True)
+class VerlBackendConfig:
+    """What to train, where, and how."""
+
+    model_path: Path
+    """HF model directory of the base policy."""
+    resume_from: Path | None = None
+    """A checkpoint written by this backend (its directory, holding `verl/` and `huggingface/`)."""
+    n_gpus_per_node: int = 1
+    """GPUs per node; one data-parallel rank each."""
+    nnodes: int = 1
+    """Nodes in the Ray cluster."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """AdamW settings (mapped onto verl's FSDPOptimizerConfig)."""
+    loss: LossConfig = LossConfig()
+    """Policy-loss settings (rollout-token-mean by default)."""
+    schedule: ScheduleConfig = ScheduleConfig()
+    """Micro-batch budget and updates per step; num_workers must equal the data-parallel size."""
+    strategy: Strategy = "fsdp2"
+    """verl's FSDP engine."""
+    param_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """Compute dtype of the forward pass (master weights stay fp32)."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts: logits are divided by it, as the engine did when sampling."""
+    gradient_checkpointing: bool = True
+    """Recompute activations in backward (less memory)."""
+    initial_version: int = 0
+    """Policy version of the base weights (ignored when resuming)."""
+    pad_token_id: int = 0
+    """Token ID used for padding (never attended to)."""
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks."""
+        return self.n_gpus_per_node * self.nnodes
+
+    def __post_init__(self) -> None:
+        if self.n_gpus_per_node < 1 or self.nnodes < 1:
+            raise ValueError(
+                f"VerlBackendConfig n_gpus_per_node={self.n_gpus_per_node}, nnodes={self.nnodes}: use positive counts"
+            )
+        if self.schedule.num_workers != self.dp_size:
+            raise ValueError(
+                f"ScheduleConfig.num_workers={self.schedule.num_workers} but verl runs {self.dp_size} data-parallel "
+                f"ranks; use ScheduleConfig(num_workers={self.dp_size})"
+            )
+        if self.loss.kl_coef:
+            raise ValueError(
+                f"LossConfig.kl_coef={self.loss.kl_coef}: VerlBackend does not run a reference worker yet; use the "
+                "torch backend for KL-regularised runs or set kl_coef=0 (actor_loss already applies ref_log_prob)"
+            )
+        if self.temperature <= 0:
+            raise ValueError(f"VerlBackendConfig.temperature={self.temperature}: use a positive temperature")
+
+
+def build_data_proto(rows: VerlRows) -> Any:
+    """verl's DataProto for the rows: numeric fields as tensors, provenance as object arrays."""
+    import torch
+    from verl import DataProto
+
+    tensors = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in rows.tensor_fields().items()}
+    return DataProto.from_dict(tensors=tensors, non_tensors=rows.provenance_fields(), meta_info={})
+
+
+def build_training_input(rows: VerlRows, *, temperature: float, calculate_entropy: bool) -> Any:
+    """The TensorDict `TrainingWorker.train_mini_batch` takes: no-padding layout, one mini-batch, one epoch."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    data = left_right_2_no_padding(build_data_proto(rows).to_tensordict())
+    tu.assign_non_tensor(
+        data,
+        temperature=temperature,
+        calculate_entropy=calculate_entropy,
+        global_batch_size=rows.num_rows,
+        mini_batch_size=rows.num_rows,
+        epochs=1,
+        seed=0,
+        dataloader_kwargs={"shuffle": False},
+        compute_loss=True,
+    )
+    return data
+
+
+def worker_config(config: VerlBackendConfig) -> Any:
+    """verl's TrainingWorkerConfig for the actor (FSDP engine, AdamW, checkpoint contents incl. the HF model)."""
+    from verl.trainer.config import CheckpointConfig
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
+
+    opt = config.optimizer
+    budget = config.schedule.max_tokens_per_micro_batch
+    engine = FSDPEngineConfig(
+        strategy=config.strategy,
+        use_dynamic_bsz=True,
+        max_token_len_per_gpu=budget,
+        infer_max_token_len_per_gpu=budget,
+        mixed_precision={"param_dtype": config.param_dtype, "reduce_dtype": "float32", "buffer_dtype": "float32"},
+        use_torch_compile=False,
+    )
+    optimizer = FSDPOptimizerConfig(
+        lr=opt.lr,
+        betas=opt.betas,
+        weight_decay=opt.weight_decay,
+        clip_grad=opt.max_grad_norm if opt.max_grad_norm is not None else float("inf"),
+        lr_warmup_steps=opt.warmup_updates,
+        override_optimizer_config={"eps": opt.eps},
+    )
+    model = HFModelConfig(
+        path=str(config.model_path),
+        enable_gradient_checkpointing=config.gradient_checkpointing,
+        use_remove_padding=True,
+    )
+    contents = ["model", "optimizer", "extra", "hf_model"]
+    return TrainingWorkerConfig(
+        model_type="language_model",
+        model_config=model,
+        engine_config=engine,
+        optimizer_config=optimizer,
+        checkpoint_config=CheckpointConfig(save_contents=contents, load_contents=contents[:3]),
+    )
+
+
+class VerlBackend:
+    """Implements `trainer.backends.base.Backend` on a Ray worker group of verl TrainingWorkers."""
+
+    def __init__(self, config: VerlBackendConfig) -> None:
+        self.config = config
+        self.workers: Any = None
+        self.step = 0
+        self.optimizer_updates = 0
+        self._version = config.initial_version
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the current weights."""
+        return self._version
+
+    def load(self) -> None:
+        """Starts the worker group (joining or starting Ray), loads the model, and resumes when asked."""
+        import ray
+        from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+        from verl.workers.engine_workers import TrainingWorker
+
+        from trainer.backends.verl_loss import actor_loss
+
+        if not ray.is_initialized():
+            ray.init()
+        pool = RayResourcePool(process_on_nodes=[self.config.n_gpus_per_node] * self.config.nnodes)
+        worker = RayClassWithInitArgs(ray.remote(TrainingWorker), config=worker_config(self.config))
+        self.workers = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=worker, device_name="cuda")
+        self.workers.set_loss_fn(loss_fn=functools.partial(actor_loss, config=self.config.loss))
+        self.workers.reset()
+        resume = self.config.resume_from
+        if resume is not None:
+            meta = checkpoints.read_meta(Path(resume) / "huggingface")
+            self.workers.load_checkpoint(str(Path(resume) / "verl"), del_local_after_load=False)
+            self.step, self.optimizer_updates, self._version = meta.step, meta.optimizer_updates, meta.policy_version
+
+    def train_step(self, batch: TrainBatch) -> Mapping[str, float]:
+        """Schedules the batch and runs one verl mini-batch (one optimizer step) per update."""
+        if self.workers is None:
+            raise RuntimeError("VerlBackend.train_step before load(); call load() first")
+        if not batch.samples:
+            raise ValueError("TrainBatch has no samples; skip the step when nothing is left to train on")
+        started = time.perf_counter()
+        plan = schedule(batch.samples, self.config.schedule)
+        per_update = []
+        for update in plan.updates:
+            rows = to_verl_rows(
+                batch.samples,
+                batch.advantages_S,
+                update,
+                dp_size=self.config.dp_size,
+                agg_mode=self.config.loss.agg_mode,
+                pad_token_id=self.config.pad_token_id,
+            )
+            per_update.append(self._update(rows))
+        elapsed_s = time.perf_counter() - started
+        self.step += 1
+        self._version += 1
+        keys = sorted({key for m in per_update for key in m})
+        metrics = {key: float(np.mean([m[key] for m in per_update if key in m])) for key in keys}
+        metrics.update(plan.metrics)
+        tokens = sum(sample.num_tokens for sample in batch.samples)
+        metrics.update(
+            {
+                "train/tokens": float(tokens),
+                "train/step_s": elapsed_s,
+                "train/tokens_per_s": tokens / elapsed_s,
+                "train/policy_version": float(self._version),
+                "train/step": float(self.step),
+                "train/optimizer_updates": float(self.optimizer_updates),
+            }
+        )
+        return metrics
+
+    def _update(self, rows: VerlRows) -> dict[str, float]:
+        """One optimizer update on the workers; verl's metrics reduced to floats."""
+        from verl.utils import tensordict_utils as tu
+
+        data = build_training_input(
+            rows, temperature=self.config.temperature, calculate_entropy=bool(self.config.loss.entropy_coef)
+        )
+        output = self.workers.train_mini_batch(data).get()
+        self.optimizer_updates += 1
+        metrics = {key: _as_float(value) for key, value in tu.get(output, "metrics").items()}
+        metrics["train/trainable_tokens"] = float(rows.trainable_tokens)
+        return metrics
+
+    def save_checkpoint(self, directory: Path) -> tuple[Path, int]:
+        """Writes `directory/step-NNNNNN/{verl,huggingface}`; returns the HF directory and the policy version."""
+        if self.workers is None:
+            raise RuntimeError("VerlBackend.save_checkpoint before load(); call load() first")
+        root = Path(directory) / checkpoints.checkpoint_name(self.step)
+        if root.exists():
+            raise checkpoints.CheckpointError(f"checkpoint {root} already exists; save into another root")
+        self.workers.save_checkpoint(str(root / "verl"), global_step=self.step)
+        hf_dir = root / "verl" / "huggingface"
+        meta = checkpoints.CheckpointMeta(
+            policy_version=self._version,
+            step=self.step,
+            optimizer_updates=self.optimizer_updates,
+            base_model=str(Path(self.config.model_path).resolve()),
+            created_at=time.time(),
+        )
+        (hf_dir / checkpoints.META_FILE).write_text(meta.model_dump_json(indent=2))
+        (root / "huggingface").symlink_to(hf_dir.relative_to(root), target_is_directory=True)
+        return root / "huggingface", self._version
+
+
+def _as_float(value: Any) -> float:
+    """A verl metric (a float, a list of per-micro-batch values, or a tensor) as one float."""
+    if isinstance(value, list | tuple):
+        return float(np.mean([_as_float(v) for v in value])) if value else float("nan")
+    return float(value)
