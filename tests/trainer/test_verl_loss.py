@@ -146,7 +146,7 @@ def test_actor_loss_through_verls_layout_equals_our_loss(mode, micro_batches):
         for key, metric in metrics.items():
             metrics_sum[key] = metrics_sum.get(key, 0.0) + metric.aggregate()
     expected = reference_loss(samples, advantages, logprobs_S, config)
-    assert float(total) == pytest.approx(float(expected.loss), rel=1e-5, abs=1e-7)
+    assert float(total.detach()) == pytest.approx(float(expected.loss), rel=1e-5, abs=1e-7)
     for key in ("loss/pg", "loss/clip_fraction", "loss/ppo_kl"):
         assert metrics_sum[key] == pytest.approx(expected.metrics[key], rel=1e-5, abs=1e-7)
     loss, _ = actor_loss(output, data, config=config)
@@ -187,3 +187,34 @@ def test_loss_fn_survives_pickling_for_ray():
 
     loss_fn = pickle.loads(pickle.dumps(partial(actor_loss, config=LossConfig(clip_high=0.3))))
     assert loss_fn.keywords["config"].clip_high == 0.3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_token_mean_weights_match_verls_vanilla_policy_loss_on_random_inputs(seed):
+    """Same inputs through verl's own `vanilla` loss (token-mean) and ours with 1/N weights: same loss and gradient."""
+    from omegaconf import OmegaConf
+
+    generator = torch.Generator().manual_seed(seed)
+    shape = (4, 7)
+    old = -torch.rand(shape, generator=generator) * 2
+    new = (old + torch.randn(shape, generator=generator) * 0.4).requires_grad_(True)
+    advantages = torch.randn(shape[0], 1, generator=generator).expand(shape)
+    mask = (torch.rand(shape, generator=generator) > 0.3).float()
+    tokens = int(mask.sum())
+    config = OmegaConf.create(
+        {
+            "clip_ratio": 0.2,
+            "clip_ratio_low": 0.2,
+            "clip_ratio_high": 0.28,
+            "clip_ratio_c": 3.0,
+            "global_batch_info": {"dp_size": 1, "batch_num_tokens": tokens},
+        }
+    )
+    expected, verl_metrics = get_policy_loss_fn("vanilla")(old, new, advantages, mask, "token-mean", config, None)
+    (expected_grad,) = torch.autograd.grad(expected, new)
+    ours, metrics = weighted_ppo_policy_loss(old, new, advantages, mask, "token-sum", config, mask / tokens)
+    (grad,) = torch.autograd.grad(ours, new)
+    assert float(ours) == pytest.approx(float(expected), rel=1e-5, abs=1e-7)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-7)
+    assert metrics["loss/clip_fraction"] == pytest.approx(verl_metrics["actor/pg_clipfrac"], abs=1e-6)
+    assert metrics["loss/ppo_kl"] == pytest.approx(verl_metrics["actor/ppo_kl"], abs=1e-6)
