@@ -226,6 +226,7 @@ class VerlBackend:
         metrics.update(
             {
                 "train/tokens": float(tokens),
+                "train/trainable_tokens": float(sum(sample.num_trainable_tokens for sample in batch.samples)),
                 "train/step_s": elapsed_s,
                 "train/tokens_per_s": tokens / elapsed_s,
                 "train/policy_version": float(self._version),
@@ -244,9 +245,7 @@ class VerlBackend:
         )
         output = self.workers.train_mini_batch(data).get()
         self.optimizer_updates += 1
-        metrics = {key: _as_float(value) for key, value in tu.get(output, "metrics").items()}
-        metrics["train/trainable_tokens"] = float(rows.trainable_tokens)
-        return metrics
+        return {key: _as_float(value) for key, value in tu.get(output, "metrics").items()}
 
     def save_checkpoint(self, directory: Path) -> tuple[Path, int]:
         """Writes `directory/step-NNNNNN/{verl,huggingface}`; returns the HF directory and the policy version."""
