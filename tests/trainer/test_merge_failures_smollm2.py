@@ -48,3 +48,17 @@ def test_non_canonical_tokens_give_two_samples_classified_as_retokenization(toke
     batch = build_samples(two_calls(tokenizer, ["hel", "lo world"]), decode=tokenizer.decode)
     assert batch.stats.samples == 2
     assert batch.stats.merge_failures_retokenization == 1 and batch.stats.merge_failures == 1
+
+
+def test_the_recorded_gateway_fixture_gives_two_samples_classified_as_retokenization(tokenizer):
+    """The real case recorded through the gateway (tests/fixtures/retokenization_smollm2.json)."""
+    import json
+    from pathlib import Path
+
+    fixture = json.loads((Path(__file__).parents[1] / "fixtures" / "retokenization_smollm2.json").read_text())
+    calls = [RecordedCall("fixture", "g", c["seq"], tuple(c["prompt_token_ids"]), tuple(c["response_token_ids"]),
+                          tuple(c["response_logprobs"]), c["policy_version"], True, c["finish_reason"])
+             for c in fixture["calls"]]
+    batch = build_samples(calls, decode=tokenizer.decode)
+    assert batch.stats.samples == 2
+    assert batch.stats.merge_failures_retokenization == 1 and batch.stats.merge_failures == 1
