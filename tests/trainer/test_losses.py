@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.trainer.verl_support import require_verl
 from trainer.losses import (
     AGG_MODES,
     LossBatch,
@@ -226,7 +227,7 @@ def test_invalid_config_is_rejected(config):
 
 
 def test_matches_verl_on_random_inputs():
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    core_algos = require_verl("verl.trainer.ppo.core_algos")
     gen = torch.Generator().manual_seed(0)
     loss_mat = torch.randn(6, 9, generator=gen)
     mask = (torch.rand(6, 9, generator=gen) < 0.7).float()

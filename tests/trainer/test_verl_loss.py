@@ -1,4 +1,4 @@
-"""Our policy loss inside verl (needs verl importable; skipped otherwise): registry, DataProto, verl's loss path."""
+"""Our policy loss inside verl (skipped without it; fails if HARNESSRL_REQUIRE_VERL=1): registry, DataProto, loss."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("verl")
-pytest.importorskip("tensordict")
+from tests.trainer.verl_support import require_verl
+
+require_verl("verl")
+require_verl("tensordict")
 
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
