@@ -100,6 +100,15 @@ def grads(backend: TorchBackend) -> list[torch.Tensor]:
     return [p.grad.clone() for p in backend.model.parameters()]
 
 
+@pytest.fixture(scope="module")
+def whole_update(tiny_model_dir, mixed_batch) -> tuple[list[torch.Tensor], dict[str, float]]:
+    """Gradients and metrics of one packed micro-batch holding the whole mixed batch."""
+    whole = make_backend(tiny_model_dir, schedule=ScheduleConfig(max_tokens_per_micro_batch=4096))
+    metrics = dict(whole.train_step(mixed_batch))
+    assert metrics["schedule/micro_batches"] == 1
+    return grads(whole), metrics
+
+
 @pytest.mark.parametrize(
     "schedule",
     [
@@ -109,16 +118,14 @@ def grads(backend: TorchBackend) -> list[torch.Tensor]:
     ],
     ids=["packed-split", "padded-split", "padded-whole"],
 )
-def test_micro_batch_split_and_layout_do_not_change_the_update(tiny_model_dir, mixed_batch, schedule):
-    whole = make_backend(tiny_model_dir, schedule=ScheduleConfig(max_tokens_per_micro_batch=4096))
-    whole_metrics = whole.train_step(mixed_batch)
+def test_micro_batch_split_and_layout_do_not_change_the_update(tiny_model_dir, mixed_batch, whole_update, schedule):
+    whole_grads, whole_metrics = whole_update
     split = make_backend(tiny_model_dir, schedule=schedule)
     split_metrics = split.train_step(mixed_batch)
-    assert whole_metrics["schedule/micro_batches"] == 1
     if schedule.max_tokens_per_micro_batch == 40:
         assert split_metrics["schedule/micro_batches"] >= 3
-    scale = max(float(g.abs().max()) for g in grads(whole))
-    worst = max(float((a - b).abs().max()) for a, b in zip(grads(whole), grads(split), strict=True))
+    scale = max(float(g.abs().max()) for g in whole_grads)
+    worst = max(float((a - b).abs().max()) for a, b in zip(whole_grads, grads(split), strict=True))
     assert worst <= 2e-6 * scale, f"gradients differ by {worst} (largest gradient {scale})"
     for key in ("loss/total", "loss/entropy", "loss/ppo_kl", "train/grad_norm"):
         assert split_metrics[key] == pytest.approx(whole_metrics[key], rel=1e-5, abs=1e-7), key

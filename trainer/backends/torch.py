@@ -1,4 +1,4 @@
-"""`TorchBackend`: PPO-style policy updates of any HF causal LM on CPU (or one device) with plain torch.
+"""`TorchBackend`: PPO-style policy updates of any HF causal LM on CPU with plain torch.
 
 A training step schedules the batch's samples with `trainer.scheduling` (one worker, rollout-atomic optimizer
 updates, packed or padded micro-batches under a token budget). For each update it counts the loss
