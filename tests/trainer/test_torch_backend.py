@@ -173,3 +173,24 @@ def test_several_workers_and_unloaded_use_are_refused(tiny_model_dir, mixed_batc
         TorchBackend(TorchBackendConfig(tiny_model_dir)).train_step(mixed_batch)
     with pytest.raises(ValueError, match="one advantage per sample"):
         TrainBatch.of(mixed_batch.samples, [1.0])
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [
+        ({}, False),
+        ({"logit_scale": 1.0}, False),
+        ({"final_logit_softcapping": 30.0}, True),
+        ({"logit_scale": 0.5}, True),
+    ],
+)
+def test_models_that_transform_logits_after_the_head_are_refused(fields, refused):
+    from types import SimpleNamespace
+
+    from trainer.backends.token_logprobs import check_plain_output_head
+
+    if refused:
+        with pytest.raises(ValueError, match="transformed after the output head"):
+            check_plain_output_head(SimpleNamespace(**fields))
+    else:
+        check_plain_output_head(SimpleNamespace(**fields))
