@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import IO
 
 import httpx
 
+from trainer.engines.server_process import ServerProcess, free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HEALTH_POLL_S = 0.2
-STOP_GRACE_S = 10.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class EmbeddedEngine:
@@ -40,8 +29,7 @@ class EmbeddedEngine:
         self.startup_timeout_s = startup_timeout_s
         self.request_timeout_s = request_timeout_s
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="harnessrl-engine-", suffix=".log")[1])
-        self._process: subprocess.Popen | None = None
-        self._log: IO[bytes] | None = None
+        self._server = ServerProcess("engine", self.base_url, self.log_path)
 
     @property
     def base_url(self) -> str:
@@ -58,28 +46,7 @@ class EmbeddedEngine:
         """Launches the server and waits for /health; the error quotes the server log on failure."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-        self._log = self.log_path.open("wb")
-        self._process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"engine exited with code {self._process.returncode} before becoming "
-                                   f"healthy; its log ({self.log_path}) ends with:\n{self._log_tail()}")
-            if self._healthy():
-                return
-            time.sleep(HEALTH_POLL_S)
-        self.stop()
-        raise TimeoutError(f"engine not healthy after {self.startup_timeout_s} s; raise startup_timeout_s or "
-                           f"read {self.log_path}:\n{self._log_tail()}")
-
-    def _healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def _log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:]
+        self._server.start(self.command(), env, self.startup_timeout_s)
 
     def health(self) -> dict:
         """The /health body: {status, policy_version, asleep, model}."""
@@ -105,17 +72,7 @@ class EmbeddedEngine:
 
     def stop(self) -> None:
         """Terminates the server (SIGTERM, then SIGKILL after a grace period)."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._server.stop()
 
     def __enter__(self) -> EmbeddedEngine:
         self.start()

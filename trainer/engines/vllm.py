@@ -17,20 +17,17 @@ vLLM's responses carry no policy version, so the gateway records the version reg
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import signal
-import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import httpx
 
-from trainer.engines.embedded import HEALTH_POLL_S, REPO_ROOT, STOP_GRACE_S, free_port
+from trainer.engines.embedded import REPO_ROOT
+from trainer.engines.server_process import ServerProcess, free_port
 from trainer.engines.vllm_worker import CheckpointRefit
 
 VLLM_PYTHON_ENV = "HARNESSRL_VLLM_PYTHON"
@@ -214,8 +211,7 @@ class VLLMEngine:
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="harnessrl-vllm-", suffix=".log")[1])
         self.policy_version = 0
         self._gateway: tuple[Any, str] | None = None
-        self._process: subprocess.Popen | None = None
-        self._log: IO[bytes] | None = None
+        self._server = ServerProcess("vLLM", self.base_url, self.log_path)
 
     @property
     def base_url(self) -> str:
@@ -227,30 +223,8 @@ class VLLMEngine:
         if not Path(self.config.python).is_file():
             raise FileNotFoundError(f"no vLLM interpreter at {self.config.python}; run `make vllm-venv`, or set "
                                     f"${VLLM_PYTHON_ENV} / VLLMConfig.python to a virtualenv with vLLM")
-        self._log = self.log_path.open("wb")
         env = {**os.environ, **build_launch_env(self.config)}
-        self._process = subprocess.Popen(build_launch_command(self.config), stdout=self._log,
-                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + self.config.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"vLLM exited with code {self._process.returncode} before becoming healthy; "
-                                   f"its log ({self.log_path}) ends with:\n{self._log_tail()}")
-            if self._healthy():
-                return
-            time.sleep(HEALTH_POLL_S)
-        self.stop()
-        raise TimeoutError(f"vLLM not healthy after {self.config.startup_timeout_s} s; raise startup_timeout_s "
-                           f"or read {self.log_path}:\n{self._log_tail()}")
-
-    def _healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def _log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:]
+        self._server.start(build_launch_command(self.config), env, self.config.startup_timeout_s)
 
     def _send(self, request: ControlRequest) -> Any:
         response = httpx.request(request.method, f"{self.base_url}{request.route}", params=request.params,
@@ -306,18 +280,7 @@ class VLLMEngine:
 
     def stop(self) -> None:
         """Terminates the server (SIGTERM, then SIGKILL to its process group, which holds vLLM's engine workers)."""
-        if self._process is not None:
-            if self._process.poll() is None:
-                self._process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._process.wait(timeout=STOP_GRACE_S)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait()
-        self._process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._server.stop()
 
     def __enter__(self) -> VLLMEngine:
         self.start()
