@@ -76,7 +76,8 @@ def setup_gateway(workdir: Path, upstream_url: str, rollouts: int,
                   profile: Path | None) -> tuple[subprocess.Popen, list[tuple[str, str]]]:
     port = free_port()
     env = {**os.environ, "HARNESSRL_ADMIN_TOKEN": ADMIN_TOKEN}
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", f"sqlite:///{workdir / 'bench.db'}"]
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port),
+           "--db", f"sqlite:///{workdir / 'bench.db'}"]
     if profile is not None:  # py-spy samples the gateway for the whole run (raw collapsed stacks)
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "500", "-f", "raw", "-o", str(profile),
                "--", *cmd]

@@ -18,7 +18,8 @@ class GatewayConfig(BaseModel):
     host: str = Field(default="127.0.0.1", description="Listen address.")
     port: int = Field(default=8100, ge=0, le=65535, description="Listen port.")
     public_url: str | None = Field(default=None, description="Base URL harnesses reach; default http://host:port.")
-    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above).")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0,
+                                description="Largest request body accepted (413 above).")
     upstream_timeout_s: float = Field(default=900.0, gt=0, description="Longest wait for one upstream answer.")
     retry_attempts: int = Field(default=5, ge=1, description="Upstream tries per call on transient failures.")
     retry_backoff_s: float = Field(default=0.2, ge=0, description="First backoff; doubles each retry.")

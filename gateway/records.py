@@ -175,7 +175,8 @@ class ModelIn(WireModel):
     name: str = Field(min_length=1, max_length=200, description="Name harnesses ask for in `model`.")
     base_url: str = Field(pattern=r"^https?://", 
                           description="Upstream OpenAI base URL, e.g. http://host:8000/v1.")
-    version: int = Field(default=0, ge=0, description="Policy version served (used when the upstream does not report it).")
+    version: int = Field(default=0, ge=0,
+                         description="Policy version served (used when the upstream does not report it).")
     served_name: str | None = Field(default=None, description="The upstream's own model id, if different from name.")
 
 
