@@ -14,7 +14,7 @@ from agents.instruction_following.instructions import CONFLICTS, KINDS, kind_of
 from agents.instruction_following.tasks import MAX_INSTRUCTIONS, TOPICS, generate
 from agents.recipe import GradeInput
 from agents.registry import get_recipe
-from gateway.records import CallRecord
+from tests.agents.support import call_record
 
 TASKS = generate(400, seed=0)
 
@@ -88,17 +88,9 @@ def test_reward_is_in_unit_interval(task_index, text):
     assert len(graded.details["instructions"]) == len(TASKS[task_index]["instructions"])
 
 
-def _call(seq: int, text: str | None, status: str = "ok") -> CallRecord:
-    return CallRecord(id=seq, rollout_id="r", attempt=0, seq=seq, kind="chat", stream=False, model="policy",
-                      upstream=None, status=status, http_status=200, error=None, request={}, response_raw=None,
-                      response_id=None, prompt_token_ids=[], response_token_ids=[], response_logprobs=[],
-                      response_text=text, finish_reason="stop", n_choices=1, policy_version=0, latency_ms=1.0,
-                      created_at=0.0)
-
-
 def test_grade_scores_the_last_successful_call(tmp_path: Path):
     task = {"instructions": [{"kind": "change_case:english_lowercase", "params": {}}]}
-    calls = [_call(0, "lowercase"), _call(1, None, status="error")]
+    calls = [call_record(0, "lowercase"), call_record(1, None, status="error")]
     assert grade(GradeInput(task=task, workdir=tmp_path, calls=calls, exit_code=0)).reward == 1.0
     assert grade(GradeInput(task=task, workdir=tmp_path, calls=[], exit_code=1)).reward == 0.0
 

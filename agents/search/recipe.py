@@ -1,0 +1,36 @@
+"""The search recipe (the default recipe for GRPO): Search-R1-style questions over a generated world; EM reward."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.recipe import Grade, GradeInput
+from agents.search import grader, tasks
+from agents.search.corpus import build_world, documents
+from agents.search.retrieval import CORPUS_FILE, write_corpus
+
+
+@dataclass(frozen=True)
+class SearchRecipe:
+    """Rewards in {0, 1}: exact match of the final answer."""
+
+    name: str = "search"
+
+    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
+        return tasks.generate(count, seed)
+
+    def harness_command(self) -> list[str]:
+        return [sys.executable, "-m", "agents.search.harness"]
+
+    def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
+        """Write the task's corpus (rebuilt from its corpus_seed) as corpus.jsonl; the harness indexes it."""
+        write_corpus(documents(build_world(task["corpus_seed"])), workdir / CORPUS_FILE)
+
+    def grade(self, graded: GradeInput) -> Grade:
+        return grader.grade(graded)
+
+
+RECIPE = SearchRecipe()
