@@ -15,53 +15,60 @@ from agents.search.corpus import World, build_world
 DEFAULT_MAX_TURNS = 4
 DEFAULT_TOP_K = 3
 
-# (template, hops, answer and the doc ids that hold the evidence, from the world and a device/person/company index)
+# (question, gold answers, ids of the documents that hold the evidence in hop order)
 Question = tuple[str, list[str], list[str]]
 
 
-def _person_city(w: World, i: int) -> Question:
+def _person_city(w: World, rng: random.Random) -> Question:
+    i = rng.randrange(len(w.people))
     name, city, _, _ = w.people[i]
     return f"In which city was {name} born?", [w.cities[city]], [f"person-{i:04d}"]
 
 
-def _device_inventor(w: World, i: int) -> Question:
+def _device_inventor(w: World, rng: random.Random) -> Question:
+    i = rng.randrange(len(w.devices))
     name, inventor, _, _ = w.devices[i]
     return f"Who invented the {name}?", [w.people[inventor][0]], [f"device-{i:04d}"]
 
 
-def _device_maker(w: World, i: int) -> Question:
+def _device_maker(w: World, rng: random.Random) -> Question:
+    i = rng.randrange(len(w.devices))
     name, _, company, _ = w.devices[i]
     return f"Which company manufactures the {name}?", [w.companies[company][0]], [f"device-{i:04d}"]
 
 
-def _company_city(w: World, i: int) -> Question:
-    name, city, _ = w.companies[i % len(w.companies)]
-    return f"In which city is {name} headquartered?", [w.cities[city]], [f"company-{i % len(w.companies):04d}"]
+def _company_city(w: World, rng: random.Random) -> Question:
+    i = rng.randrange(len(w.companies))
+    name, city, _ = w.companies[i]
+    return f"In which city is {name} headquartered?", [w.cities[city]], [f"company-{i:04d}"]
 
 
-def _inventor_city(w: World, i: int) -> Question:
+def _inventor_city(w: World, rng: random.Random) -> Question:
+    i = rng.randrange(len(w.devices))
     name, inventor, _, _ = w.devices[i]
     city = w.people[inventor][1]
     return (f"In which city was the inventor of the {name} born?", [w.cities[city]],
             [f"device-{i:04d}", f"person-{inventor:04d}"])
 
 
-def _maker_city(w: World, i: int) -> Question:
+def _maker_city(w: World, rng: random.Random) -> Question:
+    i = rng.randrange(len(w.devices))
     name, _, company, _ = w.devices[i]
     city = w.companies[company][1]
     return (f"In which city is the company that manufactures the {name} headquartered?", [w.cities[city]],
             [f"device-{i:04d}", f"company-{company:04d}"])
 
 
-def _inventor_year(w: World, i: int) -> Question:
+def _inventor_year(w: World, rng: random.Random) -> Question:
+    i = rng.randrange(len(w.devices))
     name, inventor, _, _ = w.devices[i]
     return (f"In what year was the inventor of the {name} born?", [str(w.people[inventor][2])],
             [f"device-{i:04d}", f"person-{inventor:04d}"])
 
 
-SINGLE_HOP: tuple[Callable[[World, int], Question], ...] = (_person_city, _device_inventor, _device_maker,
+SINGLE_HOP: tuple[Callable[[World, random.Random], Question], ...] = (_person_city, _device_inventor, _device_maker,
                                                             _company_city)
-TWO_HOP: tuple[Callable[[World, int], Question], ...] = (_inventor_city, _maker_city, _inventor_year)
+TWO_HOP: tuple[Callable[[World, random.Random], Question], ...] = (_inventor_city, _maker_city, _inventor_year)
 
 
 def generate(count: int, seed: int, max_turns: int = DEFAULT_MAX_TURNS) -> list[dict[str, Any]]:
@@ -74,7 +81,7 @@ def generate(count: int, seed: int, max_turns: int = DEFAULT_MAX_TURNS) -> list[
     for index in range(count):
         hops = 1 + index % 2
         template = rng.choice(SINGLE_HOP if hops == 1 else TWO_HOP)
-        question, answers, evidence = template(world, rng.randrange(len(world.devices)))
+        question, answers, evidence = template(world, rng)
         tasks.append({"id": f"search-{seed}-{index:05d}", "question": question, "answers": answers, "hops": hops,
                       "evidence": evidence, "corpus_seed": seed, "max_turns": max_turns, "top_k": DEFAULT_TOP_K})
     return tasks

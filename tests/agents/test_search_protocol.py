@@ -6,6 +6,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.recipe import GradeInput
 from agents.search.actions import (
@@ -134,3 +136,17 @@ def test_loop_reminds_on_invalid_replies_and_stops_at_max_turns():
     assert run_episode(client, RETRIEVER, {"question": "q", "max_turns": 2}) is None
     assert len(client.requests) == 2
     assert client.requests[1]["messages"][-1] == {"role": "user", "content": INVALID_REPLY}
+
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=200))
+def test_normalisation_is_idempotent_and_rewards_are_binary(text):
+    assert normalize_answer(normalize_answer(text)) == normalize_answer(text)
+    assert score_reply(text, ["Bellinquo"]).reward in (0.0, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gold=st.text(alphabet=st.characters(blacklist_characters="<>"), min_size=1, max_size=60).filter(str.strip))
+def test_an_answer_equal_to_the_gold_scores_one(gold):
+    assert score_reply(f"<answer>{gold}</answer>", [gold]).reward == 1.0
