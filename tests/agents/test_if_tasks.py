@@ -100,3 +100,24 @@ def test_recipe_is_registered_and_generates_through_the_seam():
     assert recipe.name == "instruction_following"
     assert recipe.generate(5, 1) == generate(5, 1)
     assert recipe.harness_command()[-2:] == ["-m", "agents.instruction_following.harness"]
+
+
+@pytest.mark.parametrize(("instructions", "text"), [
+    ([("change_case:english_capital", {}), ("startend:start_phrase", {"phrase": "In short"}),
+      ("detectable_format:multiple_sections", {"section_splitter": "Section", "num_sections": 2})],
+     "IN SHORT: YES.\nSECTION 1\nTEA.\nSECTION 2\nMORE TEA."),
+    ([("detectable_format:json_format", {}), ("change_case:english_lowercase", {}),
+      ("detectable_content:number_placeholders", {"num_placeholders": 1})],
+     '```json\n{"letter": "dear [name] the tea is ready"}\n```'),
+    ([("startend:quotation", {}), ("detectable_format:title", {}),
+      ("detectable_format:number_bullet_lists", {"num_bullets": 2})],
+     '"<<tea>>\n* leaves\n* water"'),
+    ([("detectable_content:postscript", {"postscript_marker": "P.S."}), ("punctuation:no_comma", {}),
+      ("length_constraints:number_paragraphs", {"num_paragraphs": 2})],
+     "first part\n***\nsecond part\np.s. bye"),
+])
+def test_compatible_instructions_can_all_be_followed(instructions, text):
+    names = [name for name, _ in instructions]
+    assert not any(frozenset((a, b)) in CONFLICTS for a in names for b in names if a != b)
+    graded = score_text(text, [{"kind": name, "params": params} for name, params in instructions])
+    assert graded.reward == 1.0, graded.details
