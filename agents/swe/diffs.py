@@ -45,7 +45,8 @@ def file_diff(relative: str, before: Path | None, after: Path | None) -> str:
     """The git-style diff of one file ('' when equal; binary files yield a one-line note git apply rejects)."""
     old, new = _lines(before), _lines(after)
     if old is None or new is None:
-        return f"Binary files a/{relative} and b/{relative} differ\n" if old != new else ""
+        return f"diff --git a/{relative} b/{relative}\nBinary files a/{relative} and b/{relative} differ\n" \
+            if old != new else ""
     old_name = f"a/{relative}" if before is not None and before.exists() else "/dev/null"
     new_name = f"b/{relative}" if after is not None and after.exists() else "/dev/null"
     body = []

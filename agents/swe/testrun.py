@@ -1,4 +1,8 @@
-"""Run a project's pytest tests (in the sandbox: no network, no git) and read back each test's outcome."""
+"""Run a project's pytest tests (in the sandbox: no network, no git) and read back each test's outcome.
+
+Third-party pytest plugins are not auto-loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD): faster start, and the tested project
+sees plain pytest whatever is installed in the interpreter.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float
         outcomes_path = Path(scratch) / "outcomes.json"
         sandbox = Sandbox(cwd=repo, shim_dir=Path(scratch) / "shim", allow_network=allow_network,
                           extra_env={"PYTHONPATH": str(PLUGIN_DIR), "HARNESSRL_PYTEST_OUTCOMES": str(outcomes_path),
-                                     "PYTHONDONTWRITEBYTECODE": "1"})
+                                     "PYTHONDONTWRITEBYTECODE": "1",
+                                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
         argv = [sys.executable, "-m", "pytest", "-p", "pytest_outcomes", "-p", "no:cacheprovider", "-q",
                 "--color=no", *(test_ids or [])]
         result = sandbox.run(shlex.join(argv), timeout_s)

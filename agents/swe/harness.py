@@ -1,0 +1,96 @@
+"""The SWE harness: the real mini-swe-agent (text-based actions) on the task's repository copy, every command sandboxed.
+
+A plain program: `python -m agents.swe.harness`, run in the rollout's working directory, which holds `task.json` and
+`repo/` (the buggy repository copy, no .git). It talks to OPENAI_BASE_URL with OPENAI_API_KEY through litellm
+(`openai/<model>`); the harness keeps the network, the agent's commands do not (see sandbox.py).
+Task fields: "problem_statement", "store" (hidden from the agent's commands); optional "model" (default "policy"),
+"step_limit" (default 30), "max_tokens" (default 1024), "temperature" (default 1.0), "command_timeout_s" (default 60).
+It writes the trajectory to `trajectory.json` next to `repo/`, for humans only: the grader computes the diff itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents.swe.sandbox import ALLOW_NETWORK_ENV, Sandbox
+
+REPO_DIR = "repo"
+TRAJECTORY_FILE = "trajectory.json"
+DEFAULTS = {"model": "policy", "step_limit": 30, "max_tokens": 1024, "temperature": 1.0, "command_timeout_s": 60}
+
+
+def load_task() -> dict[str, Any]:
+    """The task JSON named by $HARNESSRL_TASK (default ./task.json), with defaults filled in."""
+    return DEFAULTS | json.loads(Path(os.environ.get("HARNESSRL_TASK", "task.json")).read_text())
+
+
+def textbased_config() -> dict[str, Any]:
+    """mini-swe-agent's own `mini_textbased.yaml` (fenced `mswea_bash_command` actions)."""
+    import minisweagent
+
+    return yaml.safe_load((Path(minisweagent.__file__).parent / "config" / "mini_textbased.yaml").read_text())
+
+
+def build_model(task: dict[str, Any], config: dict[str, Any]):
+    """litellm's text-based model pointed at the gateway (the rollout's URL and key, no price lookups)."""
+    from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel
+
+    kwargs = {"api_base": os.environ["OPENAI_BASE_URL"], "api_key": os.environ["OPENAI_API_KEY"],
+              "max_tokens": task["max_tokens"], "temperature": task["temperature"], "drop_params": True}
+    model_config = {k: v for k, v in config["model"].items() if k != "model_kwargs"}
+    return LitellmTextbasedModel(model_name=f"openai/{task['model']}", model_kwargs=kwargs,
+                                 cost_tracking="ignore_errors", **model_config)
+
+
+def build_environment(sandbox: Sandbox, timeout_s: int):
+    """mini-swe-agent's local environment, with every command run through the sandbox."""
+    from minisweagent.environments.local import LocalEnvironment
+
+    class SandboxedEnvironment(LocalEnvironment):
+        def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
+            result = sandbox.run(action.get("command", ""), timeout or timeout_s)
+            info = f"The command timed out after {timeout or timeout_s} s and was killed." if result.timed_out else ""
+            output = {"output": result.output, "returncode": result.returncode, "exception_info": info}
+            self._check_finished(output)
+            return output
+
+    return SandboxedEnvironment(cwd=str(sandbox.cwd), timeout=timeout_s)
+
+
+def run_agent(task: dict[str, Any], workdir: Path, shim_dir: Path) -> dict[str, Any]:
+    """Run mini-swe-agent to its end (submitted, step limit, format errors); returns its exit info."""
+    from minisweagent.agents.default import DefaultAgent
+
+    config = textbased_config()
+    sandbox = Sandbox(cwd=workdir / REPO_DIR, shim_dir=shim_dir, hidden=(Path(task["store"]),),
+                      allow_network=os.environ.get(ALLOW_NETWORK_ENV) == "1")
+    agent_config = config["agent"] | {"step_limit": task["step_limit"], "cost_limit": 0,
+                                      "output_path": workdir / TRAJECTORY_FILE}
+    agent = DefaultAgent(build_model(task, config), build_environment(sandbox, task["command_timeout_s"]),
+                         **agent_config)
+    return agent.run(task["problem_statement"])
+
+
+def main() -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price list
+    os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+    task = load_task()
+    workdir = Path.cwd()
+    if not (workdir / REPO_DIR).is_dir():
+        print(f"no {REPO_DIR}/ in {workdir}: the recipe's prepare_workdir lays it out", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="harnessrl-swe-shim-") as shim_dir:
+        info = run_agent(task, workdir, Path(shim_dir))
+    print(json.dumps({"exit_status": info.get("exit_status"), "submission_chars": len(info.get("submission") or "")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The `swe` recipe: generated SWE-smith-style tasks, mini-swe-agent in the local sandbox, the fresh-checkout grader.
+
+The rollout input (what the harness and the agent can read) holds only the instance id, the problem statement and the
+store path; the bug patch and the tests to run stay in the store, which the agent's commands cannot see.
+Configuration: $HARNESSRL_SWE_STORE (default ~/.cache/harnessrl/swe) and $HARNESSRL_SWE_SOURCE (`pypi:<name>` or a
+local project path; default pypi:xmltodict).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.recipe import Grade, GradeInput
+from agents.swe.generator import find_instance, generate
+from agents.swe.grader import checkout, grade_workdir
+from agents.swe.harness import REPO_DIR
+
+DEFAULT_SOURCE = "pypi:xmltodict"
+
+
+def _default_store() -> Path:
+    return Path(os.environ.get("HARNESSRL_SWE_STORE", Path.home() / ".cache" / "harnessrl" / "swe"))
+
+
+def rollout_input(instance: dict[str, Any], store: Path) -> dict[str, Any]:
+    """The task a rollout carries: nothing that leaks the fix."""
+    return {"id": instance["instance_id"], "problem_statement": instance["problem_statement"],
+            "store": str(store.resolve())}
+
+
+@dataclass(frozen=True)
+class SweRecipe:
+    """Generated bug-fix tasks graded by their FAIL_TO_PASS / PASS_TO_PASS tests."""
+
+    name: str = "swe"
+    store: Path = field(default_factory=_default_store)  # where bases and instances.jsonl live
+    source: str = field(default_factory=lambda: os.environ.get("HARNESSRL_SWE_SOURCE", DEFAULT_SOURCE))
+
+    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """`count` tasks (generated now and stored), reproducible from `seed` for a given source."""
+        instances = generate(self.source, self.store, count, seed)
+        if len(instances) < count:
+            raise RuntimeError(f"only {len(instances)} of {count} bugs in {self.source} broke a test; "
+                               f"ask for fewer tasks or use a project with more tests")
+        return [rollout_input(instance, self.store) for instance in instances]
+
+    def harness_command(self) -> list[str]:
+        """mini-swe-agent through agents/swe/harness.py."""
+        return [sys.executable, "-m", "agents.swe.harness"]
+
+    def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
+        """`repo/`: the buggy repository at its base, without .git."""
+        checkout(Path(task["store"]), find_instance(Path(task["store"]), task["id"]), workdir / REPO_DIR)
+
+    def grade(self, graded: GradeInput) -> Grade:
+        """Reward 1.0 iff the agent's diff resolves the instance in a fresh checkout."""
+        store = Path(graded.task["store"])
+        grade = grade_workdir(store, find_instance(store, graded.task["id"]), graded.workdir / REPO_DIR)
+        return Grade(reward=grade.reward, details={**grade.details, "exit_code": graded.exit_code})
+
+
+RECIPE = SweRecipe()
