@@ -52,7 +52,7 @@ def s3_client(endpoint_url: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client("s3", endpoint_url=endpoint_url, region_name="us-east-1", config=Config(
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, region_name="us-east-1", config=Config(
         connect_timeout=5, read_timeout=30, retries={"max_attempts": 1}, s3={"addressing_style": "path"}))
 
 
