@@ -22,6 +22,8 @@ PLUGIN_DIR = Path(__file__).parent  # holds pytest_outcomes.py, loaded with `-p 
 class TestRun:
     """Outcomes of one pytest run."""
 
+    __test__ = False  # not a pytest test class
+
     outcomes: dict[str, str]  # node id -> passed | failed | skipped (absent: not collected)
     messages: dict[str, str] = field(default_factory=dict)  # node id -> failure message (failed tests only)
     output_tail: str = ""  # the last lines of pytest's output, for diagnosis
