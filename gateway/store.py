@@ -19,7 +19,7 @@ import orjson
 import sqlalchemy as sa
 
 from gateway import schema
-from gateway.committer import GroupCommitter
+from gateway.committer import make_committer
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.records import (
     CallRecord,
@@ -86,8 +86,8 @@ class SqlStore:
         self._engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
         schema.metadata.create_all(self._engine)
         self._finished = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._committer = GroupCommitter(self._engine)
+        commits_wait_on_io = not url.startswith("sqlite") or sqlite_synchronous.upper() in ("FULL", "EXTRA")
+        self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io)
         self._cache_rollouts = cache_rollouts
         self._briefs: dict[str, RolloutBrief] = {}
         self._seqs: dict[tuple[str, int], int] = {}
@@ -96,7 +96,6 @@ class SqlStore:
     # -- plumbing -------------------------------------------------------------------------------------------
 
     async def _write(self, fn, *, rollout_id: str | None = None, finishes: bool = False) -> Any:
-        self._loop = asyncio.get_running_loop()
         try:
             return await self._committer.run(fn)
         finally:
@@ -210,7 +209,7 @@ class SqlStore:
 
     async def insert_call(self, row: dict[str, Any]) -> None:
         """Durably record one call (group-committed)."""
-        await asyncio.wrap_future(self._committer.insert(schema.calls, row))
+        await self._committer.run_insert(schema.calls, row)
 
     async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]:
         """A rollout's calls ordered by attempt and arrival."""
