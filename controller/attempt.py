@@ -1,0 +1,66 @@
+"""One attempt of a claimed rollout: its recipe, its key, its working directory and log files, its RunSpec."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.recipe import TASK_FILE, Recipe
+from controller.config import ControllerConfig
+from controller.runners.base import RunSpec
+from gateway.client import GatewayClient
+from gateway.records import Rollout, RolloutSpec
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A claimed rollout being run once."""
+
+    rollout: Rollout  # the rollout as claimed (state running, attempt >= 1)
+    recipe: Recipe  # the recipe that runs and grades it
+    spec: RunSpec  # what the runner starts
+
+
+def recipe_name(rollout: Rollout, configured: str | None) -> str:
+    """The configured recipe, else the task's "recipe" key; raises KeyError naming the fix when there is neither."""
+    if configured:
+        return configured
+    name = rollout.input.get("recipe")
+    if not isinstance(name, str) or not name:
+        raise KeyError(f"rollout {rollout.id!r} has no 'recipe' in its input and the controller has no --recipe; "
+                       "start the controller with --recipe NAME or create the rollout with input.recipe")
+    return name
+
+
+def rollout_key(admin: GatewayClient, rollout: Rollout) -> tuple[str, str]:
+    """(base_url, api_key) of a rollout, by re-posting its own spec: creation is idempotent and returns its key."""
+    spec = RolloutSpec(id=rollout.id, group_id=rollout.group_id, input=rollout.input, mode=rollout.mode,
+                       max_attempts=rollout.max_attempts)
+    created = admin.create_rollouts([spec])[0]
+    return created.base_url, created.api_key
+
+
+def attempt_paths(config: ControllerConfig, rollout: Rollout) -> tuple[Path, Path, Path]:
+    """(workdir, stdout, stderr) of the rollout's current attempt; the suffix keeps ids like '..' inside the parents."""
+    stem = f"{rollout.id}.a{rollout.attempt}"
+    logs = config.logs_dir.resolve()
+    return config.work_dir.resolve() / stem, logs / f"{stem}.stdout", logs / f"{stem}.stderr"
+
+
+def prepare_attempt(config: ControllerConfig, admin: GatewayClient, rollout: Rollout, recipe: Recipe) -> Attempt:
+    """Write task.json into a fresh working directory, let the recipe lay it out, and build the RunSpec."""
+    base_url, api_key = rollout_key(admin, rollout)
+    workdir, stdout, stderr = attempt_paths(config, rollout)
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    stdout.parent.mkdir(parents=True, exist_ok=True)
+    (workdir / TASK_FILE).write_text(json.dumps(rollout.input))
+    recipe.prepare_workdir(rollout.input, workdir)
+    spec = RunSpec(rollout_id=rollout.id, attempt=rollout.attempt, command=tuple(recipe.harness_command()),
+                   base_url=base_url, api_key=api_key, task=rollout.input, workdir=workdir,
+                   timeout_s=config.harness_timeout_s, stdout_path=stdout, stderr_path=stderr,
+                   extra_env=config.harness_env)
+    return Attempt(rollout, recipe, spec)

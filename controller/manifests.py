@@ -1,0 +1,117 @@
+"""Pure builders of the Kubernetes objects of one attempt: the agent Job, its key Secret, names, labels and env.
+
+The Secret holds the rollout's key (`api-key`) and the task (`task.json`); the harness gets the key through
+`secretKeyRef`, and an init container copies the task into the working directory (/workspace), so the harness
+contract is the same as under the LocalRunner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from controller.config import KubernetesSettings
+from controller.runners.base import RunSpec
+
+PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "harnessrl"
+COMPONENT_LABEL, AGENT_COMPONENT = "harnessrl.io/component", "agent"
+ROLLOUT_LABEL = "harnessrl.io/rollout-id"
+ATTEMPT_LABEL = "harnessrl.io/attempt"
+ROLLOUT_ANNOTATION = "harnessrl.io/rollout-id-full"  # the unsanitised id
+GATEWAY_SERVICE, GATEWAY_PORT = "harnessrl-gateway", 8100
+SECRET_KEY, TASK_KEY = "api-key", "task.json"
+WORKDIR, TASK_MOUNT = "/workspace", "/var/run/harnessrl"
+HARNESS_CONTAINER = "harness"
+_LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]")
+_NAME_BAD = re.compile(r"[^a-z0-9-]+")
+
+
+def _digest(text: str, chars: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:chars]
+
+
+def label_value(text: str) -> str:
+    """A valid label value (<= 63 chars, alphanumeric ends); changed or long ids get a hash suffix to stay unique."""
+    clean = _LABEL_BAD.sub("_", text).strip("._-")
+    if clean == text and len(clean) <= 63:
+        return clean
+    return f"{clean[:54].rstrip('._-')}-{_digest(text, 8)}".lstrip("-")
+
+
+def secret_name(rollout_id: str) -> str:
+    """`harnessrl-rollout-<hash>`: the rollout key Secret (one per rollout)."""
+    return f"harnessrl-rollout-{_digest(rollout_id, 16)}"
+
+
+def job_name(rollout_id: str, attempt: int) -> str:
+    """A DNS-1123 Job name (<= 63 chars) unique per rollout attempt, readable where the id allows."""
+    slug = _NAME_BAD.sub("-", rollout_id.lower()).strip("-")[:30].rstrip("-")
+    return "-".join(part for part in ("hrl", slug, _digest(rollout_id, 8), f"a{attempt}") if part)
+
+
+def agent_labels(rollout_id: str) -> dict[str, str]:
+    """Labels of every object of a rollout (the controller's selectors and deploy/'s NetworkPolicy use them)."""
+    return {PART_OF_LABEL: PART_OF, COMPONENT_LABEL: AGENT_COMPONENT, ROLLOUT_LABEL: label_value(rollout_id)}
+
+
+def build_env(base_url: str, secret: str, extra_env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The harness contract as container env: the key comes from the Secret, never inline."""
+    env: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in sorted(extra_env.items())]
+    env += [{"name": "OPENAI_BASE_URL", "value": base_url},
+            {"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {"name": secret, "key": SECRET_KEY}}},
+            {"name": "HARNESSRL_TASK", "value": f"{WORKDIR}/{TASK_KEY}"},
+            {"name": "HOME", "value": WORKDIR}]
+    return env
+
+
+def build_secret_manifest(spec: RunSpec, namespace: str) -> dict[str, Any]:
+    """The rollout's Secret: its key and its task."""
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret_name(spec.rollout_id), "namespace": namespace,
+                         "labels": agent_labels(spec.rollout_id),
+                         "annotations": {ROLLOUT_ANNOTATION: spec.rollout_id}},
+            "type": "Opaque", "stringData": {SECRET_KEY: spec.api_key, TASK_KEY: json.dumps(dict(spec.task))}}
+
+
+def _resources(settings: KubernetesSettings) -> dict[str, Any]:
+    amount = {"cpu": settings.cpu, "memory": settings.memory}
+    return {"requests": dict(amount), "limits": dict(amount)}
+
+
+def _pod_spec(spec: RunSpec, settings: KubernetesSettings) -> dict[str, Any]:
+    secret = secret_name(spec.rollout_id)
+    locked = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    mounts = [{"name": "workspace", "mountPath": WORKDIR}]
+    init = {"name": "task", "image": settings.image, "imagePullPolicy": settings.image_pull_policy,
+            "command": ["cp", f"{TASK_MOUNT}/{TASK_KEY}", f"{WORKDIR}/{TASK_KEY}"],
+            "volumeMounts": [*mounts, {"name": "task", "mountPath": TASK_MOUNT, "readOnly": True}],
+            "resources": _resources(settings), "securityContext": locked}
+    harness = {"name": HARNESS_CONTAINER, "image": settings.image, "imagePullPolicy": settings.image_pull_policy,
+               "command": list(spec.command), "workingDir": WORKDIR,
+               "env": build_env(spec.base_url, secret, spec.extra_env), "volumeMounts": mounts,
+               "resources": _resources(settings), "securityContext": locked}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never", "automountServiceAccountToken": False,
+        "initContainers": [init], "containers": [harness],
+        "volumes": [{"name": "workspace", "emptyDir": {}},
+                    {"name": "task", "secret": {"secretName": secret, "items": [{"key": TASK_KEY, "path": TASK_KEY}]}}],
+    }
+    if settings.service_account:
+        pod["serviceAccountName"] = settings.service_account
+    return pod
+
+
+def build_job_manifest(spec: RunSpec, settings: KubernetesSettings) -> dict[str, Any]:
+    """The batch/v1 Job of one attempt: no retries by Kubernetes (the controller retries), a hard deadline, a TTL."""
+    labels = {**agent_labels(spec.rollout_id), ATTEMPT_LABEL: str(spec.attempt)}
+    metadata = {"labels": labels, "annotations": {ROLLOUT_ANNOTATION: spec.rollout_id}}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": job_name(spec.rollout_id, spec.attempt), "namespace": settings.namespace,
+                         **metadata},
+            "spec": {"backoffLimit": 0, "activeDeadlineSeconds": max(1, math.ceil(spec.timeout_s)),
+                     "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
+                     "template": {"metadata": metadata, "spec": _pod_spec(spec, settings)}}}

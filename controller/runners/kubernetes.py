@@ -1,0 +1,213 @@
+"""KubernetesRunner: one batch/v1 Job (and one key Secret) per attempt, through the official `kubernetes` client.
+
+Each poll lists the controller's agent Jobs (and their pods) by label and maps their status to an ending
+(`k8s_status`); a list per tick, rather than a long-lived watch stream, cannot miss an event when a connection drops.
+Pods stuck on image or config errors are failed as `start_failed` after `image_pull_grace_s`. Creations are
+rate-limited by a token bucket. The runner deletes the Jobs and Secrets it created (`release`, `close`).
+The harness's combined output is copied from the pod log into the stdout file when the attempt ends.
+Grading sees the controller-side working directory (task.json and the recipe's layout), not the pod's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from controller.config import KubernetesSettings
+from controller.manifests import (
+    AGENT_COMPONENT,
+    COMPONENT_LABEL,
+    HARNESS_CONTAINER,
+    PART_OF,
+    PART_OF_LABEL,
+    build_job_manifest,
+    build_secret_manifest,
+    secret_name,
+)
+from controller.runners.base import RunnerFullError, RunnerStartError, RunResult, RunSpec, Termination
+from controller.runners.k8s_status import Ending, job_ending, pod_ending
+from controller.runners.ratelimit import TokenBucket
+
+log = logging.getLogger("harnessrl.controller")
+SELECTOR = f"{PART_OF_LABEL}={PART_OF},{COMPONENT_LABEL}={AGENT_COMPONENT}"
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+
+
+def api_client(settings: KubernetesSettings) -> Any:
+    """An ApiClient for `api_url` (no auth), else the kubeconfig file, else in-cluster, else ~/.kube/config."""
+    from kubernetes import client, config
+
+    if settings.api_url:
+        configuration = client.Configuration()
+        configuration.host = settings.api_url.rstrip("/")
+        return client.ApiClient(configuration)
+    if settings.kubeconfig:
+        return config.new_client_from_config(config_file=settings.kubeconfig)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+@dataclass
+class _Job:
+    spec: RunSpec
+    name: str  # the Job's name
+    started_s: float  # monotonic start
+    stopped: Termination | None = None  # set when the runner deleted the Job itself (cancel, start error)
+    detail: str = ""  # why it was stopped
+    stuck_since_s: float | None = None  # monotonic time a pod was first seen on an image/config error
+
+
+class KubernetesRunner:
+    """Runs attempts as Jobs in one namespace; driven from the reconcile thread."""
+
+    def __init__(self, settings: KubernetesSettings, concurrency: int, *, api: Any = None) -> None:
+        from kubernetes import client
+
+        self.settings, self.concurrency = settings, concurrency
+        self._api = api or api_client(settings)
+        self._batch, self._core = client.BatchV1Api(self._api), client.CoreV1Api(self._api)
+        self._bucket = TokenBucket(settings.creates_per_s, settings.create_burst)
+        self._jobs: dict[str, _Job] = {}  # rollout id -> running attempt
+        self._ended: dict[str, _Job] = {}  # rollout id -> ended attempt, until released
+
+    def free_slots(self) -> int:
+        """Free concurrency, bounded by the creation rate limit."""
+        return max(0, min(self.concurrency - len(self._jobs), self._bucket.available()))
+
+    def start(self, spec: RunSpec) -> None:
+        """Create the key Secret (kept if it exists: the key is the same) and the Job."""
+        from kubernetes.client.exceptions import ApiException
+
+        if len(self._jobs) >= self.concurrency or not self._bucket.take():
+            raise RunnerFullError(f"no free slot or creation budget for {spec.rollout_id!r}; check free_slots()")
+        namespace = self.settings.namespace
+        job = build_job_manifest(spec, self.settings)
+        try:
+            self._create_secret(spec)
+            self._batch.create_namespaced_job(namespace, job, _preload_content=False)
+        except ApiException as exc:
+            raise RunnerStartError(f"creating Job {job['metadata']['name']} in {namespace!r} failed: "
+                                   f"{exc.status} {exc.reason}: {exc.body}") from exc
+        self._jobs[spec.rollout_id] = _Job(spec, job["metadata"]["name"], time.monotonic())
+
+    def _create_secret(self, spec: RunSpec) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._core.create_namespaced_secret(self.settings.namespace, build_secret_manifest(
+                spec, self.settings.namespace), _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def poll(self) -> list[RunResult]:
+        """Ended attempts: Job conditions, pod reasons, vanished Jobs, pods stuck on image errors."""
+        if not self._jobs:
+            return []
+        jobs = {j["metadata"]["name"]: j for j in self._list("jobs")}
+        pods: dict[str, list[dict[str, Any]]] = {}
+        for pod in self._list("pods"):
+            labels = pod["metadata"].get("labels") or {}
+            owner = next((labels[k] for k in JOB_NAME_LABELS if k in labels), None)
+            pods.setdefault(owner or "", []).append(pod)
+        ended = []
+        for rollout_id, job in list(self._jobs.items()):
+            ending = self._ending(job, jobs.get(job.name), pods.get(job.name, []))
+            if ending is not None:
+                ended.append(self._finish(rollout_id, job, ending))
+        return ended
+
+    def _list(self, kind: str) -> list[dict[str, Any]]:
+        namespace = self.settings.namespace
+        if kind == "jobs":
+            response = self._batch.list_namespaced_job(namespace, label_selector=SELECTOR, _preload_content=False)
+        else:
+            response = self._core.list_namespaced_pod(namespace, label_selector=SELECTOR, _preload_content=False)
+        return json.loads(response.data)["items"]
+
+    def _ending(self, job: _Job, found: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Ending | None:
+        if job.stopped is not None:
+            return job.stopped, None, job.detail
+        if found is None:
+            return Termination.NODE_LOST, None, f"Job {job.name} disappeared (deleted outside the controller?)"
+        ending = job_ending(found, pods)
+        if ending is not None:
+            return ending
+        endings = [e for e in (pod_ending(p) for p in pods) if e is not None]
+        lost = next((e for e in endings if e[0] in (Termination.EVICTED, Termination.NODE_LOST)), None)
+        if lost is not None:
+            return lost
+        stuck = next((e for e in endings if e[0] == Termination.START_FAILED), None)
+        if stuck is None:
+            job.stuck_since_s = None
+            return None
+        now = time.monotonic()
+        job.stuck_since_s = job.stuck_since_s or now
+        return stuck if now - job.stuck_since_s >= self.settings.image_pull_grace_s else None
+
+    def _finish(self, rollout_id: str, job: _Job, ending: Ending) -> RunResult:
+        termination, exit_code, detail = ending
+        del self._jobs[rollout_id]
+        self._ended[rollout_id] = job
+        self._copy_logs(job)
+        if termination in (Termination.START_FAILED, Termination.EVICTED, Termination.NODE_LOST):
+            self._delete_job(job.name)  # a stuck or orphaned Job must not start late
+        return RunResult(rollout_id, job.spec.attempt, termination, exit_code, detail,
+                         time.monotonic() - job.started_s)
+
+    def _copy_logs(self, job: _Job) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        pods = [p for p in self._list("pods") if job.name in (p["metadata"].get("labels") or {}).values()]
+        text = ""
+        for pod in pods:
+            try:
+                response = self._core.read_namespaced_pod_log(pod["metadata"]["name"], self.settings.namespace,
+                                                              container=HARNESS_CONTAINER, _preload_content=False)
+                text += response.data.decode("utf-8", "replace")
+            except ApiException as exc:
+                text += f"[harnessrl] no log for pod {pod['metadata']['name']}: {exc.status} {exc.reason}\n"
+        job.spec.stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        job.spec.stdout_path.write_text(text)
+        job.spec.stderr_path.write_text("[harnessrl] Kubernetes merges stderr into the pod log (see stdout)\n")
+
+    def cancel(self, rollout_id: str) -> None:
+        """Delete the attempt's Job now; the next poll reports it as cancelled."""
+        job = self._jobs.get(rollout_id)
+        if job is not None and job.stopped is None:
+            job.stopped, job.detail = Termination.CANCELLED, f"Job {job.name} deleted by the controller"
+            self._delete_job(job.name)
+
+    def release(self, rollout_id: str) -> None:
+        """Delete the ended attempt's Job (and its pods) and the rollout's key Secret."""
+        job = self._ended.pop(rollout_id, None)
+        if job is None:
+            return
+        self._delete_job(job.name)
+        self._delete(self._core.delete_namespaced_secret, secret_name(rollout_id))
+
+    def _delete_job(self, name: str) -> None:
+        self._delete(self._batch.delete_namespaced_job, name, propagation_policy="Background")
+
+    def _delete(self, method: Any, name: str, **kwargs: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            method(name, self.settings.namespace, _preload_content=False, **kwargs)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("deleting %s in %s failed: %s %s", name, self.settings.namespace, exc.status, exc.reason)
+
+    def close(self) -> None:
+        """Delete every Job and Secret this runner still holds."""
+        for rollout_id in list(self._jobs):
+            self.cancel(rollout_id)
+            self._finish(rollout_id, self._jobs[rollout_id], (Termination.CANCELLED, None, "runner closed"))
+        for rollout_id in list(self._ended):
+            self.release(rollout_id)
