@@ -1,7 +1,7 @@
-"""Procedural bugs as pure AST mutations: find every site where a mutator applies, then edit only that span of the source.
+"""Procedural bugs as pure AST mutations: find every site where a mutator applies, then edit only that span.
 
-A mutation replaces the exact source span of one expression (or two, for swapped returns) with the unparsed mutated node,
-so the rest of the file keeps its formatting and comments and the bug patch is a small unified diff.
+A mutation replaces the exact source span of one expression (or two, for swapped returns) with the unparsed mutated
+node, so the rest of the file keeps its formatting and comments and the bug patch is a small unified diff.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def _with_op(node: ast.AST, field: str, value: object) -> ast.AST:
 
 def _op_flips(node: ast.AST, lines: list[str]) -> Iterator[Mutation]:
     if isinstance(node, ast.BinOp) and type(node.op) in BINOP_FLIPS:
-        yield Mutation("op_flip", node.lineno, (_edit(lines, node, _with_op(node, "op", BINOP_FLIPS[type(node.op)]())),))
+        flipped_op = BINOP_FLIPS[type(node.op)]()
+        yield Mutation("op_flip", node.lineno, (_edit(lines, node, _with_op(node, "op", flipped_op)),))
     if isinstance(node, ast.Compare):
         yield from _compare_flips(node, lines, COMPARE_FLIPS, "op_flip")
     if isinstance(node, ast.BoolOp):

@@ -1,5 +1,5 @@
-"""An offline SWE-smith-style task generator: inject `ast` bugs into a real project that ships its tests, keep those that
-break some tests, and write instances in the SWE-smith schema.
+"""An offline SWE-smith-style task generator: inject `ast` bugs into a real project that ships its tests, keep those
+that break some tests, and write instances in the SWE-smith schema.
 
 Store layout (everything a task needs later, without network):
   <store>/repos/<repo_key>/   the pristine base: the project's source as a git repository (one commit, `base_commit`)
@@ -137,7 +137,7 @@ def _instance(base: Base, mutation: Mutation, relative: str, patch: str, failing
 
 def generate_instances(base: Base, count: int, seed: int, *, max_candidates: int = 60,
                        timeout_s: float = 300.0) -> list[dict[str, Any]]:
-    """Up to `count` instances from bugs drawn with `seed`; a bug is kept when it fails >= 1 test that passed at base."""
+    """Up to `count` instances from bugs drawn with `seed`; kept when it fails a test that passed at base."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-gen-") as scratch:
         work = Path(scratch) / "repo"
         copy_tree(base.path, work)

@@ -1,6 +1,6 @@
-"""A self-contained pytest plugin (loaded with `-p pytest_outcomes`): writes {node id: outcome} as JSON to the file named
-by $HARNESSRL_PYTEST_OUTCOMES. Outcomes: passed, failed, skipped (xfail counts as skipped, xpass as passed); a failing
-setup or teardown fails the test. Failure messages (the crash line, truncated) go under the "messages" key.
+"""A self-contained pytest plugin (loaded with `-p pytest_outcomes`): writes {node id: outcome} as JSON to the file
+named by $HARNESSRL_PYTEST_OUTCOMES. Outcomes: passed, failed, skipped (xfail counts as skipped, xpass as passed);
+a failing setup or teardown fails the test. Failure messages (the crash line, truncated) go under "messages".
 
 It imports nothing of harnessrl: it runs inside the tested project's interpreter.
 """

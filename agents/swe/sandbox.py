@@ -1,6 +1,7 @@
 """The local sandbox for the commands an SWE agent runs: no git, no network, no view of the task store, no secrets.
 
-- `git` is a shim, first on PATH and bind-mounted over every real git binary, that prints GIT_DISABLED_MESSAGE and exits 1.
+- `git` is a shim, first on PATH and bind-mounted over every real git binary on PATH, that prints GIT_DISABLED_MESSAGE
+  and exits 1.
 - Each command runs in fresh Linux network and mount namespaces (`unshare --net --mount`, needs root or CAP_SYS_ADMIN):
   no interface but a down loopback, so every socket connection fails; `hidden` paths (the task store with its pristine
   bases and instances) are covered by an empty read-only tmpfs.

@@ -72,9 +72,7 @@ def _reverse(patch: str) -> str:
     """The gold fix: the bug patch with its sides swapped."""
     lines = []
     for line in patch.splitlines(keepends=True):
-        if line.startswith("--- a/"):
-            lines.append(line)
-        elif line.startswith("+++ b/"):
+        if line.startswith(("--- a/", "+++ b/")):
             lines.append(line)
         elif line.startswith("@@ "):
             old, new = line.split(" ")[1:3]
