@@ -66,6 +66,12 @@ async def run_load(urls_keys: list[tuple[str, str]], clients: int, seconds: floa
         return latencies, time.perf_counter() - started
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def summarize(latencies: list[float], wall_s: float) -> dict:
     ordered = sorted(latencies)
     return {"calls": len(ordered), "p50_ms": statistics.median(ordered),
@@ -112,12 +118,15 @@ def main() -> None:
             asyncio.run(run_load(direct, 8, 1.0))
             for clients in args.clients:
                 d = summarize(*asyncio.run(run_load(direct, clients, args.seconds)))
+                cpu_before = cpu_seconds(gateway.pid)
                 g = summarize(*asyncio.run(run_load(routes, clients, args.seconds)))
+                g["cpu_ms_per_call"] = (cpu_seconds(gateway.pid) - cpu_before) * 1000 / g["calls"]
                 results.append({"clients": clients, "direct": d, "gateway": g,
                                 "added_p50_ms": g["p50_ms"] - d["p50_ms"], "added_p99_ms": g["p99_ms"] - d["p99_ms"]})
                 print(f"{clients:>3} clients | direct p50 {d['p50_ms']:.2f} ms p99 {d['p99_ms']:.2f} ms "
                       f"{d['calls_per_s']:.0f}/s | gateway p50 {g['p50_ms']:.2f} ms p99 {g['p99_ms']:.2f} ms "
-                      f"{g['calls_per_s']:.0f}/s | added p50 {results[-1]['added_p50_ms']:.2f} ms", flush=True)
+                      f"{g['calls_per_s']:.0f}/s, {g['cpu_ms_per_call']:.3f} CPU ms/call | "
+                      f"added p50 {results[-1]['added_p50_ms']:.2f} ms", flush=True)
         finally:
             gateway.send_signal(signal.SIGINT)
             upstream.terminate()
