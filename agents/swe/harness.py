@@ -69,6 +69,9 @@ def run_agent(task: dict[str, Any], workdir: Path, shim_dir: Path) -> dict[str, 
     from minisweagent.agents.default import DefaultAgent
 
     config = textbased_config()
+    if workdir.resolve().is_relative_to(Path(task["store"]).resolve()):
+        raise ValueError(f"working directory {workdir} is inside the task store {task['store']}, which the sandbox "
+                         f"hides from the agent; run rollouts in a directory outside the store")
     sandbox = Sandbox(cwd=workdir / REPO_DIR, shim_dir=shim_dir, hidden=(Path(task["store"]),),
                       allow_network=os.environ.get(ALLOW_NETWORK_ENV) == "1")
     agent_config = config["agent"] | {"step_limit": task["step_limit"], "cost_limit": 0,
