@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from controller.cli import app as controller_app
 from gateway.cli import app as gateway_app
 from harnessrl.model_cli import app as model_app
 from trainer.engines.serving.cli import app as engine_app
@@ -13,6 +14,7 @@ app = typer.Typer(help="harnessrl: reinforcement learning of LLM agents through 
 app.add_typer(model_app, name="model", help="Provision models into the local cache.")
 app.add_typer(engine_app, name="engine", help="The embedded CPU inference engine.")
 app.add_typer(gateway_app, name="gateway", help="The API gateway and rollout store.")
+app.add_typer(controller_app, name="controller", help="The rollout controller.")
 
 if __name__ == "__main__":
     app()

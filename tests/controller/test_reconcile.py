@@ -27,7 +27,7 @@ class AdminThatNeverRewards(GatewayClient):
 
 def config(tmp_path: Path, **overrides: Any) -> ControllerConfig:
     settings = {"controller_id": f"ctl-{uuid.uuid4().hex[:6]}", "concurrency": 4, "lease_s": 30.0,
-                "renew_every_s": 5.0, "poll_interval_s": 0.1, "harness_timeout_s": 6.0, "kill_grace_s": 0.5,
+                "renew_every_s": 5.0, "poll_interval_s": 0.1, "harness_timeout_s": 60.0, "kill_grace_s": 0.5,
                 "work_dir": tmp_path / "work", "logs_dir": tmp_path / "logs", **overrides}
     return ControllerConfig(**settings)
 
@@ -58,7 +58,7 @@ def test_every_rollout_ends_with_the_right_state_kind_and_reward(gateway, admin,
     tasks = [{"mode": "ok"}, {"mode": "ok"}, {"mode": "exit3"}, {"mode": "crash"}, {"mode": "hang"},
              {"mode": "env"}, {"mode": "exit3", "recipe": "script-grading"}, {"mode": "ok", "recipe": "nope"}]
     ids = create(admin, tasks)
-    reconciler = run_once(gateway, grader, tmp_path)
+    reconciler = run_once(gateway, grader, tmp_path, harness_timeout_s=8.0)  # the hanging harness is timed out
     got = {i: admin.get_rollout(i) for i in ids}
     expected = [(RolloutState.SUCCEEDED, None, 1.0), (RolloutState.SUCCEEDED, None, 1.0),
                 (RolloutState.FAILED, FailureKind.AGENT, None), (RolloutState.FAILED, FailureKind.AGENT, None),
@@ -107,7 +107,7 @@ def test_infra_start_failure_is_retried_and_then_succeeds(gateway, admin, grader
 
 def test_unreachable_engine_is_an_infra_failure_retried_until_attempts_are_spent(gateway, admin, grader, tmp_path):
     [rollout_id] = create(admin, [{"mode": "call_then_fail", "model": "dead"}], max_attempts=2)
-    run_once(gateway, grader, tmp_path, harness_timeout_s=30.0)
+    run_once(gateway, grader, tmp_path)
     rollout = admin.get_rollout(rollout_id)
     assert (rollout.state, rollout.failure_kind, rollout.attempt) == (RolloutState.FAILED, FailureKind.INFRA, 2)
     assert "engine unreachable" in rollout.error and rollout.reward is None

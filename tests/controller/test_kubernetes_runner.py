@@ -1,0 +1,159 @@
+"""KubernetesRunner against a fake API server: creation, success, failure mapping, deletion, rate limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.config import KubernetesSettings
+from controller.manifests import job_name, secret_name
+from controller.runners.base import RunnerFullError, RunnerStartError, RunSpec, Termination
+from controller.runners.k8s_status import job_ending, pod_ending
+from controller.runners.kubernetes import KubernetesRunner
+from tests.controller.fake_kube import FakeKube
+
+NS = "agents"
+
+
+@pytest.fixture
+def kube():
+    with FakeKube() as fake:
+        yield fake
+
+
+def runner(kube: FakeKube, concurrency: int = 4, **settings) -> KubernetesRunner:
+    config = KubernetesSettings(namespace=NS, api_url=kube.url, **{"image_pull_grace_s": 0.2, **settings})
+    return KubernetesRunner(config, concurrency)
+
+
+def spec(tmp_path: Path, rollout_id: str = "r1", attempt: int = 1) -> RunSpec:
+    return RunSpec(rollout_id=rollout_id, attempt=attempt, command=("python", "harness.py"),
+                   base_url=f"http://gw:8100/r/{rollout_id}/v1", api_key=f"hrl.{rollout_id}", task={"id": rollout_id},
+                   workdir=tmp_path, timeout_s=60, stdout_path=tmp_path / f"{rollout_id}.out",
+                   stderr_path=tmp_path / f"{rollout_id}.err")
+
+
+def terminated(code: int, reason: str = "Error") -> dict:
+    return {"phase": "Failed", "containerStatuses": [{"name": "harness", "state": {
+        "terminated": {"exitCode": code, "reason": reason}}}]}
+
+
+FAILED = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}], "failed": 1}
+
+
+def test_create_success_logs_and_deletion(kube, tmp_path):
+    run = runner(kube)
+    run.start(spec(tmp_path))
+    name = job_name("r1", 1)
+    job, secret = kube.objects["jobs"][name], kube.objects["secrets"][secret_name("r1")]
+    assert job["spec"]["backoffLimit"] == 0 and secret["stringData"]["api-key"] == "hrl.r1"
+    assert run.poll() == [] and run.free_slots() == 3
+    kube.add_pod(name, {"phase": "Succeeded"}, log="answer\n")
+    kube.set_job_status(name, {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1})
+    [result] = run.poll()
+    assert (result.rollout_id, result.termination, result.exit_code) == ("r1", Termination.EXITED, 0)
+    assert (tmp_path / "r1.out").read_text() == "answer\n"
+    run.release("r1")
+    assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {} and kube.objects["pods"] == {}
+    assert ("DELETE", f"/api/v1/namespaces/{NS}/secrets/{secret_name('r1')}") in kube.requests
+
+
+@pytest.mark.parametrize(("job_status", "pod_status", "termination", "exit_code"), [
+    (FAILED, terminated(3), Termination.EXITED, 3),
+    (FAILED, terminated(137, "OOMKilled"), Termination.OOM_KILLED, None),
+    (FAILED, terminated(139), Termination.CRASHED, None),
+    (FAILED, {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}, Termination.EVICTED, None),
+    (FAILED, {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True"}]},
+     Termination.EVICTED, None),
+    (FAILED, {"phase": "Failed", "reason": "NodeLost"}, Termination.NODE_LOST, None),
+    (FAILED, {"phase": "Failed", "initContainerStatuses": [{"name": "task", "state": {
+        "terminated": {"exitCode": 1, "reason": "Error"}}}]}, Termination.START_FAILED, None),
+    ({"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}, {"phase": "Running"},
+     Termination.TIMED_OUT, None),
+    (FAILED, None, Termination.NODE_LOST, None),
+])
+def test_failure_mapping(kube, tmp_path, job_status, pod_status, termination, exit_code):
+    run = runner(kube)
+    run.start(spec(tmp_path))
+    name = job_name("r1", 1)
+    if pod_status is not None:
+        kube.add_pod(name, pod_status)
+    kube.set_job_status(name, job_status)
+    [result] = run.poll()
+    assert (result.termination, result.exit_code) == (termination, exit_code), result.detail
+
+
+def test_evicted_pod_ends_the_attempt_before_the_job_fails(kube, tmp_path):
+    run = runner(kube)
+    run.start(spec(tmp_path))
+    kube.add_pod(job_name("r1", 1), {"phase": "Failed", "reason": "Evicted"})
+    [result] = run.poll()
+    assert result.termination == Termination.EVICTED
+    assert job_name("r1", 1) not in kube.objects["jobs"]  # the runner deleted the orphaned Job
+
+
+def test_image_pull_backoff_fails_to_start_after_the_grace_period(kube, tmp_path):
+    import time
+
+    run = runner(kube)
+    run.start(spec(tmp_path))
+    waiting = {"phase": "Pending", "containerStatuses": [{"name": "harness", "state": {
+        "waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}}]}
+    kube.add_pod(job_name("r1", 1), waiting)
+    assert run.poll() == []  # within the grace period
+    time.sleep(0.3)
+    [result] = run.poll()
+    assert result.termination == Termination.START_FAILED and "ImagePullBackOff" in result.detail
+    assert kube.objects["jobs"] == {}
+
+
+def test_vanished_job_is_a_lost_attempt_and_cancel_deletes(kube, tmp_path):
+    run = runner(kube)
+    run.start(spec(tmp_path, "a"))
+    run.start(spec(tmp_path, "b"))
+    del kube.objects["jobs"][job_name("a", 1)]
+    run.cancel("b")
+    results = {r.rollout_id: r.termination for r in run.poll()}
+    assert results == {"a": Termination.NODE_LOST, "b": Termination.CANCELLED}
+    assert kube.objects["jobs"] == {}
+    run.close()
+    assert kube.objects["secrets"] == {}
+
+
+def test_create_errors_are_start_errors_and_an_existing_secret_is_reused(kube, tmp_path):
+    run = runner(kube)
+    kube.fail_next[("POST", "jobs")] = 403
+    with pytest.raises(RunnerStartError, match="403"):
+        run.start(spec(tmp_path))
+    assert run.free_slots() == 4
+    run.start(spec(tmp_path))  # the Secret from the failed try exists: kept (the key is the same)
+    assert job_name("r1", 1) in kube.objects["jobs"]
+
+
+def test_creation_is_rate_limited_and_bounded(kube, tmp_path):
+    run = runner(kube, concurrency=10, creates_per_s=0.01, create_burst=2)
+    run.start(spec(tmp_path, "a"))
+    run.start(spec(tmp_path, "b"))
+    assert run.free_slots() == 0
+    with pytest.raises(RunnerFullError):
+        run.start(spec(tmp_path, "c"))
+    assert len(kube.objects["jobs"]) == 2
+
+
+@pytest.mark.parametrize(("status", "ending"), [
+    ({}, None),
+    ({"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}, None),
+    ({"containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}, None),
+    ({"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}, Termination.START_FAILED),
+    ({"containerStatuses": [{"state": {"waiting": {"reason": "CreateContainerConfigError"}}}]},
+     Termination.START_FAILED),
+    ({"containerStatuses": [{"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}, None),
+])
+def test_pod_ending_table(status, ending):
+    result = pod_ending({"status": status})
+    assert (result[0] if result else None) == ending
+
+
+def test_running_job_has_no_ending():
+    assert job_ending({"status": {"active": 1}}, [{"status": {"phase": "Running"}}]) is None
