@@ -49,6 +49,14 @@ def attempt_paths(config: ControllerConfig, rollout: Rollout) -> tuple[Path, Pat
     return config.work_dir.resolve() / stem, logs / f"{stem}.stdout", logs / f"{stem}.stderr"
 
 
+def harness_timeout_s(config: ControllerConfig, task: dict) -> float:
+    """The task's own `harness_timeout_s` when it sets one (a recipe's budget), else the controller's."""
+    value = task.get("harness_timeout_s", config.harness_timeout_s)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"task harness_timeout_s={value!r} must be a positive number of seconds")
+    return float(value)
+
+
 def prepare_attempt(config: ControllerConfig, admin: GatewayClient, rollout: Rollout, recipe: Recipe) -> Attempt:
     """Write task.json into a fresh working directory, let the recipe lay it out, and build the RunSpec."""
     base_url, api_key = rollout_key(admin, rollout)
@@ -61,6 +69,6 @@ def prepare_attempt(config: ControllerConfig, admin: GatewayClient, rollout: Rol
     recipe.prepare_workdir(rollout.input, workdir)
     spec = RunSpec(rollout_id=rollout.id, attempt=rollout.attempt, command=tuple(recipe.harness_command()),
                    base_url=base_url, api_key=api_key, task=rollout.input, workdir=workdir,
-                   timeout_s=config.harness_timeout_s, stdout_path=stdout, stderr_path=stderr,
+                   timeout_s=harness_timeout_s(config, rollout.input), stdout_path=stdout, stderr_path=stderr,
                    extra_env=config.harness_env)
     return Attempt(rollout, recipe, spec)
