@@ -30,7 +30,8 @@ def serve(
 
     cfg = load_gateway_config(config, host=host, port=port, db_url=db, public_url=public_url)
     uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
-                loop="uvloop", http="httptools", timeout_keep_alive=75, lifespan="on")
+                loop="uvloop", http="httptools", timeout_keep_alive=75, lifespan="on", proxy_headers=False,
+                server_header=False)
 
 
 if __name__ == "__main__":
