@@ -15,7 +15,7 @@ from gateway.asgi import read_body, send_error
 from gateway.config import GatewayConfig
 from gateway.errors import BadRequest, GatewayError, error_body
 from gateway.openapi import harness_paths
-from gateway.routes import calls, control, models, rollouts
+from gateway.routes import artifacts, calls, control, models, rollouts
 from gateway.routes.harness import handle_harness
 from gateway.services import Services, open_services
 
@@ -32,7 +32,7 @@ def build_admin_app(config: GatewayConfig) -> FastAPI:
             await app.state.services.close()
 
     app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan)
-    for module in (rollouts, calls, models, control):
+    for module in (rollouts, artifacts, calls, models, control):
         app.include_router(module.router)
 
     @app.get("/health", tags=["control"])

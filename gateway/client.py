@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 from pydantic import TypeAdapter
 
+from gateway.artifacts import ArtifactInfo
 from gateway.records import (
     CallRecord,
     ClaimRequest,
@@ -61,7 +62,14 @@ class GatewayClient:
 
     def _call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
               timeout_s: float | None = None) -> Any:
+        return self._send(method, path, json=json, params=params, timeout_s=timeout_s).json()
+
+    def _send(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
+              content: bytes | None = None, timeout_s: float | None = None) -> httpx.Response:
         kwargs: dict[str, Any] = {"json": json, "params": params}
+        if content is not None:
+            kwargs["content"] = content
+            kwargs["headers"] = {"content-type": "application/octet-stream"}
         if timeout_s is not None:
             kwargs["timeout"] = timeout_s
         response = self._http.request(method, path, **kwargs)
@@ -72,7 +80,7 @@ class GatewayClient:
             except (ValueError, KeyError, TypeError):
                 message, code = response.text, None
             raise GatewayAPIError(response.status_code, message, code)
-        return response.json()
+        return response
 
     # -- models --
     def register_model(self, name: str, base_url: str, version: int = 0, served_name: str | None = None) -> ModelRecord:
@@ -139,6 +147,17 @@ class GatewayClient:
         """A rollout's recorded calls."""
         params = {"attempt": attempt} if attempt is not None else None
         return _CALLS.validate_python(self._call("GET", f"/v1/admin/rollouts/{rollout_id}/calls", params=params))
+
+    # -- artifacts --
+    def put_artifact(self, rollout_id: str, name: str, data: bytes) -> ArtifactInfo:
+        """Store opaque bytes as `name` for the rollout's current attempt (replacing an earlier blob)."""
+        response = self._send("PUT", f"/v1/admin/rollouts/{rollout_id}/artifacts/{name}", content=data)
+        return ArtifactInfo.model_validate(response.json())
+
+    def get_artifact(self, rollout_id: str, name: str, attempt: int | None = None) -> bytes:
+        """An artifact's bytes (default: the current attempt); GatewayAPIError with status 404 when absent."""
+        params = {"attempt": attempt} if attempt is not None else None
+        return self._send("GET", f"/v1/admin/rollouts/{rollout_id}/artifacts/{name}", params=params).content
 
     # -- control --
     def pause(self, timeout_s: float | None = None) -> PauseResult:

@@ -6,6 +6,9 @@ _ERR = {"description": "OpenAI-style error: {\"error\": {message, type, param, c
 _ERRORS = {"400": _ERR, "401": _ERR, "403": _ERR, "404": _ERR, "409": _ERR, "413": _ERR, "502": _ERR, "503": _ERR}
 _ROLLOUT = {"name": "rollout_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _SECURITY = [{"rolloutKey": []}]
+_NAME = {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,100}$"}}
+_OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 
 
 def _proxy(summary: str) -> dict:
@@ -31,4 +34,18 @@ def harness_paths() -> dict:
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "$ref": "#/components/schemas/EventIn"}}}},
             "responses": {"200": {"description": "The stored event"}, **_ERRORS}}},
+        "/r/{rollout_id}/artifacts/{name}": _artifact(),
+    }
+
+
+def _artifact() -> dict:
+    common = {"tags": ["harness"], "parameters": [_ROLLOUT, _NAME], "security": _SECURITY}
+    return {
+        "get": {**common, "summary": "Download an artifact of this rollout's current attempt (404 when absent)",
+                "responses": {"200": {"description": "The artifact's bytes", "content": _OCTETS}, **_ERRORS}},
+        "put": {**common, "summary": "Store an artifact (opaque bytes, at most max_body_bytes) for this rollout's "
+                                     "current attempt; 409 once the rollout is finished",
+                "requestBody": {"required": True, "content": _OCTETS},
+                "responses": {"200": {"description": "ArtifactInfo: rollout_id, attempt, name, size_bytes, "
+                                                     "created_at"}, **_ERRORS}},
     }

@@ -1,4 +1,4 @@
-"""SQL tables of the store (SQLAlchemy Core): rollouts, calls, events, models, meta."""
+"""SQL tables of the store (SQLAlchemy Core): rollouts, calls, events, models, meta, artifacts."""
 
 from __future__ import annotations
 
@@ -76,4 +76,14 @@ models = sa.Table(
     sa.Column("base_url", sa.String(500), primary_key=True),
     sa.Column("served_name", sa.String(200), nullable=False),
     sa.Column("version", sa.Integer, nullable=False),
+)
+
+artifacts = sa.Table(
+    "artifacts", metadata,
+    sa.Column("rollout_id", sa.String(200), primary_key=True),
+    sa.Column("attempt", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("size_bytes", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
 )

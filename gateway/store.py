@@ -18,7 +18,8 @@ from typing import Any, Protocol
 import orjson
 import sqlalchemy as sa
 
-from gateway import schema
+from gateway import artifacts, schema
+from gateway.artifacts import ArtifactInfo
 from gateway.committer import make_committer
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.records import (
@@ -75,6 +76,9 @@ class Store(Protocol):
     async def set_model_version(self, name: str, version: int) -> list[ModelRecord]: ...
     async def delete_model(self, name: str, base_url: str | None) -> int: ...
     async def list_models(self) -> list[ModelRecord]: ...
+    async def put_artifact(self, rollout_id: str, name: str, data: bytes, *,
+                           refuse_finished: bool) -> ArtifactInfo: ...
+    async def get_artifact(self, rollout_id: str, name: str, attempt: int | None) -> bytes: ...
     async def secret(self) -> bytes: ...
     def close(self) -> None: ...
 
@@ -252,6 +256,17 @@ class SqlStore:
             sa.select(schema.models).order_by(schema.models.c.name, schema.models.c.base_url)).all())
         return [ModelRecord(name=r.name, base_url=r.base_url, version=r.version, served_name=r.served_name)
                 for r in rows]
+
+    # -- artifacts ------------------------------------------------------------------------------------------
+
+    async def put_artifact(self, rollout_id: str, name: str, data: bytes, *, refuse_finished: bool) -> ArtifactInfo:
+        """Store a blob under the rollout's current attempt (409 on a finished rollout with `refuse_finished`)."""
+        return await self._write(lambda conn: artifacts.put_artifact(
+            conn, rollout_id, name, data, time.time(), refuse_finished=refuse_finished))
+
+    async def get_artifact(self, rollout_id: str, name: str, attempt: int | None) -> bytes:
+        """A stored blob of `attempt` (default: the current one), or NotFound."""
+        return await self._read(lambda conn: artifacts.get_artifact(conn, rollout_id, name, attempt))
 
     async def secret(self) -> bytes:
         """The key-minting secret, created once and kept in the store so keys survive restarts."""

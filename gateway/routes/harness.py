@@ -2,6 +2,7 @@
 
 Served as raw ASGI (no framework routing or validation on the hot path). Paths:
   POST /r/{id}/v1/chat/completions   POST /r/{id}/v1/completions   GET /r/{id}/v1/models   POST /r/{id}/events
+  GET|PUT /r/{id}/artifacts/{name}   (opaque bytes of the rollout's current attempt)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 import orjson
 from pydantic import ValidationError
 
+from gateway.artifacts import check_name
 from gateway.asgi import header, read_body, send_bytes, send_error
 from gateway.auth import Role
 from gateway.errors import BadRequest, Conflict, Forbidden, GatewayError, MethodNotAllowed, NotFound
@@ -43,6 +45,7 @@ async def _dispatch(svc: Services, scope: dict, receive, send) -> None:
         raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/...")
     rollout_id, rest, method = parts[1], tuple(parts[2:]), scope["method"]
     kind = PROXY_KINDS.get(rest)
+    artifact = len(rest) == 2 and rest[0] == "artifacts"
     if kind is not None and method == "POST":
         await _proxy(svc, scope, receive, send, rollout_id, kind)
     elif rest == ("v1", "models") and method == "GET":
@@ -50,11 +53,13 @@ async def _dispatch(svc: Services, scope: dict, receive, send) -> None:
         await _models(svc, send)
     elif rest == ("events",) and method == "POST":
         await _post_event(svc, scope, receive, send, rollout_id)
-    elif kind is not None or rest in (("v1", "models"), ("events",)):
+    elif artifact and method in ("GET", "PUT"):
+        await _artifact(svc, scope, receive, send, rollout_id, rest[1])
+    elif kind is not None or artifact or rest in (("v1", "models"), ("events",)):
         raise MethodNotAllowed(f"method {method} is not allowed on {scope['path']}")
     else:
         raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/chat/completions, "
-                       "/v1/completions, /v1/models and /events")
+                       "/v1/completions, /v1/models, /events and /artifacts/{name}")
 
 
 async def _proxy(svc: Services, scope: dict, receive, send, rollout_id: str, kind: str) -> None:
@@ -94,4 +99,17 @@ async def _post_event(svc: Services, scope: dict, receive, send, rollout_id: str
     if brief.state in TERMINAL_STATES:
         raise Conflict(f"rollout {rollout_id!r} is {brief.state}; it takes no more events")
     stored = await svc.store.add_event(rollout_id, event.kind, event.payload)
+    await send_bytes(send, 200, stored.model_dump_json().encode())
+
+
+async def _artifact(svc: Services, scope: dict, receive, send, rollout_id: str, name: str) -> None:
+    """GET or PUT one artifact of the caller's own rollout; a finished rollout refuses PUTs (409)."""
+    svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
+    check_name(name)
+    if scope["method"] == "GET":
+        data = await svc.store.get_artifact(rollout_id, name, None)
+        await send_bytes(send, 200, data, content_type=b"application/octet-stream")
+        return
+    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    stored = await svc.store.put_artifact(rollout_id, name, raw, refuse_finished=True)
     await send_bytes(send, 200, stored.model_dump_json().encode())
