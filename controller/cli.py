@@ -54,18 +54,18 @@ def run(
     try:
         with GatewayClient(cfg.gateway_url, admin_token) as admin, \
                 GatewayClient(cfg.gateway_url, grader_token) as grader:
-            stats = Reconciler(cfg, admin, grader, _runner(cfg)).run(stop, until_idle=until_idle)
+            stats = Reconciler(cfg, admin, grader, _runner(cfg, admin)).run(stop, until_idle=until_idle)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     typer.echo(f"claimed {stats.claimed}, started {stats.started}, reported {stats.reported}, lost {stats.lost}")
 
 
-def _runner(cfg):
+def _runner(cfg, admin):
     if cfg.runner == "kubernetes":
         from controller.runners.kubernetes import KubernetesRunner
 
-        return KubernetesRunner(cfg.kubernetes, cfg.concurrency)
+        return KubernetesRunner(cfg.kubernetes, cfg.concurrency, admin)
     from controller.runners.local import LocalRunner
 
     return LocalRunner(cfg.concurrency, kill_grace_s=cfg.kill_grace_s)

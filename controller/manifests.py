@@ -1,8 +1,10 @@
 """Pure builders of the Kubernetes objects of one attempt: the agent Job, its key Secret, names, labels and env.
 
 The Secret holds the rollout's key (`api-key`) and the task (`task.json`); the harness gets the key through
-`secretKeyRef`, and an init container copies the task into the working directory (/workspace), so the harness
-contract is the same as under the LocalRunner.
+`secretKeyRef`. Init containers copy the task into the working directory (/workspace) and then download the
+controller's prepared working directory (`workdir.tar.gz`, the recipe's layout) from the gateway into it; the harness
+runs under a wrapper that packs /workspace after it exits and uploads it as `result.tar.gz` for grading
+(`pod_transfer`). So the harness contract is the same as under the LocalRunner.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.config import KubernetesSettings
+from controller.pod_transfer import fetch_command, run_and_return_command
 from controller.runners.base import RunSpec
+from controller.workdir_transfer import RESULT_ARCHIVE, WORKDIR_ARCHIVE
 
 PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "harnessrl"
 COMPONENT_LABEL, AGENT_COMPONENT = "harnessrl.io/component", "agent"
@@ -25,7 +29,7 @@ ROLLOUT_ANNOTATION = "harnessrl.io/rollout-id-full"  # the unsanitised id
 GATEWAY_SERVICE, GATEWAY_PORT = "harnessrl-gateway", 8100
 SECRET_KEY, TASK_KEY = "api-key", "task.json"
 WORKDIR, TASK_MOUNT = "/workspace", "/var/run/harnessrl"
-HARNESS_CONTAINER = "harness"
+HARNESS_CONTAINER, TASK_CONTAINER, WORKDIR_CONTAINER = "harness", "task", "workdir"
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]")
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
 
@@ -61,11 +65,16 @@ def agent_labels(rollout_id: str) -> dict[str, str]:
 def build_env(base_url: str, secret: str, extra_env: Mapping[str, str]) -> list[dict[str, Any]]:
     """The harness contract as container env: the key comes from the Secret, never inline."""
     env: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in sorted(extra_env.items())]
-    env += [{"name": "OPENAI_BASE_URL", "value": base_url},
-            {"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {"name": secret, "key": SECRET_KEY}}},
+    env += [*gateway_env(base_url, secret),
             {"name": "HARNESSRL_TASK", "value": f"{WORKDIR}/{TASK_KEY}"},
             {"name": "HOME", "value": WORKDIR}]
     return env
+
+
+def gateway_env(base_url: str, secret: str) -> list[dict[str, Any]]:
+    """The part of the contract the workdir download needs: the rollout URL and its key (from the Secret)."""
+    return [{"name": "OPENAI_BASE_URL", "value": base_url},
+            {"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {"name": secret, "key": SECRET_KEY}}}]
 
 
 def build_secret_manifest(spec: RunSpec, namespace: str) -> dict[str, Any]:
@@ -86,17 +95,20 @@ def _pod_spec(spec: RunSpec, settings: KubernetesSettings) -> dict[str, Any]:
     secret = secret_name(spec.rollout_id)
     locked = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     mounts = [{"name": "workspace", "mountPath": WORKDIR}]
-    init = {"name": "task", "image": settings.image, "imagePullPolicy": settings.image_pull_policy,
-            "command": ["cp", f"{TASK_MOUNT}/{TASK_KEY}", f"{WORKDIR}/{TASK_KEY}"],
+    image = {"image": settings.image, "imagePullPolicy": settings.image_pull_policy}
+    task = {"name": TASK_CONTAINER, **image, "command": ["cp", f"{TASK_MOUNT}/{TASK_KEY}", f"{WORKDIR}/{TASK_KEY}"],
             "volumeMounts": [*mounts, {"name": "task", "mountPath": TASK_MOUNT, "readOnly": True}],
             "resources": _resources(settings), "securityContext": locked}
-    harness = {"name": HARNESS_CONTAINER, "image": settings.image, "imagePullPolicy": settings.image_pull_policy,
-               "command": list(spec.command), "workingDir": WORKDIR,
+    workdir = {"name": WORKDIR_CONTAINER, **image, "command": fetch_command(WORKDIR, WORKDIR_ARCHIVE),
+               "env": gateway_env(spec.base_url, secret), "volumeMounts": mounts,
+               "resources": _resources(settings), "securityContext": locked}
+    harness = {"name": HARNESS_CONTAINER, **image, "workingDir": WORKDIR,
+               "command": run_and_return_command(WORKDIR, RESULT_ARCHIVE, list(spec.command)),
                "env": build_env(spec.base_url, secret, spec.extra_env), "volumeMounts": mounts,
                "resources": _resources(settings), "securityContext": locked}
     pod: dict[str, Any] = {
         "restartPolicy": "Never", "automountServiceAccountToken": False,
-        "initContainers": [init], "containers": [harness],
+        "initContainers": [task, workdir], "containers": [harness],
         "volumes": [{"name": "workspace", "emptyDir": {}},
                     {"name": "task", "secret": {"secretName": secret, "items": [{"key": TASK_KEY, "path": TASK_KEY}]}}],
     }

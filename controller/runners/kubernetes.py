@@ -5,7 +5,10 @@ Each poll lists the controller's agent Jobs (and their pods) by label and maps t
 Pods stuck on image or config errors are failed as `start_failed` after `image_pull_grace_s`. Creations are
 rate-limited by a token bucket. The runner deletes the Jobs and Secrets it created (`release`, `close`).
 The harness's combined output is copied from the pod log into the stdout file when the attempt ends.
-Grading sees the controller-side working directory (task.json and the recipe's layout), not the pod's.
+The working directory travels through the gateway's artifacts: `start` uploads the prepared one as
+`workdir.tar.gz` (the Job's init container fetches it); when the attempt ends, the `result.tar.gz` the pod's
+wrapper uploaded replaces the local working directory, so grading sees the pod's files. Without a result (the pod
+was killed, the upload failed) the attempt is graded on the prepared directory and a log event says so.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from controller.config import KubernetesSettings
 from controller.manifests import (
@@ -30,10 +33,26 @@ from controller.manifests import (
 from controller.runners.base import RunnerFullError, RunnerStartError, RunResult, RunSpec, Termination
 from controller.runners.k8s_status import Ending, job_ending, pod_ending
 from controller.runners.ratelimit import TokenBucket
+from controller.workdir_transfer import (
+    RESULT_ARCHIVE,
+    WORKDIR_ARCHIVE,
+    pack_workdir,
+    replace_with_archive,
+)
+from gateway.records import EventKind
 
 log = logging.getLogger("harnessrl.controller")
 SELECTOR = f"{PART_OF_LABEL}={PART_OF},{COMPONENT_LABEL}={AGENT_COMPONENT}"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+NO_RESULT = (Termination.START_FAILED, Termination.CANCELLED)  # endings after which no result is looked for
+
+
+class ArtifactClient(Protocol):
+    """The part of the gateway's admin client the runner needs (`gateway.client.GatewayClient` is one)."""
+
+    def put_artifact(self, rollout_id: str, name: str, data: bytes) -> Any: ...
+    def get_artifact(self, rollout_id: str, name: str, attempt: int | None = None) -> bytes: ...
+    def post_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any]) -> Any: ...
 
 
 def api_client(settings: KubernetesSettings) -> Any:
@@ -66,10 +85,11 @@ class _Job:
 class KubernetesRunner:
     """Runs attempts as Jobs in one namespace; driven from the reconcile thread."""
 
-    def __init__(self, settings: KubernetesSettings, concurrency: int, *, api: Any = None) -> None:
+    def __init__(self, settings: KubernetesSettings, concurrency: int, artifacts: ArtifactClient, *,
+                 api: Any = None) -> None:
         from kubernetes import client
 
-        self.settings, self.concurrency = settings, concurrency
+        self.settings, self.concurrency, self.artifacts = settings, concurrency, artifacts
         self._api = api or api_client(settings)
         self._batch, self._core = client.BatchV1Api(self._api), client.CoreV1Api(self._api)
         self._bucket = TokenBucket(settings.creates_per_s, settings.create_burst)
@@ -81,13 +101,14 @@ class KubernetesRunner:
         return max(0, min(self.concurrency - len(self._jobs), self._bucket.available()))
 
     def start(self, spec: RunSpec) -> None:
-        """Create the key Secret (kept if it exists: the key is the same) and the Job."""
+        """Upload the prepared workdir, create the key Secret (kept if it exists: the key is the same) and the Job."""
         from kubernetes.client.exceptions import ApiException
 
         if len(self._jobs) >= self.concurrency or not self._bucket.take():
             raise RunnerFullError(f"no free slot or creation budget for {spec.rollout_id!r}; check free_slots()")
         namespace = self.settings.namespace
         job = build_job_manifest(spec, self.settings)
+        self._upload_workdir(spec)
         try:
             self._create_secret(spec)
             self._batch.create_namespaced_job(namespace, job, _preload_content=False)
@@ -95,6 +116,13 @@ class KubernetesRunner:
             raise RunnerStartError(f"creating Job {job['metadata']['name']} in {namespace!r} failed: "
                                    f"{exc.status} {exc.reason}: {exc.body}") from exc
         self._jobs[spec.rollout_id] = _Job(spec, job["metadata"]["name"], time.monotonic())
+
+    def _upload_workdir(self, spec: RunSpec) -> None:
+        try:
+            self.artifacts.put_artifact(spec.rollout_id, WORKDIR_ARCHIVE, pack_workdir(spec.workdir))
+        except Exception as exc:  # noqa: BLE001 - gateway down, body too large (413): the attempt cannot start
+            raise RunnerStartError(f"uploading {spec.workdir} as {WORKDIR_ARCHIVE} for {spec.rollout_id!r} failed: "
+                                   f"{exc}; check the gateway and its max_body_bytes") from exc
 
     def _create_secret(self, spec: RunSpec) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -156,6 +184,8 @@ class KubernetesRunner:
         del self._jobs[rollout_id]
         self._ended[rollout_id] = job
         self._copy_logs(job)
+        if termination not in NO_RESULT:
+            self._fetch_result(job.spec)
         if termination in (Termination.START_FAILED, Termination.EVICTED, Termination.NODE_LOST):
             self._delete_job(job.name)  # a stuck or orphaned Job must not start late
         return RunResult(rollout_id, job.spec.attempt, termination, exit_code, detail,
@@ -176,6 +206,23 @@ class KubernetesRunner:
         job.spec.stdout_path.parent.mkdir(parents=True, exist_ok=True)
         job.spec.stdout_path.write_text(text)
         job.spec.stderr_path.write_text("[harnessrl] Kubernetes merges stderr into the pod log (see stdout)\n")
+
+    def _fetch_result(self, spec: RunSpec) -> None:
+        """Replace the local workdir with the pod's `result.tar.gz`; without one, keep it and say so in an event."""
+        try:
+            data = self.artifacts.get_artifact(spec.rollout_id, RESULT_ARCHIVE, attempt=spec.attempt)
+            names = replace_with_archive(data, spec.workdir)
+            log.info("rollout %s attempt %s: %d entries returned from the pod", spec.rollout_id, spec.attempt,
+                     len(names))
+            return
+        except Exception as exc:  # noqa: BLE001 - absent (404), unreachable or unsafe: grade what is there
+            message = (f"no usable {RESULT_ARCHIVE} from the pod of attempt {spec.attempt} ({exc}); grading the "
+                       "prepared working directory as it was before the harness ran")
+        log.warning("rollout %s: %s", spec.rollout_id, message)
+        try:
+            self.artifacts.post_event(spec.rollout_id, EventKind.LOG, {"message": message, "attempt": spec.attempt})
+        except Exception as exc:  # noqa: BLE001 - the note is best effort
+            log.warning("could not post the missing-result event of %s: %s", spec.rollout_id, exc)
 
     def cancel(self, rollout_id: str) -> None:
         """Delete the attempt's Job now; the next poll reports it as cancelled."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,8 @@ from controller.manifests import job_name, secret_name
 from controller.runners.base import RunnerFullError, RunnerStartError, RunSpec, Termination
 from controller.runners.k8s_status import job_ending, pod_ending
 from controller.runners.kubernetes import KubernetesRunner
+from controller.workdir_transfer import WORKDIR_ARCHIVE
+from gateway.client import GatewayAPIError
 from tests.controller.fake_kube import FakeKube
 
 NS = "agents"
@@ -22,9 +25,29 @@ def kube():
         yield fake
 
 
-def runner(kube: FakeKube, concurrency: int = 4, **settings) -> KubernetesRunner:
+class MemoryArtifacts:
+    """The runner's artifact seam kept in a dict (the real gateway is used in test_kubernetes_workdir.py)."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[tuple[str, str], bytes] = {}
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def put_artifact(self, rollout_id: str, name: str, data: bytes) -> None:
+        self.blobs[rollout_id, name] = data
+
+    def get_artifact(self, rollout_id: str, name: str, attempt: int | None = None) -> bytes:
+        if (rollout_id, name) not in self.blobs:
+            raise GatewayAPIError(404, f"no artifact {name}", "not_found")
+        return self.blobs[rollout_id, name]
+
+    def post_event(self, rollout_id: str, kind: Any, payload: dict[str, Any]) -> None:
+        self.events.append((rollout_id, payload))
+
+
+def runner(kube: FakeKube, concurrency: int = 4, artifacts: MemoryArtifacts | None = None,
+           **settings) -> KubernetesRunner:
     config = KubernetesSettings(namespace=NS, api_url=kube.url, **{"image_pull_grace_s": 0.2, **settings})
-    return KubernetesRunner(config, concurrency)
+    return KubernetesRunner(config, concurrency, artifacts or MemoryArtifacts())
 
 
 def spec(tmp_path: Path, rollout_id: str = "r1", attempt: int = 1) -> RunSpec:
@@ -43,8 +66,11 @@ FAILED = {"conditions": [{"type": "Failed", "status": "True", "reason": "Backoff
 
 
 def test_create_success_logs_and_deletion(kube, tmp_path):
-    run = runner(kube)
+    artifacts = MemoryArtifacts()
+    run = runner(kube, artifacts=artifacts)
+    (tmp_path / "prepared.txt").write_text("layout")
     run.start(spec(tmp_path))
+    assert ("r1", WORKDIR_ARCHIVE) in artifacts.blobs
     name = job_name("r1", 1)
     job, secret = kube.objects["jobs"][name], kube.objects["secrets"][secret_name("r1")]
     assert job["spec"]["backoffLimit"] == 0 and secret["stringData"]["api-key"] == "hrl.r1"
@@ -54,6 +80,9 @@ def test_create_success_logs_and_deletion(kube, tmp_path):
     [result] = run.poll()
     assert (result.rollout_id, result.termination, result.exit_code) == ("r1", Termination.EXITED, 0)
     assert (tmp_path / "r1.out").read_text() == "answer\n"
+    [(rollout_id, note)] = artifacts.events  # no result.tar.gz came back: graded as prepared, and said so
+    assert rollout_id == "r1" and "result.tar.gz" in note["message"]
+    assert (tmp_path / "prepared.txt").read_text() == "layout"
     run.release("r1")
     assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {} and kube.objects["pods"] == {}
     assert ("DELETE", f"/api/v1/namespaces/{NS}/secrets/{secret_name('r1')}") in kube.requests
@@ -129,6 +158,17 @@ def test_create_errors_are_start_errors_and_an_existing_secret_is_reused(kube, t
     assert run.free_slots() == 4
     run.start(spec(tmp_path))  # the Secret from the failed try exists: kept (the key is the same)
     assert job_name("r1", 1) in kube.objects["jobs"]
+
+
+def test_a_failed_workdir_upload_is_a_start_error_and_creates_nothing(kube, tmp_path):
+    class Refusing(MemoryArtifacts):
+        def put_artifact(self, rollout_id: str, name: str, data: bytes) -> None:
+            raise GatewayAPIError(413, "request body exceeds the limit", "payload_too_large")
+
+    run = runner(kube, artifacts=Refusing())
+    with pytest.raises(RunnerStartError, match="413.*max_body_bytes"):
+        run.start(spec(tmp_path))
+    assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {}
 
 
 def test_creation_is_rate_limited_and_bounded(kube, tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,9 +19,11 @@ from controller.manifests import (
     label_value,
     secret_name,
 )
+from controller.pod_transfer import fetch_command, run_and_return_command
 from controller.runners.base import RunSpec
 
 K8S_VERSIONS = ["1.30.0", "1.37.0"]
+AGENT_JOB = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "agent-job.yaml"
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ROLLOUT_ID = st.from_regex(r"[A-Za-z0-9._:-]{1,200}", fullmatch=True)
@@ -67,7 +70,24 @@ def test_job_carries_the_contract_labels_limits_and_no_inline_key():
     assert env["HARNESSRL_TASK"]["value"] == "/workspace/task.json" and harness["workingDir"] == "/workspace"
     assert env["HARNESS_MODEL"]["value"] == "policy"
     assert "hrl.abc.def" not in str(job)
-    assert harness["command"] == ["python", "-m", "agents.search.harness"]
+    assert harness["command"] == run_and_return_command("/workspace", "result.tar.gz",
+                                                        ["python", "-m", "agents.search.harness"])
+    task, workdir = pod["initContainers"]
+    assert task["command"] == ["cp", "/var/run/harnessrl/task.json", "/workspace/task.json"]
+    assert workdir["command"] == fetch_command("/workspace", "workdir.tar.gz")
+    assert [e["name"] for e in workdir["env"]] == ["OPENAI_BASE_URL", "OPENAI_API_KEY"]
+    assert workdir["env"][1] == env["OPENAI_API_KEY"]
+
+
+def test_the_documented_agent_job_runs_the_same_transfer_programs():
+    """deploy/k8s/agent-job.yaml shows the init container and the wrapper with the builder's exact programs."""
+    documented = yaml.safe_load(AGENT_JOB.read_text())["spec"]["template"]["spec"]
+    inits = {c["name"]: c for c in documented["initContainers"]}
+    workdir_dir = documented["containers"][0]["workingDir"]
+    assert inits["workdir"]["command"] == fetch_command(workdir_dir, "workdir.tar.gz")
+    [harness] = documented["containers"]
+    assert harness["command"][:5] == run_and_return_command(workdir_dir, "result.tar.gz", [])
+    assert {e["name"] for e in inits["workdir"]["env"]} == {"OPENAI_BASE_URL", "OPENAI_API_KEY"}
 
 
 def test_secret_holds_key_and_task():

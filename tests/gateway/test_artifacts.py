@@ -1,4 +1,4 @@
-"""Rollout artifacts against a real gateway: roundtrip, per-attempt keys, the auth matrix, names, size, finished rollouts."""
+"""Rollout artifacts against a real gateway: roundtrip, per-attempt keys, auth matrix, names, size, finished."""
 
 from __future__ import annotations
 
