@@ -13,7 +13,8 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from controller.config import KubernetesSettings
@@ -91,6 +92,14 @@ def _resources(settings: KubernetesSettings) -> dict[str, Any]:
     return {"requests": dict(amount), "limits": dict(amount)}
 
 
+def pod_command(command: Sequence[str]) -> list[str]:
+    """The harness command as the agent image runs it: the controller's own interpreter path (recipes use
+    sys.executable locally) becomes the image's `python`."""
+    head, *rest = command
+    is_interpreter = Path(head).is_absolute() and Path(head).name.startswith("python")
+    return ["python", *rest] if is_interpreter else [head, *rest]
+
+
 def _pod_spec(spec: RunSpec, settings: KubernetesSettings) -> dict[str, Any]:
     secret = secret_name(spec.rollout_id)
     locked = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
@@ -103,7 +112,7 @@ def _pod_spec(spec: RunSpec, settings: KubernetesSettings) -> dict[str, Any]:
                "env": gateway_env(spec.base_url, secret), "volumeMounts": mounts,
                "resources": _resources(settings), "securityContext": locked}
     harness = {"name": HARNESS_CONTAINER, **image, "workingDir": WORKDIR,
-               "command": run_and_return_command(WORKDIR, RESULT_ARCHIVE, list(spec.command)),
+               "command": run_and_return_command(WORKDIR, RESULT_ARCHIVE, pod_command(spec.command)),
                "env": build_env(spec.base_url, secret, spec.extra_env), "volumeMounts": mounts,
                "resources": _resources(settings), "securityContext": locked}
     pod: dict[str, Any] = {

@@ -113,3 +113,15 @@ def test_names_and_labels_are_always_valid_and_distinct(rollout_id, attempt):
     assert job_name(rollout_id, attempt) != job_name(rollout_id, attempt + 1)
     assert label_value(rollout_id + ":") != value and job_name(rollout_id + ":", attempt) != name
     assert len(secret_name(rollout_id)) <= 63
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    (["/opt/venv/bin/python", "-m", "agents.search.harness"], ["python", "-m", "agents.search.harness"]),
+    (["/usr/bin/python3.11", "-m", "x"], ["python", "-m", "x"]),
+    (["python", "-m", "x"], ["python", "-m", "x"]),
+    (["/usr/local/bin/my-agent", "--fast"], ["/usr/local/bin/my-agent", "--fast"]),
+])
+def test_the_controllers_interpreter_becomes_the_images_python(command, expected):
+    from controller.manifests import pod_command
+
+    assert pod_command(command) == expected
