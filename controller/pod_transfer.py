@@ -5,11 +5,15 @@ Both find the gateway from the harness contract: the artifact URL is `$OPENAI_BA
 - `FETCH_PROGRAM DIR NAME`: download the artifact and extract it into DIR (tarfile's "data" filter); any failure
   exits non-zero, so the init container fails and the attempt counts as a start failure (infra, retried).
 - `RUN_AND_RETURN_PROGRAM DIR NAME CMD...`: run CMD, then pack DIR and PUT it as the artifact, and exit with CMD's
-  exit code (128+N when CMD died from signal N, as a shell reports it; 127 when CMD cannot start). SIGTERM is
-  passed on to CMD. A failed upload is reported on stderr and does not change the exit code.
+  exit code (128+N when CMD died from signal N, as a shell reports it; 127 when CMD cannot start, with
+  NOT_STARTED_MARK written to the container's termination message so the runner counts it as a start failure, i.e.
+  infra, not as the harness's own exit 127). SIGTERM is passed on to CMD. A failed upload is reported on stderr and
+  does not change the exit code.
 """
 
 from __future__ import annotations
+
+NOT_STARTED_MARK = "harnessrl: the harness command could not start"
 
 FETCH_PROGRAM = """\
 import io, os, sys, tarfile, urllib.request
@@ -30,6 +34,11 @@ try:
     child = subprocess.Popen(command)
 except OSError as exc:
     print(f"[harnessrl] cannot start {command!r}: {exc}", file=sys.stderr)
+    try:
+        with open(os.environ.get("HARNESSRL_TERMINATION_LOG", "/dev/termination-log"), "w") as log:
+            log.write(f"__NOT_STARTED_MARK__: {command!r}: {exc}")
+    except OSError:
+        pass
     code = 127
 else:
     signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
@@ -48,7 +57,7 @@ try:
 except Exception as exc:
     print(f"[harnessrl] could not return {target} as {name}: {exc}", file=sys.stderr)
 sys.exit(code)
-"""
+""".replace("__NOT_STARTED_MARK__", NOT_STARTED_MARK)
 
 
 def fetch_command(target: str, name: str) -> list[str]:

@@ -3,7 +3,8 @@
 Job conditions: Complete -> exited 0; Failed with DeadlineExceeded -> timed out; other Failed -> read the pod.
 Pod reasons: Evicted, or a DisruptionTarget condition (preemption, drain) -> evicted; NodeLost -> node lost;
 OOMKilled -> oom killed; a non-zero exit -> exited with that code (128+n with reason Error -> crashed by signal n);
-an init container that failed, or a container stuck on an image or config error -> start failed.
+an init container that failed, a container stuck on an image or config error, or a harness command the agent
+image cannot start (the wrapper's termination message) -> start failed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from controller.pod_transfer import NOT_STARTED_MARK
 from controller.runners.base import Termination
 
 START_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",
@@ -71,6 +73,8 @@ def _container_ending(container: dict[str, Any]) -> Ending | None:
     if not terminated:
         return None
     code = terminated.get("exitCode")
+    if (terminated.get("message") or "").startswith(NOT_STARTED_MARK):
+        return Termination.START_FAILED, None, terminated["message"]
     if terminated.get("reason") == "OOMKilled":
         return Termination.OOM_KILLED, None, f"OOMKilled (exit {code})"
     if code and code > 128 and terminated.get("reason") == "Error" and code - 128 in signal.valid_signals():

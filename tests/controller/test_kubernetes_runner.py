@@ -189,6 +189,9 @@ def test_creation_is_rate_limited_and_bounded(kube, tmp_path):
     ({"containerStatuses": [{"state": {"waiting": {"reason": "CreateContainerConfigError"}}}]},
      Termination.START_FAILED),
     ({"containerStatuses": [{"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}, None),
+    ({"containerStatuses": [{"state": {"terminated": {"exitCode": 127, "reason": "Error"}}}]}, Termination.EXITED),
+    ({"containerStatuses": [{"state": {"terminated": {"exitCode": 127, "reason": "Error", "message":
+      "harnessrl: the harness command could not start: ['nope']"}}}]}, Termination.START_FAILED),
 ])
 def test_pod_ending_table(status, ending):
     result = pod_ending({"status": status})

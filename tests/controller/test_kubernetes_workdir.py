@@ -16,6 +16,7 @@ import pytest
 from controller.config import KubernetesSettings
 from controller.manifests import WORKDIR, job_name
 from controller.runners.base import RunSpec, Termination
+from controller.runners.k8s_status import pod_ending
 from controller.runners.kubernetes import KubernetesRunner
 from controller.workdir_transfer import RESULT_ARCHIVE, WORKDIR_ARCHIVE, pack_workdir, unpack_archive
 from gateway.records import EventKind, RolloutSpec
@@ -66,8 +67,8 @@ def run_container(kube: FakeKube, container: dict[str, Any], pod_dir: Path) -> s
     """Run a container's command here: `python` is this interpreter and /workspace is `pod_dir`."""
     argv = [sys.executable if arg == "python" else str(pod_dir) if arg == WORKDIR else arg
             for arg in container["command"]]
-    return subprocess.run(argv, cwd=pod_dir, env=container_env(kube, container), capture_output=True, text=True,
-                          timeout=60, check=False)
+    env = {**container_env(kube, container), "HARNESSRL_TERMINATION_LOG": str(pod_dir.parent / "termination-log")}
+    return subprocess.run(argv, cwd=pod_dir, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
 def pod_containers(kube: FakeKube, spec: RunSpec) -> dict[str, dict[str, Any]]:
@@ -133,6 +134,11 @@ def test_the_wrapper_reports_like_a_shell_and_still_returns_the_workdir(kube, ad
     containers = pod_containers(kube, spec)
     assert run_container(kube, containers["workdir"], pod_dir).returncode == 0
     assert run_container(kube, containers["harness"], pod_dir).returncode == exit_code
+    termination = tmp_path / "termination-log"
+    assert termination.exists() == (exit_code == 127)
+    if exit_code == 127:  # the runner reads this as a start failure (infra), not the harness's own exit 127
+        assert pod_ending({"status": {"containerStatuses": [{"state": {"terminated": {
+            "exitCode": 127, "reason": "Error", "message": termination.read_text()}}}]}})[0] == Termination.START_FAILED
     unpack_archive(admin.get_artifact(rollout.id, RESULT_ARCHIVE), tmp_path / "back")
     assert (tmp_path / "back" / "prepared.txt").read_text() == "corpus"
 
