@@ -23,6 +23,7 @@ VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::
 # The whole suite, the real vLLM server test included (its venv is built once, about 1.5 minutes),
 # then the verl comparisons in the verl venv (built once, about 1 minute; PYTEST_ARGS are not passed to them).
 test: $(STAMP) $(VLLM_STAMP) $(VERL_STAMP) models
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 

@@ -8,7 +8,6 @@ carry a reward posted with the grader credential, and the crash and the hang mus
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -60,8 +59,9 @@ def test_controller_runs_every_recipe_through_gateway_and_engine(tmp_path, engin
             admin.register_model("policy", engine_url + "/v1", served_name="tiny")
             specs = [RolloutSpec(id=f"{name}-{i}", group_id=f"{name}-{task['id']}", input=task)
                      for name in RECIPE_NAMES for i, task in enumerate(tasks_for(name, seed=1))]
-            specs += [RolloutSpec(id=f"script-{mode}", group_id="script", input={"recipe": "script", "mode": mode, "harness_timeout_s": 5},
-                                  max_attempts=1) for mode in ("crash", "hang")]
+            specs += [RolloutSpec(id=f"script-{mode}", group_id="script", max_attempts=1,
+                                  input={"recipe": "script", "mode": mode, "harness_timeout_s": 5})
+                      for mode in ("crash", "hang")]
             admin.create_rollouts(specs)
             config = ControllerConfig(controller_id=f"e2e-{uuid.uuid4().hex[:6]}", concurrency=8, lease_s=60.0,
                                       renew_every_s=10.0, poll_interval_s=0.1, harness_timeout_s=240.0,
