@@ -1,0 +1,217 @@
+"""Checkpoint stores: the local directory store and the S3 store against a real S3-protocol server (moto)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from minio import Minio
+from safetensors.torch import load_file, save_file
+
+from trainer import checkpoints
+from trainer.checkpoint_store import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointStore,
+    CheckpointStoreConfig,
+    CheckpointUri,
+    LocalCheckpointStore,
+    S3CheckpointStore,
+    S3Endpoint,
+    parse_checkpoint_uri,
+    store_from_uri,
+)
+
+MULTIPART_BYTES = 12 * 1024 * 1024
+"""Larger than the minio client's 5 MiB part size, so the upload is multipart."""
+
+
+class FakeModel:
+    """Writes what `save_pretrained` writes, with a few small random weights."""
+
+    def __init__(self, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.weights = {"embed.weight": torch.randn(8, 4, generator=generator), "head.bias": torch.randn(8)}
+
+    def save_pretrained(self, directory: str) -> None:
+        save_file(self.weights, os.path.join(directory, "model.safetensors"))
+        Path(directory, "config.json").write_text(json.dumps({"model_type": "fake", "hidden_size": 4}))
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[S3Endpoint]:
+    """A moto S3 server in this process on a free port."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield S3Endpoint(f"127.0.0.1:{port}", access_key="test", secret_key="test", secure=False)
+    server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path: Path) -> CheckpointStore:
+    if request.param == "local":
+        return store_from_uri((tmp_path / "store").as_uri())
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"  # a fresh bucket per test; the store creates it on first upload
+    return store_from_uri(f"s3://{bucket}/runs/v1", request.getfixturevalue("s3_endpoint"))
+
+
+def write_checkpoint(root: Path, step: int, extra_bytes: int = 0) -> Path:
+    """A real checkpoint directory from trainer.checkpoints, optionally with a large extra file."""
+    tokenizer_dir = root / "tokenizer-source"
+    tokenizer_dir.mkdir(parents=True, exist_ok=True)
+    (tokenizer_dir / "tokenizer.json").write_text('{"version": "1.0"}')
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([parameter], lr=0.1, momentum=0.9)
+    parameter.sum().backward()
+    optimizer.step()
+    meta = checkpoints.CheckpointMeta(
+        policy_version=step + 1, step=step, optimizer_updates=step, base_model="/models/fake", created_at=1.0
+    )
+    path = checkpoints.save_checkpoint(root / "local", FakeModel(step), optimizer, meta, tokenizer_dir)
+    if extra_bytes:
+        (path / "shards").mkdir()
+        (path / "shards" / "big.bin").write_bytes(os.urandom(extra_bytes))
+    return path
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_roundtrip_keeps_every_file_including_a_multipart_one(store, tmp_path):
+    source = write_checkpoint(tmp_path, step=7, extra_bytes=MULTIPART_BYTES)
+    uri = store.upload(source, "run-1", 7)
+    assert uri.endswith("/run-1/step-000007")
+    restored = store.download(uri, tmp_path / "restored")
+    assert restored == tmp_path / "restored" / "step-000007"
+    assert tree(restored) == tree(source)
+    assert checkpoints.read_meta(restored).policy_version == 8
+    assert torch.equal(load_file(restored / "model.safetensors")["embed.weight"], FakeModel(7).weights["embed.weight"])
+    assert "momentum_buffer" in checkpoints.load_optimizer_state(restored)["state"][0]
+    assert [p.name for p in (tmp_path / "restored").iterdir()] == ["step-000007"]  # no staging left
+
+
+def test_large_file_is_uploaded_in_parts(s3_endpoint, tmp_path):
+    store = S3CheckpointStore(s3_endpoint.endpoint, "test", "test", bucket="multipart", secure=False)
+    store.upload(write_checkpoint(tmp_path, step=1, extra_bytes=MULTIPART_BYTES), "run", 1)
+    client = Minio(s3_endpoint.endpoint, access_key="test", secret_key="test", secure=False)
+    stat = client.stat_object("multipart", "run/step-000001/shards/big.bin")
+    assert stat.size == MULTIPART_BYTES
+    assert stat.etag.endswith("-3")  # 5 + 5 + 2 MiB parts
+
+
+def test_latest_moves_only_after_the_whole_upload(store, tmp_path):
+    assert store.latest("run") is None
+    first = store.upload(write_checkpoint(tmp_path / "a", step=1), "run", 1)
+    assert store.latest("run") == first
+    second_dir = write_checkpoint(tmp_path / "b", step=2)
+    seen: list[tuple[str, str | None, list[str]]] = []
+
+    def observe(name: str, size_bytes: int) -> None:
+        seen.append((name, store.latest("run"), store.list("run")))
+
+    second = store.upload(second_dir, "run", 2, progress=observe)
+    assert [name for name, _, _ in seen][-1] == checkpoints.META_FILE  # the meta file goes last
+    assert all(latest == first for _, latest, _ in seen)
+    assert all(listed == [first] for _, _, listed in seen[:-1])  # complete (listed) only once its meta file is in
+    assert store.latest("run") == second
+
+
+def test_an_interrupted_upload_is_neither_latest_nor_listed_and_can_be_retried(store, tmp_path):
+    first = store.upload(write_checkpoint(tmp_path / "a", step=1), "run", 1)
+    second_dir = write_checkpoint(tmp_path / "b", step=2)
+
+    def crash(name: str, size_bytes: int) -> None:
+        if name == "model.safetensors":
+            raise KeyboardInterrupt("trainer killed mid-upload")
+
+    with pytest.raises(KeyboardInterrupt):
+        store.upload(second_dir, "run", 2, progress=crash)
+    assert store.latest("run") == first
+    assert store.list("run") == [first]
+    with pytest.raises(CheckpointNotFoundError, match="step-000002"):
+        store.download(first.replace("step-000001", "step-000002"), tmp_path / "restored")
+    second = store.upload(second_dir, "run", 2)
+    assert store.latest("run") == second
+    assert tree(store.download(second, tmp_path / "restored")) == tree(second_dir)
+
+
+def test_listing_is_ordered_by_step_and_per_run(store, tmp_path):
+    uris = {step: store.upload(write_checkpoint(tmp_path / str(step), step), "run", step) for step in (10, 2, 1000000)}
+    store.upload(write_checkpoint(tmp_path / "other", 5), "other-run", 5)
+    assert store.list("run") == [uris[2], uris[10], uris[1000000]]
+    assert store.latest("run") == uris[1000000]  # the last upload
+    assert store.list("never-uploaded") == []
+    assert store.latest("never-uploaded") is None
+
+
+def test_missing_checkpoints_duplicates_and_bad_inputs_are_refused(store, tmp_path):
+    uri = store.upload(write_checkpoint(tmp_path, step=3), "run", 3)
+    with pytest.raises(CheckpointNotFoundError, match="step-000004.*list"):
+        store.download(uri.replace("step-000003", "step-000004"), tmp_path / "out")
+    with pytest.raises(CheckpointError, match="already exists"):
+        store.upload(tmp_path / "local" / "step-000003", "run", 3)
+    with pytest.raises(CheckpointError, match="has no harnessrl-checkpoint.json"):
+        store.upload(tmp_path, "run", 4)
+    with pytest.raises(CheckpointError, match="run id '../x'"):
+        store.upload(tmp_path / "local" / "step-000003", "../x", 4)
+    store.download(uri, tmp_path / "out")
+    with pytest.raises(CheckpointError, match="already exists; download into an empty directory"):
+        store.download(uri, tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("file:///data/ckpt/run/step-000001", CheckpointUri("file", "", "/data/ckpt/run/step-000001")),
+        ("file://localhost/data/ckpt/", CheckpointUri("file", "", "/data/ckpt")),
+        ("file:///my%20dir/x", CheckpointUri("file", "", "/my dir/x")),
+        ("s3://checkpoints/runs/abc/step-000042", CheckpointUri("s3", "checkpoints", "runs/abc/step-000042")),
+        ("s3://checkpoints/runs/", CheckpointUri("s3", "checkpoints", "runs")),
+        ("s3://my.bucket-1", CheckpointUri("s3", "my.bucket-1", "")),
+    ],
+)
+def test_uri_parsing_roundtrips(uri, expected):
+    parsed = parse_checkpoint_uri(uri)
+    assert parsed == expected
+    assert parse_checkpoint_uri(str(parsed)) == parsed
+
+
+@pytest.mark.parametrize(
+    ("uri", "fix"),
+    [
+        ("file://relative/dir", "file:///absolute/dir"),
+        ("/data/ckpt", "scheme ''; use file:///absolute/dir or s3://bucket/prefix"),
+        ("gs://bucket/x", "scheme 'gs'"),
+        ("s3://Bad_Bucket/x", "bucket 'Bad_Bucket'"),
+        ("s3:///x", "bucket ''"),
+        ("s3://bucket/x?versionId=1", "remove the"),
+    ],
+)
+def test_bad_uris_are_refused_with_the_fix(uri, fix):
+    with pytest.raises(CheckpointError, match=fix.replace("?", r"\?")):
+        parse_checkpoint_uri(uri)
+
+
+def test_config_builds_the_store_and_names_the_fix(tmp_path, s3_endpoint):
+    assert isinstance(store_from_uri(tmp_path.as_uri()), LocalCheckpointStore)
+    s3_store = store_from_uri("s3://bucket-a/team/runs", s3_endpoint)
+    assert isinstance(s3_store, S3CheckpointStore)
+    assert (s3_store.bucket, s3_store.prefix) == ("bucket-a", "team/runs")
+    with pytest.raises(CheckpointError, match="no endpoint is configured"):
+        CheckpointStoreConfig("s3://bucket-a/runs")
+    with pytest.raises(CheckpointError, match="drop the endpoint"):
+        CheckpointStoreConfig(tmp_path.as_uri(), s3_endpoint)
+    with pytest.raises(CheckpointError, match="'http://minio:9000' must be 'host:port'"):
+        S3Endpoint("http://minio:9000", "key", "secret")

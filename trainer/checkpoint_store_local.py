@@ -1,0 +1,146 @@
+"""The local checkpoint store: `ROOT/RUN/step-NNNNNN/` directories and a `ROOT/RUN/latest` pointer.
+
+Each run's folder has the layout of `trainer.checkpoints`, so `checkpoints.latest_checkpoint(ROOT/RUN)` reads it
+too. Uploads and downloads copy into a hidden temporary directory, fsync it and rename it into place, so a
+checkpoint directory is always complete; `latest` is replaced atomically after the rename.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from trainer.checkpoint_uris import (
+    CheckpointNotFoundError,
+    check_run_id,
+    parse_checkpoint_uri,
+    step_dir_name,
+    step_of,
+)
+from trainer.checkpoints import LATEST_FILE, META_FILE, CheckpointError
+
+ProgressFn = Callable[[str, int], None]
+"""Called after each file is copied with its path relative to the checkpoint and its size in bytes."""
+
+
+class LocalCheckpointStore:
+    """Checkpoints under a local directory; URIs are `file:///ROOT/RUN/step-NNNNNN`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+
+    def upload(self, local_dir: Path, run_id: str, step: int, progress: ProgressFn | None = None) -> str:
+        """Copies checkpoint `local_dir` to `ROOT/RUN/step-NNNNNN`, then points `latest` at it; returns its URI."""
+        files = checkpoint_files(Path(local_dir))
+        run_dir = self.root / check_run_id(run_id)
+        final = run_dir / step_dir_name(step)
+        if (final / META_FILE).is_file():
+            raise CheckpointError(f"{final} already exists; upload under another step or run id")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=run_dir))
+        try:
+            _copy_files(Path(local_dir), files, staging, progress)
+            shutil.rmtree(final, ignore_errors=True)  # without a meta file it is not a checkpoint, only debris
+            os.rename(staging, final)
+            _fsync_dir(run_dir)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        _write_atomic(run_dir / LATEST_FILE, final.name + "\n")
+        return final.as_uri()
+
+    def download(self, uri: str, local_dir: Path) -> Path:
+        """Copies the checkpoint at `uri` to `local_dir/step-NNNNNN` (atomically) and returns that path."""
+        parsed = parse_checkpoint_uri(uri)
+        if parsed.scheme != "file":
+            raise CheckpointError(f"{uri!r} is not a file:// URI; download it with the store for its scheme")
+        source = Path(parsed.path)
+        if not (source / META_FILE).is_file():
+            raise CheckpointNotFoundError(f"no complete checkpoint at {uri!r}; list(run_id) shows the available ones")
+        return _copy_into(source, checkpoint_files(source), Path(local_dir))
+
+    def latest(self, run_id: str) -> str | None:
+        """The URI of the run's newest uploaded checkpoint, or None before its first upload."""
+        run_dir = self.root / check_run_id(run_id)
+        pointer = run_dir / LATEST_FILE
+        if not pointer.is_file():
+            return None
+        path = run_dir / pointer.read_text().strip()
+        if not (path / META_FILE).is_file():
+            raise CheckpointError(f"{pointer} names {path.name}, which is not a complete checkpoint; fix or remove it")
+        return path.as_uri()
+
+    def list(self, run_id: str) -> list[str]:
+        """The URIs of the run's complete checkpoints, oldest step first."""
+        run_dir = self.root / check_run_id(run_id)
+        if not run_dir.is_dir():
+            return []
+        steps = [
+            (step, path)
+            for path in run_dir.iterdir()
+            if (step := step_of(path.name)) is not None and (path / META_FILE).is_file()
+        ]
+        return [path.as_uri() for _, path in sorted(steps)]
+
+
+def checkpoint_files(directory: Path) -> list[str]:
+    """The relative paths of the regular files of checkpoint `directory`, sorted, with the meta file last."""
+    if not (directory / META_FILE).is_file():
+        raise CheckpointError(
+            f"{directory} has no {META_FILE}; upload only directories written by trainer.checkpoints.save_checkpoint"
+        )
+    names = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+    return [name for name in names if name != META_FILE] + [META_FILE]
+
+
+def _copy_into(source: Path, files: list[str], local_dir: Path) -> Path:
+    local_dir.mkdir(parents=True, exist_ok=True)
+    final = local_dir / source.name
+    if final.exists():
+        raise CheckpointError(f"{final} already exists; download into an empty directory or remove it first")
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=local_dir))
+    try:
+        _copy_files(source, files, staging, None)
+        os.rename(staging, final)
+        _fsync_dir(local_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def _copy_files(source: Path, files: list[str], dest: Path, progress: ProgressFn | None) -> None:
+    for name in files:
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, target)
+        with target.open("rb") as handle:
+            os.fsync(handle.fileno())
+        if progress is not None:
+            progress(name, target.stat().st_size)
+    _fsync_dir(dest)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
