@@ -20,7 +20,7 @@ from trainer.checkpoint_uris import (
     step_dir_name,
     step_of,
 )
-from trainer.checkpoints import LATEST_FILE, META_FILE, CheckpointError
+from trainer.checkpoints import LATEST_FILE, META_FILE, CheckpointError, fsync_dir, write_atomic
 
 ProgressFn = Callable[[str, int], None]
 """Called after each file is copied with its path relative to the checkpoint and its size in bytes."""
@@ -45,11 +45,11 @@ class LocalCheckpointStore:
             _copy_files(Path(local_dir), files, staging, progress)
             shutil.rmtree(final, ignore_errors=True)  # without a meta file it is not a checkpoint, only debris
             os.rename(staging, final)
-            _fsync_dir(run_dir)
+            fsync_dir(run_dir)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        _write_atomic(run_dir / LATEST_FILE, final.name + "\n")
+        write_atomic(run_dir / LATEST_FILE, final.name + "\n")
         return final.as_uri()
 
     def download(self, uri: str, local_dir: Path) -> Path:
@@ -105,7 +105,7 @@ def _copy_into(source: Path, files: list[str], local_dir: Path) -> Path:
     try:
         _copy_files(source, files, staging, None)
         os.rename(staging, final)
-        _fsync_dir(local_dir)
+        fsync_dir(local_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -121,26 +121,5 @@ def _copy_files(source: Path, files: list[str], dest: Path, progress: ProgressFn
             os.fsync(handle.fileno())
         if progress is not None:
             progress(name, target.stat().st_size)
-    _fsync_dir(dest)
+    fsync_dir(dest)
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(staging, path)
-    except BaseException:
-        Path(staging).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

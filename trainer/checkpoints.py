@@ -78,11 +78,11 @@ def save_checkpoint(
         (staging / META_FILE).write_text(meta.model_dump_json(indent=2))
         _fsync_tree(staging)
         os.rename(staging, final)
-        _fsync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _write_atomic(root / LATEST_FILE, final.name + "\n")
+    write_atomic(root / LATEST_FILE, final.name + "\n")
     return final
 
 
@@ -126,7 +126,8 @@ def latest_checkpoint(root: Path) -> Path | None:
     return path
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically and durably (temp file, fsync, rename, fsync of the directory)."""
     fd, staging = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
@@ -137,7 +138,7 @@ def _write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(staging).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _fsync_tree(directory: Path) -> None:
@@ -145,10 +146,11 @@ def _fsync_tree(directory: Path) -> None:
         if path.is_file():
             with path.open("rb") as handle:
                 os.fsync(handle.fileno())
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries (renames, new files) durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
