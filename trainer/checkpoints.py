@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,12 @@ class CheckpointMeta(BaseModel):
     optimizer_updates: int = Field(ge=0, description="Optimizer updates applied since the base model.")
     base_model: str = Field(description="The model directory training started from (the KL reference).")
     created_at: float = Field(description="Unix seconds when the checkpoint was written.")
+
+
+def meta_now(policy_version: int, step: int, optimizer_updates: int, base_model: str | Path) -> CheckpointMeta:
+    """The meta of a checkpoint written now by a backend trained from `base_model`."""
+    return CheckpointMeta(policy_version=policy_version, step=step, optimizer_updates=optimizer_updates,
+                          base_model=str(Path(base_model).resolve()), created_at=time.time())
 
 
 def checkpoint_name(step: int) -> str:

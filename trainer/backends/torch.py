@@ -228,13 +228,7 @@ class TorchBackend:
         """Writes `directory/step-NNNNNN` (weights, tokenizer, optimizer, version); returns (path, version)."""
         if self.model is None:
             raise RuntimeError("TorchBackend.save_checkpoint before load(); call load() first")
-        meta = checkpoints.CheckpointMeta(
-            policy_version=self._version,
-            step=self.step,
-            optimizer_updates=self.optimizer_updates,
-            base_model=str(Path(self.config.model_path).resolve()),
-            created_at=time.time(),
-        )
+        meta = checkpoints.meta_now(self._version, self.step, self.optimizer_updates, self.config.model_path)
         path = checkpoints.save_checkpoint(Path(directory), self.model, self.optimizer, meta, self._weights_path)
         return path, self._version
 

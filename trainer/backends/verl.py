@@ -256,13 +256,7 @@ class VerlBackend:
             raise checkpoints.CheckpointError(f"checkpoint {root} already exists; save into another root")
         self.workers.save_checkpoint(str(root / "verl"), global_step=self.step)
         hf_dir = root / "verl" / "huggingface"
-        meta = checkpoints.CheckpointMeta(
-            policy_version=self._version,
-            step=self.step,
-            optimizer_updates=self.optimizer_updates,
-            base_model=str(Path(self.config.model_path).resolve()),
-            created_at=time.time(),
-        )
+        meta = checkpoints.meta_now(self._version, self.step, self.optimizer_updates, self.config.model_path)
         (hf_dir / checkpoints.META_FILE).write_text(meta.model_dump_json(indent=2))
         (root / "huggingface").symlink_to(hf_dir.relative_to(root), target_is_directory=True)
         return root / "huggingface", self._version
