@@ -163,3 +163,15 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def prune_checkpoints(root: Path, keep: int) -> list[Path]:
+    """Removes all but the newest `keep` complete checkpoints under `root` (never the one `latest` names)."""
+    if keep < 1:
+        raise CheckpointError(f"keep={keep}: keep at least the latest checkpoint")
+    latest = latest_checkpoint(root)
+    found = sorted(p for p in Path(root).glob("step-*") if (p / META_FILE).is_file())
+    removed = [p for p in found[:-keep] if p != latest]
+    for path in removed:
+        shutil.rmtree(path)
+    return removed

@@ -17,6 +17,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 class EmbeddedEngine:
     """Implements `Engine` by running `python -m trainer.engines.serving.cli serve` on this machine."""
 
+    loads_weights_asleep = True
+    """update_weights while asleep is applied at wake-up (one load): see trainer.collocation.publish_weights."""
+
     def __init__(self, model: str | Path, host: str = "127.0.0.1", port: int = 0,
                  served_model_name: str | None = None, max_batch_size: int = 16,
                  startup_timeout_s: float = 180.0, request_timeout_s: float = 600.0,

@@ -1,0 +1,206 @@
+"""The run config of a training flow: typed sections, loaded from a YAML profile, with dotted-key overrides.
+
+`load_run_config("swe-local", {"algorithm.iterations": 3})` reads `deploy/configs/swe-local.yaml` (or any YAML path),
+applies the overrides and validates. Unknown keys anywhere are errors naming the key. The resolved config is what
+MLflow logs as the run's params, so two runs compare key by key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trainer.advantages import AdvantageConfig
+from trainer.losses import LossConfig
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROFILES_DIR = PROJECT_ROOT / "deploy" / "configs"
+
+
+class Section(BaseModel):
+    """A config section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSection(Section):
+    source: str = Field(default="generated", description="'generated' (the recipe's generator), a local "
+                        "parquet/JSONL/JSON path, or a hub dataset id.")
+    train_tasks: int = Field(default=64, ge=1, description="Tasks in the training split.")
+    val_tasks: int = Field(default=8, ge=0, description="Tasks held out for validation.")
+    seed: int = Field(default=0, description="Seed of generation and of the split.")
+
+
+class RolloutSection(Section):
+    group_size: int = Field(default=4, ge=1, description="Rollouts per task (n): one group.")
+    batch_groups: int = Field(default=4, ge=1, description="Complete groups per update.")
+    schedule: Literal["async", "sync"] = Field(default="async", description="async: collocated, more in flight "
+                                               "than a batch, update as soon as enough groups finished; sync: wait "
+                                               "for the whole batch.")
+    max_inflight_groups: int = Field(default=8, ge=1, description="Groups kept in flight by the async schedule.")
+    max_version_lag: int = Field(default=2, ge=0, description="Drop rollouts whose oldest call is more than this "
+                                 "many policy versions behind the trainer.")
+    max_attempts: int = Field(default=3, ge=1, description="Attempts per rollout (infra failures are retried).")
+    task_overrides: dict[str, Any] = Field(default_factory=dict, description="Merged into every task input "
+                                           "(e.g. max_tokens, step_limit).")
+    wait_timeout_s: float = Field(default=3600.0, gt=0, description="Longest wait for one batch of groups.")
+    drain_timeout_s: float = Field(default=600.0, gt=0, description="Longest wait for in-flight calls to drain.")
+    pass_threshold: float = Field(default=1.0, description="A rollout passes when its reward is at least this.")
+    val_group_size: int = Field(default=1, ge=1, description="Rollouts per validation task.")
+
+
+class EngineSection(Section):
+    kind: Literal["embedded", "vllm"] = Field(default="embedded", description="Inference engine.")
+    model: str = Field(default="smollm2-135m-instruct", description="A prepared model name "
+                       "(`harnessrl model list`) or an HF model directory.")
+    url: str | None = Field(default=None, description="Connect to an engine already serving `model` (none: start).")
+    max_batch_size: int = Field(default=16, ge=1, description="Embedded engine: concurrent sequences.")
+    startup_timeout_s: float = Field(default=300.0, gt=0, description="Longest engine start-up.")
+    vllm: dict[str, Any] = Field(default_factory=dict, description="vLLM engine: VLLMConfig fields.")
+
+
+class GatewaySection(Section):
+    url: str | None = Field(default=None, description="Connect to a running gateway (tokens from "
+                            "$HARNESSRL_ADMIN_TOKEN); none: start one on a free port.")
+    model_name: str = Field(default="policy", description="Model name harnesses ask for.")
+
+
+class ControllerSection(Section):
+    start: bool = Field(default=True, description="Start a controller (false: one already serves the gateway).")
+    runner: Literal["local", "kubernetes"] = Field(default="local", description="Where harnesses run.")
+    concurrency: int = Field(default=8, ge=1, description="Harness attempts at once.")
+    harness_timeout_s: float = Field(default=1800.0, gt=0, description="Wall-clock limit of one attempt.")
+
+
+class BackendSection(Section):
+    kind: Literal["torch", "verl"] = Field(default="torch", description="Training backend.")
+    lr: float = Field(default=1e-6, gt=0, description="AdamW learning rate.")
+    max_grad_norm: float | None = Field(default=1.0, description="Gradient clipping (none: off).")
+    warmup_updates: int = Field(default=0, ge=0, description="Linear learning-rate warm-up.")
+    weight_decay: float = Field(default=0.01, ge=0, description="AdamW weight decay.")
+    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Parameter dtype (torch).")
+    max_tokens_per_micro_batch: int = Field(default=4096, ge=1, description="Token budget of a micro-batch.")
+    num_updates: int = Field(default=1, ge=1, description="Optimizer updates per step.")
+    n_gpus_per_node: int = Field(default=1, ge=1, description="verl: GPUs per node.")
+    loss: dict[str, Any] = Field(default_factory=dict, description="trainer.losses.LossConfig fields.")
+
+
+class AlgorithmSection(Section):
+    iterations: int = Field(default=10, ge=1, description="Training iterations (one update each).")
+    advantage: dict[str, Any] = Field(default_factory=dict, description="trainer.advantages.AdvantageConfig fields.")
+    max_prompt_tokens: int | None = Field(default=None, description="Per-call prompt limit of samples.")
+    max_response_tokens: int | None = Field(default=None, description="Per-call response limit of samples.")
+    val_every: int = Field(default=0, ge=0, description="Validate every this many iterations (0: only at the end).")
+
+
+class TrackingSection(Section):
+    tracking_uri: str = Field(default="sqlite:///mlruns/mlflow.db", description="MLflow tracking URI "
+                              "(relative sqlite paths resolve against the project root).")
+    experiment: str = Field(default="harnessrl", description="MLflow experiment.")
+    trajectories_per_step: int = Field(default=4, ge=0, description="Rendered trajectories logged per iteration.")
+
+
+class CheckpointSection(Section):
+    store: str = Field(default="file://checkpoints", description="file://DIR (relative: project root) or "
+                       "s3://BUCKET/PREFIX (endpoint from the s3_* fields or $HARNESSRL_S3_*).")
+    s3_endpoint: str | None = Field(default=None, description="host:port of the S3 API (none: $HARNESSRL_S3_ENDPOINT).")
+    s3_secure: bool = Field(default=False, description="HTTPS to the S3 endpoint (false: plain HTTP, a local MinIO).")
+    every: int = Field(default=1, ge=1, description="Upload a checkpoint every this many updates (and the last).")
+    keep_local: int = Field(default=2, ge=1, description="Checkpoints kept on the trainer's disk.")
+
+
+class RunConfig(Section):
+    """Everything a training run is, as logged to MLflow."""
+
+    recipe: Literal["swe", "instruction_following", "search"] = Field(description="The recipe trained on.")
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Run name; also the "
+                             "resume key (same name: continue from its last checkpoint). None: generated.")
+    work_dir: Path = Field(default=Path("runs"), description="Run directories (relative: project root).")
+    seed: int = Field(default=0, description="Seed of sampling and data order.")
+    data: DataSection = Field(default_factory=DataSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    engine: EngineSection = Field(default_factory=EngineSection)
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+    controller: ControllerSection = Field(default_factory=ControllerSection)
+    backend: BackendSection = Field(default_factory=BackendSection)
+    algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+    checkpoints: CheckpointSection = Field(default_factory=CheckpointSection)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        self.loss_config()
+        self.advantage_config()
+        if self.rollout.schedule == "async" and self.rollout.max_inflight_groups < self.rollout.batch_groups:
+            raise ValueError(f"rollout.max_inflight_groups={self.rollout.max_inflight_groups} is below "
+                             f"rollout.batch_groups={self.rollout.batch_groups}; the async schedule keeps more "
+                             "groups in flight than one batch (or use schedule: sync)")
+        return self
+
+    def loss_config(self) -> LossConfig:
+        """backend.loss as the trainer's LossConfig."""
+        return _dataclass_from(LossConfig, self.backend.loss, "backend.loss")
+
+    def advantage_config(self) -> AdvantageConfig:
+        """algorithm.advantage as the trainer's AdvantageConfig."""
+        return _dataclass_from(AdvantageConfig, self.algorithm.advantage, "algorithm.advantage")
+
+    def resolve(self, path: Path) -> Path:
+        """`path` against the project root when relative."""
+        return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+def _dataclass_from(cls: type, values: Mapping[str, Any], where: str) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; known keys: {sorted(known)}")
+    return cls(**values)
+
+
+def profile_path(profile: str | Path) -> Path:
+    """A profile name (`deploy/configs/NAME.yaml`) or a YAML path."""
+    path = Path(profile)
+    if path.suffix in (".yaml", ".yml"):
+        return path
+    candidate = PROFILES_DIR / f"{profile}.yaml"
+    if not candidate.is_file():
+        known = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+        raise FileNotFoundError(f"no profile {profile!r} in {PROFILES_DIR}; known profiles: {known}, or pass a path")
+    return candidate
+
+
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `data` with dotted keys set (`{"rollout.group_size": 8}`)."""
+    result = yaml.safe_load(yaml.safe_dump(data)) or {}
+    for dotted, value in overrides.items():
+        node = result
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"override {dotted!r}: {key!r} is a value, not a section")
+            node = child
+        node[leaf] = value
+    return result
+
+
+def load_run_config(profile: str | Path, overrides: Mapping[str, Any] | None = None,
+                    recipe: str | None = None) -> RunConfig:
+    """Reads a profile, applies `overrides` (dotted keys) and `recipe` (when given), validates."""
+    path = profile_path(profile)
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of run settings, got {type(data).__name__}")
+    data = apply_overrides(data, overrides or {})
+    if recipe is not None:
+        if data.get("recipe", recipe) != recipe:
+            raise ValueError(f"profile {path.name} is for recipe {data['recipe']!r}, not {recipe!r}; "
+                             "pick a profile of this recipe")
+        data["recipe"] = recipe
+    return RunConfig.model_validate(data)

@@ -1,0 +1,49 @@
+"""What the training flow tells people: the no-signal explanation, the closing summary, throughput metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.records import CallStatus
+from trainer.rollout_groups import FinishedGroup
+
+SIGNAL_HINTS = {
+    "swe": "SWE tasks need a capable coding model: 7B-class coder models (e.g. a Qwen2.5-Coder-7B-Instruct) solve "
+           "some SWE-smith tasks; a 135M model almost never does. Train the SWE recipe on GPUs with a larger "
+           "model (profile swe-gpu), or try `make train RECIPE=if` to see learning on this machine",
+    "search": "the policy needs to find and state the answer sometimes; use a larger model or easier questions",
+    "instruction_following": "lower the number of instructions per task or use a larger model",
+}
+
+
+def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], recipe: str, model: str) -> str:
+    """Plain words for an iteration where no group had reward variance."""
+    rewards = [r.reward for g in groups for r in g.rollouts if r.reward is not None]
+    seen = ", ".join(f"{value:g}" for value in sorted(set(rewards))) or "none (every rollout failed)"
+    return (f"iteration {iteration}: no gradient signal - in each of the {len(groups)} groups every rollout got the "
+            f"same reward (rewards seen: {seen}), so every advantage is 0 and nothing was trained. The policy "
+            f"{model!r} {'never' if not any(rewards) else 'always'} passes these tasks; {SIGNAL_HINTS[recipe]}.")
+
+
+def throughput_metrics(groups: Sequence[FinishedGroup], iteration_s: float) -> dict[str, float]:
+    """Generated tokens and calls of the batch per second of the iteration's wall-clock time."""
+    tokens = sum(len(c.response_token_ids) for g in groups for calls in g.calls.values() for c in calls
+                 if c.status == CallStatus.OK)
+    calls = sum(len(calls) for g in groups for calls in g.calls.values())
+    return {"throughput/response_tokens": float(tokens), "throughput/calls": float(calls),
+            "time/iteration_s": iteration_s,
+            "throughput/response_tokens_per_s": tokens / iteration_s if iteration_s > 0 else 0.0}
+
+
+def summary_lines(summary: dict[str, Any], ui: str) -> list[str]:
+    """The closing lines of a run: what ran, where it is logged, how to look at it."""
+    lines = [f"run {summary['run_name']}: {summary['iterations']} iterations, {summary['updates']} updates",
+             f"MLflow run: {summary['mlflow_run_id']}",
+             f"open the MLflow UI: {ui}"]
+    if summary.get("checkpoint_uri"):
+        lines.append(f"last checkpoint: {summary['checkpoint_uri']}")
+    if summary["no_signal_iterations"]:
+        lines.append(f"{summary['no_signal_iterations']} of {summary['iterations']} iterations had no gradient "
+                     "signal (no group with reward variance): the policy did not learn from them")
+    return lines

@@ -1,0 +1,152 @@
+"""Pure builders from a `RunConfig`: the run's name and folders, the backend, the services, the checkpoint store.
+
+Nothing here starts a process or touches the network; the flow applies what these return.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from flows.config import RunConfig
+from harnessrl.services import ServiceSettings
+from trainer.backends.base import Backend
+from trainer.backends.torch import OptimizerConfig
+from trainer.checkpoint_store import CheckpointStore, S3Endpoint, store_from_uri
+from trainer.loop_state import LoopState
+from trainer.rollout_feed import FeedConfig
+from trainer.samples import SampleLimits
+from trainer.scheduling import ScheduleConfig
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Where a run lives and where it starts from."""
+
+    name: str
+    """The run's name (also the rollout id prefix and the checkpoint store key)."""
+    run_dir: Path
+    """The run's local folder: gateway database, logs, working directories, local checkpoints."""
+    base_model: Path
+    """The base policy's HF directory (the KL reference and the tokenizer source)."""
+    start_model: Path
+    """The weights the engine starts with: the base model, or the checkpoint resumed from."""
+    state: LoopState
+    """Where the loop starts (iteration 0 for a fresh run)."""
+    resumed_from: Path | None = None
+    """The downloaded checkpoint when resuming."""
+
+    @property
+    def checkpoint_root(self) -> Path:
+        """Local checkpoints (the engine loads them from here)."""
+        return self.run_dir / "checkpoints"
+
+
+def run_name(config: RunConfig, now_s: float | None = None) -> str:
+    """The configured name, or `{recipe}-{UTC timestamp}`."""
+    if config.name:
+        return config.name
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now_s if now_s is not None else time.time()))
+    return f"{config.recipe.replace('_', '-')}-{stamp}"
+
+
+def fresh_plan(config: RunConfig, name: str, base_model: Path) -> RunPlan:
+    """A run that starts from the base model."""
+    state = LoopState(run_name=name, iteration=0, next_task=0, policy_version=0)
+    return RunPlan(name, config.resolve(config.work_dir) / name, base_model, base_model, state)
+
+
+def resumed_plan(plan: RunPlan, checkpoint: Path, state: LoopState) -> RunPlan:
+    """The same run continuing from a downloaded checkpoint."""
+    return RunPlan(plan.name, plan.run_dir, plan.base_model, checkpoint, state, checkpoint)
+
+
+def checkpoint_store(config: RunConfig) -> CheckpointStore:
+    """The configured store; relative file:// roots resolve against the project root."""
+    root = config.checkpoints.store
+    if root.startswith("file://"):
+        path = Path(root.removeprefix("file://"))
+        return store_from_uri(f"file://{config.resolve(path)}")
+    endpoint = config.checkpoints.s3_endpoint or os.environ.get("HARNESSRL_S3_ENDPOINT")
+    access, secret = os.environ.get("HARNESSRL_S3_ACCESS_KEY"), os.environ.get("HARNESSRL_S3_SECRET_KEY")
+    if not (endpoint and access and secret):
+        raise ValueError(f"checkpoints.store={root!r} is on S3: set checkpoints.s3_endpoint (or "
+                         "$HARNESSRL_S3_ENDPOINT) and $HARNESSRL_S3_ACCESS_KEY / $HARNESSRL_S3_SECRET_KEY")
+    return store_from_uri(root, S3Endpoint(endpoint, access, secret, secure=config.checkpoints.s3_secure))
+
+
+def build_backend(config: RunConfig, plan: RunPlan) -> Backend:
+    """The configured training backend (not loaded yet)."""
+    b = config.backend
+    optimizer = OptimizerConfig(lr=b.lr, max_grad_norm=b.max_grad_norm, warmup_updates=b.warmup_updates,
+                                weight_decay=b.weight_decay)
+    if b.kind == "verl":
+        from trainer.backends.verl import VerlBackend, VerlBackendConfig
+
+        schedule = ScheduleConfig(num_workers=b.n_gpus_per_node, num_updates=b.num_updates,
+                                  max_tokens_per_micro_batch=b.max_tokens_per_micro_batch)
+        return VerlBackend(VerlBackendConfig(model_path=plan.base_model, resume_from=plan.resumed_from,
+                                             n_gpus_per_node=b.n_gpus_per_node, optimizer=optimizer,
+                                             loss=config.loss_config(), schedule=schedule))
+    from trainer.backends.torch import TorchBackend, TorchBackendConfig
+
+    schedule = ScheduleConfig(num_updates=b.num_updates, max_tokens_per_micro_batch=b.max_tokens_per_micro_batch)
+    return TorchBackend(TorchBackendConfig(model_path=plan.base_model, resume_from=plan.resumed_from,
+                                           optimizer=optimizer, loss=config.loss_config(), schedule=schedule,
+                                           dtype=b.dtype))
+
+
+def service_settings(config: RunConfig, plan: RunPlan) -> ServiceSettings:
+    """What `RunServices` starts for this run."""
+    c = config.controller
+    controller_args = ("--runner", c.runner, "--concurrency", str(c.concurrency),
+                       "--harness-timeout-s", str(c.harness_timeout_s), "--recipe", config.recipe)
+    return ServiceSettings(
+        run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
+        model_name=config.gateway.model_name, engine_kind=config.engine.kind, engine_url=config.engine.url,
+        engine_max_batch_size=config.engine.max_batch_size, engine_startup_timeout_s=config.engine.startup_timeout_s,
+        vllm=config.engine.vllm or None, gateway_url=config.gateway.url, start_controller=c.start,
+        controller_args=controller_args)
+
+
+def feed_config(config: RunConfig, plan: RunPlan) -> FeedConfig:
+    """How the training feed forms groups."""
+    r = config.rollout
+    return FeedConfig(r.group_size, f"{plan.name}-train", max_attempts=r.max_attempts,
+                      task_overrides=r.task_overrides or None)
+
+
+def in_flight_target(config: RunConfig) -> int:
+    """Groups kept in flight: one batch for the sync schedule, `max_inflight_groups` for the async one."""
+    r = config.rollout
+    return r.batch_groups if r.schedule == "sync" else r.max_inflight_groups
+
+
+def sample_limits(config: RunConfig) -> SampleLimits:
+    """Per-call sample length limits."""
+    return SampleLimits(config.algorithm.max_prompt_tokens, config.algorithm.max_response_tokens)
+
+
+def task_stream(rows: Sequence[dict], start: int) -> Iterator[tuple[int, dict]]:
+    """(index, task) from `start` on, cycling through the rows (index keeps counting: ids stay unique)."""
+    if not rows:
+        raise ValueError("no training tasks: check data.source and data.train_tasks")
+    for index in itertools.count(start):
+        yield index, rows[index % len(rows)]
+
+
+def validation_due(config: RunConfig, iteration: int) -> bool:
+    """Validate after this (1-based) iteration: every `val_every`, and always after the last."""
+    a = config.algorithm
+    if config.data.val_tasks == 0:
+        return False
+    return iteration == a.iterations or (a.val_every > 0 and iteration % a.val_every == 0)
+
+
+def upload_due(config: RunConfig, updates: int, iteration: int) -> bool:
+    """Upload the checkpoint after this update: every `checkpoints.every` updates, and after the last iteration."""
+    return updates % config.checkpoints.every == 0 or iteration == config.algorithm.iterations

@@ -1,0 +1,145 @@
+"""Training flows `train-swe`, `train-if`, `train-search`: one loop, read top to bottom as the algorithm.
+
+load and validate data → start (or connect to) engine, gateway and controller → per iteration: keep groups of n
+rollouts in flight → wait for enough complete groups → drop too-stale rollouts → samples → advantages → collocated
+update (pause, drain, sleep, train, refit, wake, resume) → checkpoint → log → periodic validation in val mode.
+
+The schedule (`rollout.schedule`) only changes how many groups are in flight: one batch (sync) or more (async,
+the default), so unfinished rollouts continue under the new policy while the next batch fills.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from prefect import flow
+from tqdm.auto import trange
+
+from agents.task_data import split_rows
+from flows.config import RunConfig, load_run_config
+from flows.reporting import no_signal_message, summary_lines, throughput_metrics
+from flows.setup import (
+    RunPlan,
+    build_backend,
+    checkpoint_store,
+    feed_config,
+    fresh_plan,
+    in_flight_target,
+    resumed_plan,
+    run_name,
+    sample_limits,
+    service_settings,
+    task_stream,
+    upload_due,
+    validation_due,
+)
+from harnessrl.models import resolve_model
+from harnessrl.services import RunServices
+from tasks.data import load_tasks, validate_tasks
+from tasks.rollouts import collect_groups, fill_in_flight, run_validation
+from tasks.tracking import MlflowTracker, log_trajectories, ui_command
+from tasks.training import build_batch, find_resume_point, load_backend, publish_checkpoint, update_policy
+from trainer.loop_state import LoopState
+from trainer.rollout_feed import RolloutFeed
+
+log = logging.getLogger(__name__)
+
+
+@flow(name="train-swe", log_prints=True)
+def train_swe(profile: str = "swe-local", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Trains the SWE coding agent (mini-swe-agent) on SWE-smith-style tasks."""
+    return train(load_run_config(profile, overrides, recipe="swe"))
+
+
+@flow(name="train-if", log_prints=True)
+def train_if(profile: str = "if-local", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Trains the instruction-following recipe."""
+    return train(load_run_config(profile, overrides, recipe="instruction_following"))
+
+
+@flow(name="train-search", log_prints=True)
+def train_search(profile: str = "search-local", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Trains the search agent."""
+    return train(load_run_config(profile, overrides, recipe="search"))
+
+
+def train(config: RunConfig) -> dict[str, Any]:
+    """The training loop shared by the flows; returns the run's summary (MLflow run id, last checkpoint URI, ...)."""
+    plan = plan_run(config)
+    rows = load_tasks(config.data.source, recipe=config.recipe, count=config.data.train_tasks + config.data.val_tasks,
+                      seed=config.data.seed, cache_dir=plan.run_dir / "data")
+    report = validate_tasks(rows, config.recipe)  # a failed suite stops the flow with its report
+    train_rows, val_rows = split_rows(rows, config.data.val_tasks, config.data.seed)
+    tracker = MlflowTracker(config.tracking.tracking_uri, config.tracking.experiment, plan.name,
+                            tags={"recipe": config.recipe, "schedule": config.rollout.schedule},
+                            run_id=plan.state.tracking_run_id)
+    if plan.resumed_from is None:
+        tracker.log_params(config.model_dump(mode="json"))
+    tracker.log_dict(config.model_dump(mode="json"), "config.json")
+    tracker.log_text(report.to_markdown(), "data/validation.md")
+    backend = load_backend(build_backend(config, plan))
+    summary: dict[str, Any] = {"run_name": plan.name, "mlflow_run_id": tracker.run_id, "checkpoint_uri": None,
+                               "iterations": 0, "updates": 0, "no_signal_iterations": 0}
+    try:
+        with RunServices(service_settings(config, plan)) as services:
+            run_iterations(config, plan, services, backend, tracker, train_rows, val_rows, summary)
+    except BaseException:
+        tracker.end("FAILED")
+        raise
+    tracker.end("FINISHED")
+    for line in summary_lines(summary, ui_command(config.tracking.tracking_uri)):
+        print(line)
+    return summary
+
+
+def plan_run(config: RunConfig) -> RunPlan:
+    """The run's name and folders; resumes from the run's last checkpoint in the store when it has one."""
+    name = run_name(config)
+    plan = fresh_plan(config, name, resolve_model(config.engine.model))
+    found = find_resume_point(checkpoint_store(config), name, plan.run_dir / "resume")
+    if found is None:
+        return plan
+    checkpoint, state = found
+    print(f"resuming run {name} from iteration {state.iteration} (policy version {state.policy_version})")
+    return resumed_plan(plan, checkpoint, state)
+
+
+def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, backend, tracker,
+                   train_rows: list[dict], val_rows: list[dict], summary: dict[str, Any]) -> None:
+    """The iterations of the loop (see the module docstring)."""
+    assert services.admin is not None and services.engine is not None
+    store, r = checkpoint_store(config), config.rollout
+    feed = RolloutFeed(services.admin, feed_config(config, plan), task_stream(train_rows, plan.state.next_task))
+    for index in trange(plan.state.iteration, config.algorithm.iterations, desc=f"train {plan.name}", unit="it"):
+        iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
+        fill_in_flight(feed, in_flight_target(config), version)
+        groups, rollout_s = collect_groups(feed, r.batch_groups, r.wait_timeout_s, f"iteration {iteration}")
+        services.check_alive()
+        group_batch, split = build_batch(groups, version, r.max_version_lag, config.advantage_config(),
+                                         sample_limits(config), r.pass_threshold)
+        metrics = {**group_batch.metrics, **split.as_metrics(), "time/rollout_s": rollout_s,
+                   "train/policy_version": float(version), "train/iteration": float(iteration)}
+        if group_batch.no_signal:
+            print(no_signal_message(iteration, groups, config.recipe, config.engine.model))
+            summary["no_signal_iterations"] += 1
+        else:
+            update = update_policy(services.admin, services.engine, backend, group_batch, plan.checkpoint_root,
+                                   config.gateway.model_name, r.drain_timeout_s, config.checkpoints.keep_local)
+            summary["updates"] += 1
+            metrics.update({**update.metrics, **update.timing_metrics()})
+            if upload_due(config, summary["updates"], iteration):
+                state = LoopState(run_name=plan.name, iteration=iteration, next_task=feed.next_task,
+                                  policy_version=update.policy_version, tracking_run_id=tracker.run_id)
+                summary["checkpoint_uri"] = publish_checkpoint(store, update.checkpoint, plan.name, iteration, state)
+                tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
+        metrics.update(throughput_metrics(groups, time.perf_counter() - started_s))
+        if validation_due(config, iteration):
+            val_metrics, _ = run_validation(services.admin, val_rows, f"{plan.name}-val{iteration}",
+                                            r.val_group_size, backend.policy_version, r.wait_timeout_s,
+                                            r.pass_threshold, r.task_overrides or None)
+            metrics.update(val_metrics)
+        tracker.log_metrics(metrics, step=iteration)
+        log_trajectories(tracker, groups, config.tracking.trajectories_per_step, iteration)
+        summary.update(iterations=iteration, last_metrics=metrics)

@@ -1,0 +1,164 @@
+"""The services a training run needs, started as local processes or reached where they already run.
+
+`RunServices` brings up, in order: the inference engine (embedded or vLLM, or a URL of a running one), the gateway
+(a `gateway.cli serve` process on a free port with a SQLite store in the run directory, or a URL), the policy model
+registered with the gateway under the run's model name, and a rollout controller process (`controller.cli run`)
+unless one already serves that gateway. `stop()` ends what it started, in reverse order.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.client import GatewayClient
+from trainer.engines.base import Engine
+from trainer.engines.server_process import ServerProcess, free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """What to start and where."""
+
+    run_dir: Path
+    """Holds the gateway database, the controller's working directories and all service logs."""
+    model_path: Path
+    """HF model directory the engine serves (the base policy or a resumed checkpoint)."""
+    policy_version: int
+    """Version of those weights."""
+    model_name: str
+    """Model name harnesses ask for (registered with the gateway)."""
+    engine_kind: str = "embedded"
+    """embedded or vllm."""
+    engine_url: str | None = None
+    """A running engine's root URL (none: start one)."""
+    engine_max_batch_size: int = 16
+    """Embedded engine: concurrent sequences."""
+    engine_startup_timeout_s: float = 300.0
+    """Longest engine start-up."""
+    vllm: dict[str, Any] | None = None
+    """VLLMConfig fields for the vLLM engine."""
+    gateway_url: str | None = None
+    """A running gateway (admin token from $HARNESSRL_ADMIN_TOKEN); none: start one."""
+    start_controller: bool = True
+    """Start a controller process against the gateway."""
+    controller_args: tuple[str, ...] = ()
+    """Extra `controller run` options (runner, concurrency, timeouts)."""
+
+
+class RunServices:
+    """Engine + gateway + controller for one run (a context manager)."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.logs_dir = settings.run_dir / "logs"
+        self.admin_token = os.environ.get("HARNESSRL_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+        self.grader_token = os.environ.get("HARNESSRL_GRADER_TOKEN") or secrets.token_urlsafe(24)
+        self.engine: Engine | None = None
+        self.gateway_url = settings.gateway_url or ""
+        self.admin: GatewayClient | None = None
+        self._started_engine = False
+        self._gateway: ServerProcess | None = None
+        self._controller: subprocess.Popen | None = None
+
+    def __enter__(self) -> RunServices:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Starts (or connects to) every service and registers the model."""
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.engine = self._engine()
+        if self.settings.engine_url is None:
+            self.engine.start()
+            self._started_engine = True
+        if not self.gateway_url:
+            self._start_gateway()
+        self.admin = GatewayClient(self.gateway_url, self.admin_token)
+        self.admin.register_model(self.settings.model_name, self.engine.base_url + "/v1",
+                                  version=self.settings.policy_version, served_name=self.settings.model_name)
+        if self.settings.start_controller:
+            self._start_controller()
+
+    def _engine(self) -> Engine:
+        s = self.settings
+        if s.engine_kind == "vllm":
+            from trainer.engines.vllm import VLLMConfig, VLLMEngine
+
+            fields = {**(s.vllm or {}), "model": str(s.model_path), "served_model_name": s.model_name}
+            if s.engine_url is not None:
+                host, _, port = s.engine_url.split("//", 1)[-1].partition(":")
+                fields.update(host=host, port=int(port))
+            return VLLMEngine(VLLMConfig(**fields), log_path=self.logs_dir / "engine.log")
+        from trainer.engines.embedded import EmbeddedEngine
+
+        host, port = "127.0.0.1", 0
+        if s.engine_url is not None:
+            host, _, port_text = s.engine_url.split("//", 1)[-1].rstrip("/").partition(":")
+            port = int(port_text)
+        return EmbeddedEngine(s.model_path, host=host, port=port, served_model_name=s.model_name,
+                              max_batch_size=s.engine_max_batch_size, startup_timeout_s=s.engine_startup_timeout_s,
+                              log_path=self.logs_dir / "engine.log")
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ, HARNESSRL_ADMIN_TOKEN=self.admin_token, HARNESSRL_GRADER_TOKEN=self.grader_token)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+        return env
+
+    def _start_gateway(self) -> None:
+        port = free_port()
+        self.gateway_url = f"http://127.0.0.1:{port}"
+        self._gateway = ServerProcess("gateway", self.gateway_url, self.logs_dir / "gateway.log")
+        db = self.settings.run_dir / "gateway.db"
+        command = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", f"sqlite:///{db}"]
+        self._gateway.start(command, self._env(), startup_timeout_s=60.0)
+
+    def _start_controller(self) -> None:
+        command = [sys.executable, "-m", "controller.cli", "run", "--gateway", self.gateway_url,
+                   "--work-dir", str(self.settings.run_dir / "work"),
+                   "--logs-dir", str(self.settings.run_dir / "harness-logs"), *self.settings.controller_args]
+        log = (self.logs_dir / "controller.log").open("ab")
+        self._controller = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                                            start_new_session=True)
+        log.close()
+
+    def check_alive(self) -> None:
+        """Raises naming the service and its log when a process this run started has exited."""
+        if self._controller is not None and self._controller.poll() is not None:
+            tail = (self.logs_dir / "controller.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the controller exited with code {self._controller.returncode}; "
+                               f"{self.logs_dir / 'controller.log'} ends with:\n{tail}")
+
+    def stop(self) -> None:
+        """Stops the controller, the gateway and the engine that this object started."""
+        if self._controller is not None:
+            self._controller.terminate()
+            try:
+                self._controller.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._controller.kill()
+                self._controller.wait()
+            self._controller = None
+        if self.admin is not None:
+            self.admin.close()
+            self.admin = None
+        if self._gateway is not None:
+            self._gateway.stop()
+            self._gateway = None
+        if self.engine is not None and self._started_engine:
+            self.engine.stop()
+            self._started_engine = False

@@ -1,0 +1,45 @@
+"""Prefect tasks of the rollout stage: keep groups in flight, wait for complete ones, run a validation pass."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from prefect import task
+from tqdm.auto import tqdm
+
+from gateway.records import RolloutMode
+from trainer.group_batch import reward_metrics
+from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed
+from trainer.rollout_groups import FinishedGroup
+
+
+@task(name="submit-groups", retries=2, retry_delay_seconds=5)
+def fill_in_flight(feed: RolloutFeed, target_groups: int, policy_version: int) -> int:
+    """Creates groups until `target_groups` are in flight; returns how many were created."""
+    return feed.fill(target_groups, policy_version)
+
+
+@task(name="wait-for-groups")
+def collect_groups(feed: RolloutFeed, groups: int, timeout_s: float, label: str) -> tuple[list[FinishedGroup], float]:
+    """Waits until `groups` groups are complete (a progress bar in a terminal); returns them and the wait in s."""
+    started = time.perf_counter()
+    with tqdm(total=groups, desc=label, unit="group", leave=False, initial=min(feed.ready, groups)) as bar:
+        def advance(ready: int) -> None:
+            bar.update(min(ready, groups) - bar.n)
+        feed.wait_for(groups, timeout_s, on_poll=advance)
+    return feed.take(groups), time.perf_counter() - started
+
+
+@task(name="validate-policy")
+def run_validation(client: FeedClient, val_rows: Sequence[dict], id_prefix: str, group_size: int,
+                   policy_version: int, timeout_s: float, pass_threshold: float,
+                   task_overrides: dict | None = None) -> tuple[dict[str, float], list[FinishedGroup]]:
+    """Every validation task in val mode (no training); returns val/ metrics and the groups."""
+    feed = RolloutFeed(client, FeedConfig(group_size, id_prefix, RolloutMode.VAL, task_overrides=task_overrides),
+                       iter(enumerate(val_rows)))
+    submitted = feed.submit(len(val_rows), policy_version)
+    feed.wait_for(submitted, timeout_s)
+    groups = feed.take(submitted)
+    metrics = reward_metrics([r for g in groups for r in g.rollouts], pass_threshold, "val")
+    return metrics, groups

@@ -1,0 +1,67 @@
+"""Prefect tasks of the training stage: load the backend, build a batch, update collocated, publish checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from prefect import task
+
+from trainer.advantages import AdvantageConfig
+from trainer.backends.base import Backend
+from trainer.checkpoint_store import CheckpointStore
+from trainer.checkpoints import prune_checkpoints
+from trainer.collocation import GatewayControl, UpdateResult, collocated_update
+from trainer.engines.base import Engine
+from trainer.group_batch import GroupBatch, build_group_batch
+from trainer.loop_state import LoopState, read_loop_state, save_loop_state
+from trainer.rollout_groups import FinishedGroup, StalenessSplit, drop_stale
+from trainer.samples import SampleLimits
+
+
+@task(name="load-backend")
+def load_backend(backend: Backend) -> Backend:
+    """Loads the model (and optimizer state when resuming) into the backend."""
+    backend.load()
+    return backend
+
+
+@task(name="build-batch")
+def build_batch(groups: Sequence[FinishedGroup], policy_version: int, max_version_lag: int,
+                advantage: AdvantageConfig, limits: SampleLimits,
+                pass_threshold: float) -> tuple[GroupBatch, StalenessSplit]:
+    """Drops too-stale rollouts, then builds samples and advantages of the rest."""
+    split = drop_stale(groups, policy_version, max_version_lag)
+    return build_group_batch(split.kept, advantage, limits, pass_threshold), split
+
+
+@task(name="update-policy")
+def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, group_batch: GroupBatch,
+                  checkpoint_root: Path, model_name: str, drain_timeout_s: float, keep_local: int) -> UpdateResult:
+    """One collocated update (pause, drain, sleep, train, save, refit, wake, resume); old local checkpoints go."""
+    assert group_batch.batch is not None, "update_policy needs a batch with gradient signal"
+    result = collocated_update(gateway, engine, backend, group_batch.batch, checkpoint_root, model_name,
+                               drain_timeout_s)
+    prune_checkpoints(checkpoint_root, keep_local)
+    return result
+
+
+@task(name="publish-checkpoint", retries=3, retry_delay_seconds=10)
+def publish_checkpoint(store: CheckpointStore, checkpoint: Path, run_name: str, step: int, state: LoopState) -> str:
+    """Saves the loop state beside the weights, uploads the checkpoint, returns its URI."""
+    save_loop_state(checkpoint, state)
+    return store.upload(checkpoint, run_name, step)
+
+
+@task(name="find-resume-point", retries=2, retry_delay_seconds=5)
+def find_resume_point(store: CheckpointStore, run_name: str, local_dir: Path) -> tuple[Path, LoopState] | None:
+    """The run's last uploaded checkpoint, downloaded, with its loop state (None: a fresh run)."""
+    uri = store.latest(run_name)
+    if uri is None:
+        return None
+    path = store.download(uri, local_dir)
+    state = read_loop_state(path)
+    if state is None:
+        raise RuntimeError(f"checkpoint {uri} has no loop state; it was not written by a training flow, so the run "
+                           f"{run_name!r} cannot resume from it: pick another run name")
+    return path, state

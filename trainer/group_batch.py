@@ -1,0 +1,79 @@
+"""Complete groups → one `TrainBatch`: recorded calls → samples → rollout-level advantages, with the step's metrics.
+
+This is the algorithm's middle between "wait for finished rollouts" and "update": it keeps no state. When no group
+has reward variance there is no gradient signal; the result says so (`batch is None`, `no_signal`) rather than
+training on zero advantages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.records import Rollout
+from trainer.advantages import AdvantageConfig, RolloutOutcome, sample_advantages
+from trainer.backends.base import TrainBatch
+from trainer.recorded import recorded_calls
+from trainer.rollout_groups import FinishedGroup
+from trainer.samples import SampleLimits, build_samples
+
+
+@dataclass(frozen=True)
+class GroupBatch:
+    """What one step trains on, and what it saw."""
+
+    batch: TrainBatch | None
+    """Samples with a non-zero advantage, or None when no sample carries any gradient signal."""
+    metrics: dict[str, float]
+    """Rewards, pass rate, sample and advantage statistics."""
+
+    @property
+    def no_signal(self) -> bool:
+        """No group had reward variance: nothing to learn from this batch."""
+        return self.batch is None
+
+
+def outcome_of(rollout: Rollout) -> RolloutOutcome:
+    """The advantage estimator's view of a finished rollout."""
+    return RolloutOutcome(rollout.id, rollout.group_id, rollout.reward, rollout.failure_kind)
+
+
+def reward_metrics(rollouts: Sequence[Rollout], pass_threshold: float, prefix: str) -> dict[str, float]:
+    """Reward mean / std, pass rate (reward >= pass_threshold) and failure counts of finished rollouts."""
+    rewards_R = np.array([r.reward for r in rollouts if r.reward is not None], dtype=np.float64)
+    return {
+        f"{prefix}/reward_mean": float(rewards_R.mean()) if rewards_R.size else 0.0,
+        f"{prefix}/reward_std": float(rewards_R.std()) if rewards_R.size else 0.0,
+        f"{prefix}/pass_rate": float((rewards_R >= pass_threshold).mean()) if rewards_R.size else 0.0,
+        f"{prefix}/rollouts": float(len(rollouts)),
+        f"{prefix}/graded": float(rewards_R.size),
+        f"{prefix}/failed_agent": float(sum(1 for r in rollouts if r.failure_kind == "agent")),
+        f"{prefix}/failed_infra": float(sum(1 for r in rollouts if r.failure_kind == "infra")),
+    }
+
+
+def build_group_batch(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, limits: SampleLimits,
+                      pass_threshold: float = 1.0, decode: Callable[[Sequence[int]], str] | None = None) -> GroupBatch:
+    """Samples and advantages of `groups` (rollout level by default); samples without signal are left out."""
+    rollouts = [r for group in groups for r in group.rollouts]
+    calls = [c for group in groups for r in group.rollouts for c in recorded_calls(r, group.calls.get(r.id, ()))]
+    built = build_samples(calls, limits=limits, decode=decode)
+    rollout_ids = [sample.rollout_id for sample in built.samples]
+    advantages = sample_advantages(rollout_ids, [outcome_of(r) for r in rollouts], advantage)
+    metrics = {**reward_metrics(rollouts, pass_threshold, "rollout"), **built.stats.as_metrics(),
+               **advantages.metrics, "rollout/groups": float(len(groups))}
+    signal_S = advantages.keep_S & (advantages.advantages_S != 0.0)
+    metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))
+    if not signal_S.any():
+        return GroupBatch(None, metrics)
+    keep = _whole_rollouts(rollout_ids, signal_S)
+    samples = [built.samples[s] for s in keep]
+    return GroupBatch(TrainBatch.of(samples, advantages.advantages_S[keep]), metrics)
+
+
+def _whole_rollouts(rollout_ids: Sequence[str], signal_S: np.ndarray) -> list[int]:
+    """Indices of every sample of the rollouts that carry signal (a rollout is trained whole or not at all)."""
+    with_signal = {rollout_ids[s] for s in np.flatnonzero(signal_S)}
+    return [s for s, rid in enumerate(rollout_ids) if rid in with_signal]

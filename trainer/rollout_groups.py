@@ -1,0 +1,113 @@
+"""Groups of rollouts of one task: when a group is complete, and which of its rollouts are too stale to train on.
+
+Pure bookkeeping for the training loop. A group of n rollouts (one task, n attempts at it) is complete when all n
+reached a terminal state. In the collocated asynchronous schedule a rollout can span several policy versions (its
+calls continue under the new weights after a refit); its staleness is the lag between the trainer's current version
+and the OLDEST version that produced one of its calls. Rollouts lagging more than `max_version_lag` are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gateway.records import CallRecord, CallStatus, Rollout
+
+
+@dataclass(frozen=True)
+class FinishedGroup:
+    """A complete group: every member rollout reached a terminal state."""
+
+    group_id: str
+    """The group's id (shared by its rollouts)."""
+    task: dict
+    """The task the group attempted."""
+    rollouts: tuple[Rollout, ...]
+    """The member rollouts, in creation order."""
+    calls: dict[str, tuple[CallRecord, ...]]
+    """Each member's recorded calls (all attempts), by rollout id."""
+    submitted_version: int
+    """The trainer's policy version when the group was created."""
+
+
+@dataclass
+class PendingGroup:
+    """A group still waiting for some of its rollouts."""
+
+    group_id: str
+    """The group's id."""
+    task: dict
+    """The task."""
+    rollout_ids: tuple[str, ...]
+    """Every member's id."""
+    submitted_version: int
+    """The trainer's policy version at creation."""
+    finished: dict[str, Rollout] = field(default_factory=dict)
+    """Members that reached a terminal state so far."""
+
+    @property
+    def complete(self) -> bool:
+        """All members finished."""
+        return len(self.finished) == len(self.rollout_ids)
+
+
+def min_call_version(rollout: Rollout, calls: Sequence[CallRecord]) -> int | None:
+    """The oldest policy version among the final attempt's successful calls (None: no such call)."""
+    versions = [c.policy_version for c in calls
+                if c.attempt == rollout.attempt and c.status == CallStatus.OK and c.policy_version is not None]
+    return min(versions) if versions else None
+
+
+def version_lag_R(oldest_versions_R: np.ndarray, current_version: int) -> np.ndarray:
+    """How many versions behind the current policy each rollout's oldest call is (0 for rollouts without calls)."""
+    return np.maximum(current_version - oldest_versions_R, 0)
+
+
+def stale_R(lag_R: np.ndarray, max_version_lag: int) -> np.ndarray:
+    """Which rollouts lag more than `max_version_lag` versions."""
+    if max_version_lag < 0:
+        raise ValueError(f"max_version_lag={max_version_lag} must be >= 0 (0: only on-policy rollouts)")
+    return lag_R > max_version_lag
+
+
+@dataclass(frozen=True)
+class StalenessSplit:
+    """The members kept for training and the dropped ones, with the lag statistics."""
+
+    kept: tuple[FinishedGroup, ...]
+    """Groups with their stale members removed (groups left empty are omitted)."""
+    dropped_rollouts: int
+    """Rollouts dropped as too stale."""
+    lag_mean: float
+    """Mean lag over all rollouts with calls."""
+    lag_max: int
+    """Largest lag seen."""
+
+    def as_metrics(self) -> dict[str, float]:
+        """Flat metrics for the tracker."""
+        return {"staleness/dropped_rollouts": float(self.dropped_rollouts),
+                "staleness/lag_mean": self.lag_mean, "staleness/lag_max": float(self.lag_max)}
+
+
+def drop_stale(groups: Sequence[FinishedGroup], current_version: int, max_version_lag: int) -> StalenessSplit:
+    """Removes the rollouts lagging more than `max_version_lag` behind `current_version`."""
+    kept: list[FinishedGroup] = []
+    lags: list[int] = []
+    dropped = 0
+    for group in groups:
+        members = []
+        for rollout in group.rollouts:
+            oldest = min_call_version(rollout, group.calls.get(rollout.id, ()))
+            lag = int(version_lag_R(np.array([oldest if oldest is not None else current_version]), current_version)[0])
+            if oldest is not None:
+                lags.append(lag)
+            if stale_R(np.array([lag]), max_version_lag)[0]:
+                dropped += 1
+            else:
+                members.append(rollout)
+        if members:
+            kept.append(FinishedGroup(group.group_id, group.task, tuple(members),
+                                      {r.id: group.calls.get(r.id, ()) for r in members}, group.submitted_version))
+    return StalenessSplit(tuple(kept), dropped, float(np.mean(lags)) if lags else 0.0, max(lags, default=0))
