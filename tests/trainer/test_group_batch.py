@@ -1,0 +1,61 @@
+"""Groups → TrainBatch: rollout-level advantages, whole rollouts kept, no-signal batches reported as such."""
+
+from __future__ import annotations
+
+from tests.trainer.loop_support import call, rollout
+from trainer.advantages import AdvantageConfig
+from trainer.group_batch import build_group_batch, reward_metrics
+from trainer.rollout_groups import FinishedGroup
+from trainer.samples import SampleLimits
+
+PROMPT = [1, 2, 3]
+
+
+def group(gid: str, rewards: dict[str, float | None], failures: dict[str, str] | None = None) -> FinishedGroup:
+    failures = failures or {}
+    members = tuple(rollout(rid, gid, reward, failure_kind=failures.get(rid),
+                            state="failed" if rid in failures else "succeeded") for rid, reward in rewards.items())
+    # two calls per rollout; the second does not extend the first (a new sample): the rollout has two samples
+    calls = {rid: (call(rid, 0, 0, [7, 8], prompt=PROMPT), call(rid, 1, 0, [9], prompt=[4, 5]))
+             for rid in rewards}
+    return FinishedGroup(gid, {}, members, calls, 0)
+
+
+def test_rollout_level_advantages_reach_every_sample_of_a_rollout():
+    built = build_group_batch([group("g", {"a": 1.0, "b": 0.0})], AdvantageConfig(), SampleLimits())
+    assert built.batch is not None and not built.no_signal
+    by_rollout = {}
+    for sample, advantage in zip(built.batch.samples, built.batch.advantages_S, strict=True):
+        by_rollout.setdefault(sample.rollout_id, set()).add(round(float(advantage), 6))
+    # GRPO: (r - mean) / unbiased std = +-0.5 / 0.7071; one value per rollout, on both of its samples
+    expected = round(0.5 / (0.5**0.5 + 1e-6), 6)  # epsilon 1e-6 in the denominator, as verl
+    assert by_rollout == {"a": {expected}, "b": {-expected}} and len(built.batch.samples) == 4
+    m = built.metrics
+    assert m["rollout/reward_mean"] == 0.5 and m["rollout/pass_rate"] == 0.5 and m["rollout/groups"] == 1.0
+    assert m["samples/samples_per_rollout_mean"] == 2.0 and m["advantages/groups_with_signal"] == 1.0
+
+
+def test_groups_without_variance_are_left_out_and_all_flat_means_no_signal():
+    flat, mixed = group("flat", {"a": 1.0, "b": 1.0}), group("mixed", {"c": 1.0, "d": 0.0})
+    built = build_group_batch([flat, mixed], AdvantageConfig(), SampleLimits())
+    assert {s.rollout_id for s in built.batch.samples} == {"c", "d"}
+    assert built.metrics["advantages/zero_variance_groups"] == 1.0
+    none = build_group_batch([flat, group("zero", {"e": 0.0, "f": 0.0})], AdvantageConfig(), SampleLimits())
+    assert none.no_signal and none.batch is None
+    assert none.metrics["rollout/reward_mean"] == 0.5 and none.metrics["advantages/groups_with_signal"] == 0.0
+
+
+def test_agent_failures_count_with_reward_zero_and_infra_failures_are_excluded():
+    g = group("g", {"a": 1.0, "b": None, "c": None}, failures={"b": "agent", "c": "infra"})
+    built = build_group_batch([g], AdvantageConfig(), SampleLimits())
+    assert {s.rollout_id for s in built.batch.samples} == {"a", "b"}
+    assert built.metrics["advantages/rollouts_excluded_infra"] == 1.0
+    assert built.metrics["rollout/failed_agent"] == 1.0 and built.metrics["rollout/failed_infra"] == 1.0
+
+
+def test_reward_metrics_table():
+    rollouts = [rollout("a", "g", 1.0), rollout("b", "g", 0.5), rollout("c", "g", None, failure_kind="infra")]
+    m = reward_metrics(rollouts, pass_threshold=1.0, prefix="val")
+    assert m == {"val/reward_mean": 0.75, "val/reward_std": 0.25, "val/pass_rate": 0.5, "val/rollouts": 3.0,
+                 "val/graded": 2.0, "val/failed_agent": 0.0, "val/failed_infra": 1.0}
+    assert reward_metrics([], 1.0, "val")["val/reward_mean"] == 0.0

@@ -1,0 +1,90 @@
+"""RolloutFeed: groups of n with deterministic ids, completion only when every member finished, data position."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.records import RolloutMode
+from tests.trainer.loop_support import FakeGateway
+from trainer.rollout_feed import FeedConfig, RolloutFeed
+
+
+def tasks(n: int):
+    return iter([(i, {"id": f"t{i}"}) for i in range(n)])
+
+
+def make_feed(gateway: FakeGateway, n_tasks: int = 10, group_size: int = 2, **config) -> RolloutFeed:
+    return RolloutFeed(gateway, FeedConfig(group_size, "run", **config), tasks(n_tasks))
+
+
+def test_submit_creates_groups_of_n_with_deterministic_ids_and_overrides():
+    gateway = FakeGateway()
+    feed = make_feed(gateway, task_overrides={"max_tokens": 8}, mode=RolloutMode.VAL)
+    assert feed.submit(2, policy_version=0) == 2
+    assert [s.id for s in gateway.created] == ["run-0-0", "run-0-1", "run-1-0", "run-1-1"]
+    assert {s.group_id for s in gateway.created} == {"run-0", "run-1"}
+    assert all(s.input == {"id": s.group_id.replace("run-", "t"), "max_tokens": 8} for s in gateway.created)
+    assert all(s.mode == RolloutMode.VAL for s in gateway.created)
+    assert feed.in_flight == 2 and feed.next_task == 2
+
+
+def test_fill_tops_up_to_the_target_and_stops_when_tasks_run_out():
+    gateway = FakeGateway()
+    feed = make_feed(gateway, n_tasks=3)
+    assert feed.fill(2, 0) == 2
+    assert feed.fill(2, 0) == 0
+    assert feed.fill(5, 0) == 1  # only one task left
+    assert feed.in_flight == 3 and feed.next_task == 3
+
+
+def test_a_group_completes_only_when_all_members_finished_and_take_is_fifo():
+    gateway = FakeGateway()
+    feed = make_feed(gateway)
+    feed.submit(2, policy_version=3)
+    gateway.finish("run-1-0", 1.0)
+    gateway.finish("run-0-0", 0.0)
+    assert feed.poll(0.0) == 0 and feed.ready == 0
+    gateway.finish("run-1-1", 0.5, versions=(3, 4))
+    assert feed.poll(0.0) == 1
+    gateway.finish("run-0-1", 1.0)
+    assert feed.poll(0.0) == 1
+    first, second = feed.take(5)
+    assert first.group_id == "run-1" and second.group_id == "run-0"
+    assert [r.id for r in first.rollouts] == ["run-1-0", "run-1-1"]  # creation order, not finishing order
+    assert [c.policy_version for c in first.calls["run-1-1"]] == [3, 4]
+    assert first.submitted_version == 3 and feed.ready == 0 and feed.in_flight == 0
+
+
+def test_foreign_rollouts_on_the_same_gateway_are_ignored():
+    gateway = FakeGateway()
+    other = make_feed(gateway, n_tasks=1)
+    feed = RolloutFeed(gateway, FeedConfig(1, "mine"), tasks(1))
+    other.submit(1, 0)
+    feed.submit(1, 0)
+    gateway.finish("run-0-0", 1.0)
+    gateway.finish("run-0-1", 1.0)
+    assert feed.poll(0.0) == 0
+    gateway.finish("mine-0-0", 1.0)
+    assert feed.poll(0.0) == 1 and feed.take(1)[0].group_id == "mine-0"
+
+
+def test_wait_for_times_out_naming_the_counts_and_refuses_to_wait_on_nothing():
+    now = [0.0]
+    gateway = FakeGateway()
+    feed = RolloutFeed(gateway, FeedConfig(1, "run"), tasks(2), clock=lambda: now[0])
+    with pytest.raises(RuntimeError, match="none is in flight"):
+        feed.wait_for(1, timeout_s=10)
+    feed.submit(2, 0)
+    gateway.finish("run-0-0", 1.0)
+
+    def tick(_ready: int) -> None:
+        now[0] += 4.0
+
+    with pytest.raises(TimeoutError, match="1 of 2 groups complete"):
+        feed.wait_for(2, timeout_s=10, poll_s=5, on_poll=tick)
+    assert gateway.polls and max(gateway.polls) <= 5
+
+
+def test_group_size_must_be_positive():
+    with pytest.raises(ValueError, match="group_size=0"):
+        FeedConfig(0, "run")
