@@ -1,0 +1,88 @@
+"""tasks/tracking.py: the UI command, artifact locations, and the Prefect tasks passing a tracker inside a flow."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mlflow")
+pytest.importorskip("prefect")
+
+from tasks.tracking import (  # noqa: E402
+    MlflowTracker,
+    default_artifact_location,
+    end_tracking,
+    log_step_metrics,
+    log_trajectories,
+    start_tracking,
+    trajectory_artifact_file,
+    ui_command,
+)
+from tests.services import MlflowServerProcess  # noqa: E402
+from tests.tracking.support import USER, make_call, make_rollout  # noqa: E402
+
+
+def test_ui_command() -> None:
+    assert ui_command("http://mlflow.internal:5000") == "http://mlflow.internal:5000"
+    assert ui_command("https://mlflow.example.org") == "https://mlflow.example.org"
+    assert ui_command("sqlite:////srv/mlruns/mlflow.db") == "mlflow ui --backend-store-uri sqlite:////srv/mlruns/mlflow.db"
+    relative = ui_command("sqlite:///mlruns/mlflow.db")
+    assert relative == f"mlflow ui --backend-store-uri sqlite:///{Path.cwd() / 'mlruns' / 'mlflow.db'}"
+    assert ui_command("sqlite:////tmp/my runs/m.db") == "mlflow ui --backend-store-uri 'sqlite:////tmp/my runs/m.db'"
+    assert ui_command("postgresql://u@db/mlflow") == "mlflow ui --backend-store-uri postgresql://u@db/mlflow"
+
+
+def test_artifact_locations() -> None:
+    assert default_artifact_location("sqlite:////srv/mlruns/mlflow.db") == "file:///srv/mlruns/artifacts"
+    assert default_artifact_location("http://127.0.0.1:5000") is None
+    assert trajectory_artifact_file(12) == "trajectories/train/step-000012.md"
+    assert trajectory_artifact_file(3, "val", "json") == "trajectories/val/step-000003.json"
+
+
+@pytest.mark.slow
+def test_sqlite_store_keeps_artifacts_beside_the_database(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'db' / 'mlflow.db'}"
+    (tmp_path / "db").mkdir()
+    with MlflowTracker(uri, "local", "r", {}) as tracker:
+        tracker.log_text("hi", "notes/a.txt")
+    assert (tmp_path / "db" / "artifacts" / tracker.run_id / "artifacts" / "notes" / "a.txt").read_text() == "hi"
+
+
+@pytest.fixture(scope="module")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
+        patch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        with prefect_test_harness(server_startup_timeout=120):
+            yield
+
+
+@pytest.mark.slow
+def test_tasks_pass_a_tracker_through_a_flow(mlflow_server: MlflowServerProcess, prefect_harness: None) -> None:
+    from mlflow import MlflowClient
+    from prefect import flow
+
+    rollout = make_rollout("r1", 1.0)
+    items = [(rollout, [make_call(0, [USER], "fixed")])]
+
+    @flow
+    def tracked(tracking_uri: str) -> tuple[str, list[str]]:
+        tracker = start_tracking(tracking_uri, "prefect-tasks", "flow-run", {"recipe": "swe"}, {"a": {"b": 1}})
+        for step in range(2):
+            log_step_metrics(tracker, {"loss": 1.0 - step}, step)
+        paths = log_trajectories(tracker, items, step=1)
+        end_tracking(tracker)
+        return tracker.run_id, paths
+
+    run_id, paths = tracked(mlflow_server.url)
+    client = MlflowClient(mlflow_server.url)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"a.b": "1"}
+    assert sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss")) == [(0, 1.0), (1, 0.0)]
+    assert paths == ["trajectories/train/step-000001.md", "trajectories/train/step-000001.json"]
+    listed = sorted(info.path for info in client.list_artifacts(run_id, "trajectories/train"))
+    assert listed == sorted(paths)
