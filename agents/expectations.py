@@ -1,0 +1,317 @@
+"""Per-recipe great-expectations suites over task rows, run in an ephemeral context (no files written).
+
+Each rule checks one column of a pandas DataFrame of the rows. Rules about a value's shape (non-empty text or list,
+integer type, known instruction kinds) check a derived column (`<column>#<rule>`) computed here, so every rule is a
+plain great-expectations expectation with per-row results. great_expectations is imported on the first validation
+(about 3.5 s on 2 cores), not with this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+SHOWN_IDS = 10  # offending row ids kept per rule
+ROW_REF = "#row"  # derived column naming each row: its id, or "row <index>" when the id is missing or blank
+
+
+class ExpectationResult(BaseModel):
+    """One rule's outcome."""
+
+    name: str = Field(description="the rule's short name, e.g. 'prompt_non_empty'")
+    column: str = Field(description="the task field it checks ('' for table rules)")
+    rule: str = Field(description="the rule in words, e.g. 'prompt is a non-empty string'")
+    success: bool = Field(description="whether every row follows it")
+    unexpected_count: int = Field(description="rows breaking it")
+    unexpected_ids: list[str] = Field(description=f"up to {SHOWN_IDS} ids of rows breaking it")
+    message: str = Field(description="a human sentence naming the rule and the rows breaking it")
+
+
+class ValidationReport(BaseModel):
+    """The outcome of a recipe's suite on a set of task rows."""
+
+    recipe: str = Field(description="the recipe whose suite ran")
+    success: bool = Field(description="whether every rule passed")
+    n_rows: int = Field(description="rows validated")
+    expectations: list[ExpectationResult] = Field(description="one entry per rule, in suite order")
+
+    def failures(self) -> list[ExpectationResult]:
+        """The rules that failed."""
+        return [result for result in self.expectations if not result.success]
+
+    def to_markdown(self) -> str:
+        """A heading, a table of every rule, and one line per broken rule."""
+        verdict = "passed" if self.success else f"FAILED ({len(self.failures())} of {len(self.expectations)} rules)"
+        lines = [f"## Task data validation: {self.recipe}: {verdict}", "", f"{self.n_rows} rows.", "",
+                 "| rule | column | result | rows breaking it | e.g. |", "|---|---|---|---|---|"]
+        for r in self.expectations:
+            shown = ", ".join(f"`{i}`" for i in r.unexpected_ids)
+            lines.append(f"| {r.rule} | {r.column} | {'ok' if r.success else 'FAILED'} | {r.unexpected_count} | "
+                         f"{shown} |")
+        if not self.success:
+            lines += ["", "Broken rules:", *(f"- {r.message}" for r in self.failures())]
+        return "\n".join(lines) + "\n"
+
+
+class DataValidationError(ValueError):
+    """Task rows that break their recipe's rules; the message is the readable report."""
+
+    def __init__(self, report: ValidationReport) -> None:
+        super().__init__(report.to_markdown())
+        self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return DataValidationError, (self.report,)
+
+
+def require_valid(report: ValidationReport) -> ValidationReport:
+    """The report when it passed; raises DataValidationError (its message the report) otherwise."""
+    if not report.success:
+        raise DataValidationError(report)
+    return report
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One check of one column."""
+
+    name: str  # short name, e.g. "prompt_non_empty"
+    column: str  # the task field ('' for a table rule)
+    kind: str  # rows | exists | not_null | unique | text | list | integer | between | in_set | custom
+    rule: str  # the rule in words
+    required: bool = True  # False: checked only when the column is present
+    min_value: float | None = None  # "between": smallest allowed value
+    max_value: float | None = None  # "between": largest allowed value
+    allowed: tuple[Any, ...] = ()  # "in_set": allowed values
+    derive: Callable[[Any], Any] | None = None  # "custom": value -> number of problems in it (0 = fine)
+
+
+def required_field(column: str, shape: str) -> list[Rule]:
+    """A column every row has, non-null, and a non-empty string ("text") or list ("list")."""
+    noun = "a non-empty string" if shape == "text" else "a non-empty list"
+    return [Rule(f"{column}_exists", column, "exists", f"column {column} is present"),
+            Rule(f"{column}_not_null", column, "not_null", f"{column} is set in every row"),
+            Rule(f"{column}_non_empty", column, shape, f"{column} is {noun}")]
+
+
+def integer_field(column: str, min_value: float | None = None, max_value: float | None = None,
+                  required: bool = False) -> list[Rule]:
+    """An integer column within [min_value, max_value]; optional ones are checked only in rows that set them."""
+    bounds = " and ".join(part for part in (f">= {min_value:g}" if min_value is not None else "",
+                                           f"<= {max_value:g}" if max_value is not None else "") if part)
+    rules = []
+    if required:
+        rules.append(Rule(f"{column}_exists", column, "exists", f"column {column} is present"))
+        rules.append(Rule(f"{column}_not_null", column, "not_null", f"{column} is set in every row"))
+    rules.append(Rule(f"{column}_integer", column, "integer", f"{column} is an integer", required))
+    if bounds:
+        rules.append(Rule(f"{column}_range", column, "between", f"{column} is {bounds}", required,
+                          min_value=min_value, max_value=max_value))
+    return rules
+
+
+def common_rules(recipe: str) -> list[Rule]:
+    """Rules for every recipe: at least one row, a unique non-empty id, the recipe name, sane limits."""
+    return [Rule("has_rows", "", "rows", "there is at least one row"),
+            *required_field("id", "text"),
+            Rule("id_unique", "id", "unique", "id is unique"),
+            Rule("recipe_matches", "recipe", "in_set", f"recipe is {recipe!r}", required=False, allowed=(recipe,)),
+            *integer_field("max_tokens", min_value=1),
+            *integer_field("step_limit", min_value=1)]
+
+
+def recipe_rules(recipe: str) -> list[Rule]:
+    """The recipe's suite: the common rules and the fields its harness and grader read."""
+    from agents.registry import RECIPE_MODULES
+
+    if recipe not in RECIPE_MODULES:
+        raise KeyError(f"no expectation suite for recipe {recipe!r}; known recipes: "
+                       f"{', '.join(sorted(RECIPE_MODULES))}")
+    return common_rules(recipe) + RECIPE_RULES[recipe]()
+
+
+def _instruction_rules() -> list[Rule]:
+    from agents.instruction_following.instructions import KINDS
+
+    known = {kind.name for kind in KINDS}
+
+    def bad_instructions(items: Any) -> int:
+        if not isinstance(items, list):
+            return 0  # the list rule reports it
+        return sum(not (isinstance(i, dict) and i.get("kind") in known and isinstance(i.get("params"), dict))
+                   for i in items)
+
+    return [*required_field("prompt", "text"), *required_field("instructions", "list"),
+            Rule("instructions_known", "instructions", "custom",
+                 "every instruction is {kind, params} with a known kind", derive=bad_instructions)]
+
+
+def _search_rules() -> list[Rule]:
+    def blank_answers(items: Any) -> int:
+        if not isinstance(items, list):
+            return 0  # the list rule reports it
+        return sum(not (isinstance(a, str) and a.strip()) for a in items)
+
+    return [*required_field("question", "text"), *required_field("answers", "list"),
+            Rule("answers_are_text", "answers", "custom", "every answer is a non-empty string", derive=blank_answers),
+            *integer_field("corpus_seed", required=True), *integer_field("hops", 1, 2),
+            *integer_field("max_turns", min_value=1), *integer_field("top_k", min_value=1)]
+
+
+def _swe_rules() -> list[Rule]:
+    return [*required_field("problem_statement", "text"), *required_field("store", "text"),
+            Rule("repo_non_empty", "repo", "text", "repo is a non-empty string", required=False),
+            Rule("FAIL_TO_PASS_non_empty", "FAIL_TO_PASS", "list", "FAIL_TO_PASS is a non-empty list",
+                 required=False),
+            Rule("patch_non_empty", "patch", "text", "patch is a non-empty string", required=False)]
+
+
+RECIPE_RULES: dict[str, Callable[[], list[Rule]]] = {
+    "instruction_following": _instruction_rules,
+    "search": _search_rules,
+    "swe": _swe_rules,
+}
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _size(value: Any, shape: type) -> int | None:
+    """Length of a string (stripped) or list; 0 for a value of another type; None for a null."""
+    if _is_null(value):
+        return None
+    if not isinstance(value, shape):
+        return 0
+    return len(value.strip()) if isinstance(value, str) else len(value)
+
+
+def _integer_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _type_name(value: Any) -> str | None:
+    if _is_null(value):
+        return None
+    return "int" if _integer_or_none(value) is not None else type(value).__name__
+
+
+def _row_ref(index: int, row: dict[str, Any]) -> str:
+    value = row.get("id")
+    return str(value) if isinstance(value, str | int) and str(value).strip() else f"row {index}"
+
+
+def validate_rows(rows: list[dict[str, Any]], recipe: str) -> ValidationReport:
+    """Run `recipe`'s suite on `rows` (nothing raised on failure: see `require_valid`)."""
+    rules = recipe_rules(recipe)
+    refs = [_row_ref(index, row) for index, row in enumerate(rows)]
+    present = {key for row in rows for key in row}
+    checked = [r for r in rules if r.kind in ("rows", "exists") or r.column in present]
+    columns: dict[str, list[Any]] = {ROW_REF: refs}
+    columns.update({column: [row.get(column) for row in rows] for column in sorted(present)})
+    targets = [_target(rule, columns) for rule in checked]
+    outcomes = _run_suite(columns, list(zip(checked, targets, strict=True)))
+    results = [_result(rule, outcome, len(rows), refs) for rule, outcome in zip(checked, outcomes, strict=True)]
+    return ValidationReport(recipe=recipe, success=all(r.success for r in results), n_rows=len(rows),
+                            expectations=results)
+
+
+def _target(rule: Rule, columns: dict[str, list[Any]]) -> str:
+    """The frame column the rule's expectation checks, derived (and added to `columns`) when needed."""
+    derivers: dict[str, Callable[[Any], Any]] = {
+        "text": lambda v: _size(v, str), "list": lambda v: _size(v, list), "integer": _type_name,
+        "between": _integer_or_none,
+        "custom": lambda v: None if _is_null(v) else rule.derive(v),  # type: ignore[misc]
+    }
+    if rule.kind not in derivers or rule.column not in columns:
+        return rule.column
+    target = f"{rule.column}#{rule.name}"
+    columns[target] = [derivers[rule.kind](value) for value in columns[rule.column]]
+    return target
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What great-expectations said about one expectation."""
+
+    success: bool  # whether it passed
+    unexpected_count: int  # rows breaking it (0 for table and column-presence expectations)
+    unexpected_refs: list[str]  # ROW_REF of each row breaking it
+    error: str | None  # the exception great-expectations caught while checking, if any
+
+
+def _run_suite(columns: dict[str, list[Any]], checks: list[tuple[Rule, str]]) -> list[Outcome]:
+    """Validate the frame of `columns` against one expectation per (rule, frame column), in an ephemeral context."""
+    import great_expectations as gx
+    import pandas as pd
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    asset = context.data_sources.add_pandas("task_rows").add_dataframe_asset("rows")
+    batch = asset.add_batch_definition_whole_dataframe("all").get_batch(
+        batch_parameters={"dataframe": pd.DataFrame(columns)})
+    suite = gx.ExpectationSuite(name="task_rows")
+    for index, (rule, target) in enumerate(checks):
+        expectation = _expectation(gx, rule, target)
+        expectation.meta = {"check": index}  # results are matched back to checks by this
+        suite.add_expectation(expectation)
+    result = batch.validate(suite, result_format={"result_format": "COMPLETE",
+                                                  "unexpected_index_column_names": [ROW_REF]})
+    by_check = {r.expectation_config.meta["check"]: r for r in result.results}
+    return [_outcome(by_check[index]) for index in range(len(checks))]
+
+
+def _expectation(gx: Any, rule: Rule, target: str) -> Any:
+    """The great-expectations expectation checking `rule` on frame column `target`."""
+    e = gx.expectations
+    if rule.kind == "rows":
+        return e.ExpectTableRowCountToBeBetween(min_value=1)
+    if rule.kind == "exists":
+        return e.ExpectColumnToExist(column=target)
+    if rule.kind == "not_null":
+        return e.ExpectColumnValuesToNotBeNull(column=target)
+    if rule.kind == "unique":
+        return e.ExpectColumnValuesToBeUnique(column=target)
+    if rule.kind == "in_set":
+        return e.ExpectColumnValuesToBeInSet(column=target, value_set=list(rule.allowed))
+    if rule.kind == "integer":
+        return e.ExpectColumnValuesToBeInSet(column=target, value_set=["int"])
+    if rule.kind in ("text", "list"):
+        return e.ExpectColumnValuesToBeBetween(column=target, min_value=1)
+    if rule.kind == "custom":
+        return e.ExpectColumnValuesToBeBetween(column=target, max_value=0)
+    if rule.kind == "between":
+        return e.ExpectColumnValuesToBeBetween(column=target, min_value=rule.min_value, max_value=rule.max_value)
+    raise ValueError(f"rule {rule.name!r} has unknown kind {rule.kind!r}")
+
+
+def _outcome(result: Any) -> Outcome:
+    details = result.result or {}
+    refs = [str(item.get(ROW_REF)) for item in details.get("unexpected_index_list") or [] if isinstance(item, dict)]
+    info = result.exception_info or {}
+    error = info.get("exception_message") if info.get("raised_exception") else None
+    return Outcome(success=bool(result.success), unexpected_count=int(details.get("unexpected_count") or 0),
+                   unexpected_refs=refs, error=error)
+
+
+def _result(rule: Rule, outcome: Outcome, n_rows: int, refs: list[str]) -> ExpectationResult:
+    count, ids = outcome.unexpected_count, outcome.unexpected_refs
+    if rule.kind == "exists" and not outcome.success:
+        count, ids = n_rows, refs  # every row lacks the column
+    shown = list(dict.fromkeys(ids))[:SHOWN_IDS]
+    if outcome.success:
+        message = f"{rule.name}: {rule.rule}: passed"
+    elif outcome.error is not None:
+        message = f"{rule.name}: {rule.rule}: could not be checked: {outcome.error}"
+    elif count == 0:
+        message = f"{rule.name}: {rule.rule}: failed ({n_rows} rows)"
+    else:
+        more = " ..." if len(dict.fromkeys(ids)) > len(shown) else ""
+        message = f"{rule.name}: {rule.rule}: broken by {count} of {n_rows} rows: {', '.join(shown)}{more}"
+    return ExpectationResult(name=rule.name, column=rule.column, rule=rule.rule, success=outcome.success,
+                             unexpected_count=count, unexpected_ids=shown, message=message)

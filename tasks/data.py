@@ -1,0 +1,34 @@
+"""Prefect tasks of the data stage: load the task rows, validate them against the recipe's suite, publish the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from agents.expectations import ValidationReport, require_valid, validate_rows
+from agents.task_data import load_task_rows
+
+
+def report_artifact_key(recipe: str) -> str:
+    """The artifact key of a recipe's validation report (Prefect keys allow lowercase letters, digits, dashes)."""
+    return f"data-validation-{recipe.replace('_', '-').lower()}"
+
+
+@task(name="load-tasks", retries=2, retry_delay_seconds=10)
+def load_tasks(source: str, recipe: str, count: int | None, seed: int, cache_dir: Path) -> list[dict[str, Any]]:
+    """The task rows of `source` ("generated", a local file or directory, or a hub id[:split])."""
+    return load_task_rows(source, recipe=recipe, count=count, seed=seed, cache_dir=cache_dir)
+
+
+@task(name="validate-tasks", cache_policy=NO_CACHE)
+def validate_tasks(rows: list[dict[str, Any]], recipe: str) -> ValidationReport:
+    """Runs the recipe's suite, publishes the report as a markdown artifact, raises DataValidationError on failure."""
+    report = validate_rows(rows, recipe)
+    create_markdown_artifact(markdown=report.to_markdown(), key=report_artifact_key(recipe),
+                             description=f"task data validation for {recipe}: "
+                                         f"{'passed' if report.success else 'FAILED'}")
+    return require_valid(report)
