@@ -150,6 +150,13 @@ class RunConfig(Section):
         """algorithm.advantage as the trainer's AdvantageConfig."""
         return _dataclass_from(AdvantageConfig, self.algorithm.advantage, "algorithm.advantage")
 
+    def tracking_uri(self) -> str:
+        """tracking.tracking_uri with a relative sqlite path resolved against the project root."""
+        uri = self.tracking.tracking_uri
+        if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+            return f"sqlite:///{self.resolve(Path(uri.removeprefix('sqlite:///')))}"
+        return uri
+
     def resolve(self, path: Path) -> Path:
         """`path` against the project root when relative."""
         return path if path.is_absolute() else PROJECT_ROOT / path

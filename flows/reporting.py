@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.records import CallStatus
+from gateway.records import CallRecord, CallStatus, Rollout
 from trainer.rollout_groups import FinishedGroup
+from trainer.trajectories import sample_for_display
 
 SIGNAL_HINTS = {
     "swe": "SWE tasks need a capable coding model: 7B-class coder models (e.g. a Qwen2.5-Coder-7B-Instruct) solve "
@@ -23,7 +24,7 @@ def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], recipe: s
     seen = ", ".join(f"{value:g}" for value in sorted(set(rewards))) or "none (every rollout failed)"
     return (f"iteration {iteration}: no gradient signal - in each of the {len(groups)} groups every rollout got the "
             f"same reward (rewards seen: {seen}), so every advantage is 0 and nothing was trained. The policy "
-            f"{model!r} {'never' if not any(rewards) else 'always'} passes these tasks; {SIGNAL_HINTS[recipe]}.")
+            f"{model!r} gets the same reward on every attempt of a task; {SIGNAL_HINTS[recipe]}.")
 
 
 def throughput_metrics(groups: Sequence[FinishedGroup], iteration_s: float) -> dict[str, float]:
@@ -47,3 +48,10 @@ def summary_lines(summary: dict[str, Any], ui: str) -> list[str]:
         lines.append(f"{summary['no_signal_iterations']} of {summary['iterations']} iterations had no gradient "
                      "signal (no group with reward variance): the policy did not learn from them")
     return lines
+
+
+def trajectory_items(groups: Sequence[FinishedGroup], k: int, seed: int) -> list[tuple[Rollout, Sequence[CallRecord]]]:
+    """Up to `k` rollouts of the batch (high and low rewards both shown) with their calls, for rendering."""
+    calls = {rid: group_calls for g in groups for rid, group_calls in g.calls.items()}
+    shown = sample_for_display([r for g in groups for r in g.rollouts], k, seed)
+    return [(r, [c for c in calls.get(r.id, ()) if c.attempt == r.attempt]) for r in shown]

@@ -19,7 +19,7 @@ from tqdm.auto import trange
 
 from agents.task_data import split_rows
 from flows.config import RunConfig, load_run_config
-from flows.reporting import no_signal_message, summary_lines, throughput_metrics
+from flows.reporting import no_signal_message, summary_lines, throughput_metrics, trajectory_items
 from flows.setup import (
     RunPlan,
     build_backend,
@@ -72,7 +72,7 @@ def train(config: RunConfig) -> dict[str, Any]:
                       seed=config.data.seed, cache_dir=plan.run_dir / "data")
     report = validate_tasks(rows, config.recipe)  # a failed suite stops the flow with its report
     train_rows, val_rows = split_rows(rows, config.data.val_tasks, config.data.seed)
-    tracker = MlflowTracker(config.tracking.tracking_uri, config.tracking.experiment, plan.name,
+    tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, plan.name,
                             tags={"recipe": config.recipe, "schedule": config.rollout.schedule},
                             run_id=plan.state.tracking_run_id)
     if plan.resumed_from is None:
@@ -89,7 +89,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         tracker.end("FAILED")
         raise
     tracker.end("FINISHED")
-    for line in summary_lines(summary, ui_command(config.tracking.tracking_uri)):
+    for line in summary_lines(summary, ui_command(config.tracking_uri())):
         print(line)
     return summary
 
@@ -141,5 +141,7 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
                                             r.pass_threshold, r.task_overrides or None)
             metrics.update(val_metrics)
         tracker.log_metrics(metrics, step=iteration)
-        log_trajectories(tracker, groups, config.tracking.trajectories_per_step, iteration)
+        if config.tracking.trajectories_per_step:
+            log_trajectories(tracker, trajectory_items(groups, config.tracking.trajectories_per_step, iteration),
+                             iteration)
         summary.update(iterations=iteration, last_metrics=metrics)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
 from gateway.records import RolloutMode
@@ -14,13 +15,13 @@ from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed
 from trainer.rollout_groups import FinishedGroup
 
 
-@task(name="submit-groups", retries=2, retry_delay_seconds=5)
+@task(name="submit-groups", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def fill_in_flight(feed: RolloutFeed, target_groups: int, policy_version: int) -> int:
     """Creates groups until `target_groups` are in flight; returns how many were created."""
     return feed.fill(target_groups, policy_version)
 
 
-@task(name="wait-for-groups")
+@task(name="wait-for-groups", cache_policy=NO_CACHE, persist_result=False)
 def collect_groups(feed: RolloutFeed, groups: int, timeout_s: float, label: str) -> tuple[list[FinishedGroup], float]:
     """Waits until `groups` groups are complete (a progress bar in a terminal); returns them and the wait in s."""
     started = time.perf_counter()
@@ -31,7 +32,7 @@ def collect_groups(feed: RolloutFeed, groups: int, timeout_s: float, label: str)
     return feed.take(groups), time.perf_counter() - started
 
 
-@task(name="validate-policy")
+@task(name="validate-policy", cache_policy=NO_CACHE, persist_result=False)
 def run_validation(client: FeedClient, val_rows: Sequence[dict], id_prefix: str, group_size: int,
                    policy_version: int, timeout_s: float, pass_threshold: float,
                    task_overrides: dict | None = None) -> tuple[dict[str, float], list[FinishedGroup]]:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from trainer.advantages import AdvantageConfig
 from trainer.backends.base import Backend
@@ -19,14 +20,14 @@ from trainer.rollout_groups import FinishedGroup, StalenessSplit, drop_stale
 from trainer.samples import SampleLimits
 
 
-@task(name="load-backend")
+@task(name="load-backend", cache_policy=NO_CACHE, persist_result=False)
 def load_backend(backend: Backend) -> Backend:
     """Loads the model (and optimizer state when resuming) into the backend."""
     backend.load()
     return backend
 
 
-@task(name="build-batch")
+@task(name="build-batch", cache_policy=NO_CACHE, persist_result=False)
 def build_batch(groups: Sequence[FinishedGroup], policy_version: int, max_version_lag: int,
                 advantage: AdvantageConfig, limits: SampleLimits,
                 pass_threshold: float) -> tuple[GroupBatch, StalenessSplit]:
@@ -35,7 +36,7 @@ def build_batch(groups: Sequence[FinishedGroup], policy_version: int, max_versio
     return build_group_batch(split.kept, advantage, limits, pass_threshold), split
 
 
-@task(name="update-policy")
+@task(name="update-policy", cache_policy=NO_CACHE, persist_result=False)
 def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, group_batch: GroupBatch,
                   checkpoint_root: Path, model_name: str, drain_timeout_s: float, keep_local: int) -> UpdateResult:
     """One collocated update (pause, drain, sleep, train, save, refit, wake, resume); old local checkpoints go."""
@@ -46,14 +47,14 @@ def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, gro
     return result
 
 
-@task(name="publish-checkpoint", retries=3, retry_delay_seconds=10)
+@task(name="publish-checkpoint", cache_policy=NO_CACHE, persist_result=False, retries=3, retry_delay_seconds=10)
 def publish_checkpoint(store: CheckpointStore, checkpoint: Path, run_name: str, step: int, state: LoopState) -> str:
     """Saves the loop state beside the weights, uploads the checkpoint, returns its URI."""
     save_loop_state(checkpoint, state)
     return store.upload(checkpoint, run_name, step)
 
 
-@task(name="find-resume-point", retries=2, retry_delay_seconds=5)
+@task(name="find-resume-point", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def find_resume_point(store: CheckpointStore, run_name: str, local_dir: Path) -> tuple[Path, LoopState] | None:
     """The run's last uploaded checkpoint, downloaded, with its loop state (None: a fresh run)."""
     uri = store.latest(run_name)
