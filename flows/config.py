@@ -8,6 +8,7 @@ MLflow logs as the run's params, so two runs compare key by key.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from trainer.losses import LossConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILES_DIR = PROJECT_ROOT / "deploy" / "configs"
+DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 
 
 class Section(BaseModel):
@@ -99,8 +101,9 @@ class AlgorithmSection(Section):
 
 
 class TrackingSection(Section):
-    tracking_uri: str = Field(default="sqlite:///mlruns/mlflow.db", description="MLflow tracking URI "
-                              "(relative sqlite paths resolve against the project root).")
+    tracking_uri: str | None = Field(default=None, description="MLflow tracking URI (relative sqlite paths "
+                                     "resolve against the project root); none: $MLFLOW_TRACKING_URI, else "
+                                     f"{DEFAULT_TRACKING_URI}.")
     experiment: str = Field(default="harnessrl", description="MLflow experiment.")
     trajectories_per_step: int = Field(default=4, ge=0, description="Rendered trajectories logged per iteration.")
 
@@ -152,7 +155,7 @@ class RunConfig(Section):
 
     def tracking_uri(self) -> str:
         """tracking.tracking_uri with a relative sqlite path resolved against the project root."""
-        uri = self.tracking.tracking_uri
+        uri = self.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
         if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
             return f"sqlite:///{self.resolve(Path(uri.removeprefix('sqlite:///')))}"
         return uri
