@@ -80,7 +80,10 @@ bench-gateway: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
-train:
-	@echo "make train (train-swe on the embedded default) arrives with the orchestration issue (5)."
-	@echo "What runs today: see 'Run the pieces by hand' in README.md, and 'make test'."
-	@exit 2
+# The main job on the embedded default: train-swe (RECIPE=if or RECIPE=search for the other recipes) with SmolLM2 on
+# the CPU engine, local processes, MLflow on SQLite under mlruns/, checkpoints under checkpoints/. TRAIN_ARGS are
+# passed on (e.g. TRAIN_ARGS="--set algorithm.iterations=2").
+RECIPE ?= swe
+TRAIN_ARGS ?=
+train: $(STAMP) models
+	$(VENV)/bin/harnessrl train $(RECIPE) $(TRAIN_ARGS)
