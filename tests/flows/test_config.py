@@ -1,0 +1,100 @@
+"""Run config: profiles, dotted overrides, unknown keys, cross-field checks; the pure builders of flows.setup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from flows.cli import parse_overrides
+from flows.config import PROFILES_DIR, apply_overrides, load_run_config
+from flows.setup import (
+    fresh_plan,
+    in_flight_target,
+    run_name,
+    service_settings,
+    task_stream,
+    upload_due,
+    validation_due,
+)
+
+PROFILES = {"swe-local": "swe", "if-local": "instruction_following", "search-local": "search", "swe-gpu": "swe"}
+
+
+@pytest.mark.parametrize(("profile", "recipe"), PROFILES.items())
+def test_every_profile_loads_for_its_recipe(profile, recipe):
+    config = load_run_config(profile, recipe=recipe)
+    assert config.recipe == recipe and config.rollout.schedule == "async"
+
+
+def test_profiles_on_disk_are_the_known_ones():
+    assert {p.stem for p in PROFILES_DIR.glob("*.yaml")} == set(PROFILES)
+
+
+def test_overrides_set_nested_keys_and_unknown_keys_are_errors():
+    config = load_run_config("if-local", {"rollout.group_size": 3, "backend.loss": {"clip_high": 0.28}})
+    assert config.rollout.group_size == 3 and config.loss_config().clip_high == 0.28
+    with pytest.raises(ValidationError, match="rollout.bogus"):
+        load_run_config("if-local", {"rollout.bogus": 1})
+    with pytest.raises(ValueError, match=r"backend.loss has unknown keys \['clipp'\]"):
+        load_run_config("if-local", {"backend.loss": {"clipp": 0.1}})
+    with pytest.raises(ValueError, match="is a value, not a section"):
+        apply_overrides({"seed": 1}, {"seed.x": 2})
+
+
+def test_recipe_mismatch_and_unknown_profile_are_explained():
+    with pytest.raises(ValueError, match="is for recipe 'swe', not 'search'"):
+        load_run_config("swe-local", recipe="search")
+    with pytest.raises(FileNotFoundError, match="known profiles"):
+        load_run_config("nope")
+
+
+def test_async_needs_more_in_flight_than_a_batch():
+    with pytest.raises(ValidationError, match="max_inflight_groups=2 is below rollout.batch_groups=4"):
+        load_run_config("if-local", {"rollout.max_inflight_groups": 2})
+    sync = load_run_config("if-local", {"rollout.max_inflight_groups": 2, "rollout.schedule": "sync"})
+    assert in_flight_target(sync) == sync.rollout.batch_groups
+    assert in_flight_target(load_run_config("if-local")) == 6
+
+
+def test_tracking_uri_precedence(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = load_run_config("if-local")
+    assert config.tracking_uri().startswith("sqlite:////") and config.tracking_uri().endswith("mlruns/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    assert load_run_config("if-local").tracking_uri() == "http://mlflow:5000"
+    explicit = load_run_config("if-local", {"tracking.tracking_uri": "sqlite:////tmp/x.db"})
+    assert explicit.tracking_uri() == "sqlite:////tmp/x.db"
+
+
+def test_run_name_plan_and_services_from_config(tmp_path):
+    config = load_run_config("if-local", {"work_dir": str(tmp_path)})
+    assert run_name(config, now_s=0) == "instruction-following-19700101-000000"
+    assert run_name(load_run_config("if-local", {"name": "mine"})) == "mine"
+    plan = fresh_plan(config, "r1", Path("/models/base"))
+    assert plan.run_dir == tmp_path / "r1" and plan.checkpoint_root == tmp_path / "r1" / "checkpoints"
+    assert plan.state.iteration == 0 and plan.start_model == Path("/models/base")
+    settings = service_settings(config, plan)
+    assert settings.model_name == "policy" and settings.policy_version == 0
+    assert settings.controller_args[settings.controller_args.index("--concurrency") + 1] == "24"
+    assert settings.controller_args[-2:] == ("--recipe", "instruction_following")
+
+
+def test_schedules_of_validation_uploads_and_task_order():
+    config = load_run_config("if-local", {"algorithm.iterations": 7, "algorithm.val_every": 3, "checkpoints.every": 2})
+    assert [i for i in range(1, 8) if validation_due(config, i)] == [3, 6, 7]
+    assert [u for u in range(1, 8) if upload_due(config, u, iteration=u)] == [2, 4, 6, 7]
+    no_val = load_run_config("if-local", {"data.val_tasks": 0})
+    assert not any(validation_due(no_val, i) for i in range(1, 10))
+    stream = task_stream([{"id": "a"}, {"id": "b"}], start=3)
+    assert [next(stream) for _ in range(3)] == [(3, {"id": "b"}), (4, {"id": "a"}), (5, {"id": "b"})]
+    with pytest.raises(ValueError, match="no training tasks"):
+        next(task_stream([], 0))
+
+
+def test_cli_overrides_parse_yaml_values():
+    assert parse_overrides(["a.b=3", "c=[1, 2]", "d=true", "e=text"]) == {"a.b": 3, "c": [1, 2], "d": True,
+                                                                          "e": "text"}
+    with pytest.raises(Exception, match="key.path=value"):
+        parse_overrides(["novalue"])
