@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def test_one_update_on_fsdp_workers_moves_logprobs_by_advantage_sign_and_checkpo
             schedule=ScheduleConfig(num_workers=gpus, max_tokens_per_micro_batch=256),
             param_dtype="float32",
             gradient_checkpointing=False,
+            attn_implementation="flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa",
         )
     )
     backend.load()

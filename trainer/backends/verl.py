@@ -69,6 +69,8 @@ class VerlBackendConfig:
     """Policy version of the base weights (ignored when resuming)."""
     pad_token_id: int = 0
     """Token ID used for padding (never attended to)."""
+    attn_implementation: str = "flash_attention_2"
+    """HF attention of the workers' model; "sdpa" where flash-attn is not installed (packed rows stay apart)."""
 
     @property
     def dp_size(self) -> int:
@@ -150,6 +152,7 @@ def worker_config(config: VerlBackendConfig) -> Any:
         path=str(config.model_path),
         enable_gradient_checkpointing=config.gradient_checkpointing,
         use_remove_padding=True,
+        override_config={"attn_implementation": config.attn_implementation},
     )
     contents = ["model", "optimizer", "extra", "hf_model"]
     return TrainingWorkerConfig(
