@@ -252,8 +252,8 @@ def policy_loss(
         dual_clip_c=config.dual_clip_c,
         log_ratio_limit=config.log_ratio_limit,
     )
-    weights_T = batch.weights_T.to(logprobs_T.dtype)
-    share_T = batch.token_share_T.to(logprobs_T.dtype)
+    weights_T = batch.weights_T.to(device=logprobs_T.device, dtype=logprobs_T.dtype)
+    share_T = batch.token_share_T.to(device=logprobs_T.device, dtype=logprobs_T.dtype)
     pg = (terms.loss_T * weights_T).sum()
     loss = pg
     metrics = {"loss/pg": float(pg.detach())}
@@ -293,5 +293,6 @@ def agg_loss(
     row_weights = torch.tensor(
         [denominators.token_weight(mode, rid, n) for rid, n in zip(rows, counts, strict=True)],
         dtype=loss_mat.dtype,
+        device=loss_mat.device,
     )
     return (loss_mat * mask.to(loss_mat.dtype) * row_weights[:, None]).sum()

@@ -98,7 +98,8 @@ def weighted_ppo_policy_loss(
         old_logprobs_T=old_log_prob[mask].float(),
         advantages_T=advantages[mask].float(),
         weights_T=rollout_is_weights[mask].double() * scale,
-        token_share_T=torch.full((int(mask.sum()),), scale / max(int(tokens), 1), dtype=torch.float64),
+        token_share_T=torch.full((int(mask.sum()),), scale / max(int(tokens), 1), dtype=torch.float64,
+                                 device=log_prob.device),
     )
     pg_config = replace(settings.loss, kl_coef=0.0, entropy_coef=0.0)
     output = policy_loss(log_prob[mask].float(), batch, pg_config)
