@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from trainer.advantages import AdvantageConfig
 from trainer.backends.base import Backend
 from trainer.checkpoint_store import CheckpointStore
-from trainer.checkpoints import prune_checkpoints
+from trainer.checkpoints import prune_checkpoints, step_root
 from trainer.collocation import GatewayControl, UpdateResult, collocated_update
 from trainer.engines.base import Engine
 from trainer.group_batch import GroupBatch, build_group_batch
@@ -49,9 +49,10 @@ def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, gro
 
 @task(name="publish-checkpoint", cache_policy=NO_CACHE, persist_result=False, retries=3, retry_delay_seconds=10)
 def publish_checkpoint(store: CheckpointStore, checkpoint: Path, run_name: str, step: int, state: LoopState) -> str:
-    """Saves the loop state beside the weights, uploads the checkpoint, returns its URI."""
-    save_loop_state(checkpoint, state)
-    return store.upload(checkpoint, run_name, step)
+    """Saves the loop state in the checkpoint's step directory, uploads that directory, returns its URI."""
+    root = step_root(checkpoint)
+    save_loop_state(root, state)
+    return store.upload(root, run_name, step)
 
 
 @task(name="find-resume-point", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)

@@ -175,3 +175,14 @@ def prune_checkpoints(root: Path, keep: int) -> list[Path]:
     for path in removed:
         shutil.rmtree(path)
     return removed
+
+
+def step_root(path: Path) -> Path:
+    """The `step-NNNNNN` directory a backend's returned checkpoint path lies in (itself for the torch backend, the
+    parent of `huggingface/` for the verl backend): what is uploaded and resumed from."""
+    path = Path(path)
+    for candidate in (path, path.parent):
+        if candidate.name.startswith("step-"):
+            return candidate
+    raise CheckpointError(f"{path} is not inside a step-NNNNNN checkpoint directory; save with a backend's "
+                          "save_checkpoint(root)")

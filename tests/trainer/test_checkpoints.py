@@ -100,3 +100,24 @@ def test_broken_inputs_are_refused_with_the_fix(tmp_path, prepare, call, message
     prepare(tmp_path)
     with pytest.raises(CheckpointError, match=message):
         call(tmp_path)
+
+
+def test_step_root_of_torch_and_verl_checkpoint_paths(tmp_path):
+    from trainer.checkpoints import CheckpointError, step_root
+
+    assert step_root(tmp_path / "step-000003") == tmp_path / "step-000003"
+    assert step_root(tmp_path / "step-000003" / "huggingface") == tmp_path / "step-000003"
+    with pytest.raises(CheckpointError, match="not inside a step-NNNNNN"):
+        step_root(tmp_path / "model")
+
+
+def test_prune_keeps_the_newest_and_the_latest(tmp_path):
+    from trainer.checkpoints import LATEST_FILE, META_FILE, prune_checkpoints
+
+    for step in (1, 2, 3):
+        (tmp_path / f"step-00000{step}").mkdir()
+        (tmp_path / f"step-00000{step}" / META_FILE).write_text("{}")
+    (tmp_path / LATEST_FILE).write_text("step-000003\n")
+    removed = prune_checkpoints(tmp_path, keep=1)
+    assert [p.name for p in removed] == ["step-000001", "step-000002"]
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-000003"]
