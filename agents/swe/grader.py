@@ -3,6 +3,8 @@ checkout at the task's base with test files restored, then FAIL_TO_PASS and PASS
 
 Resolved (reward 1.0) iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes or is skipped; a skipped
 FAIL_TO_PASS test counts as a failure (SWE-bench's rule). Otherwise the reward is 0.0. Nothing the harness says is used.
+The details carry the agent's diff as `model_patch` (a SWE-bench prediction's field): evaluations read it from the
+reward event.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from agents.swe.testrun import TestRun, run_tests
 
 # Changes to these files are dropped before grading: the tests, conftest files and test configuration stay the base's.
 PROTECTED_PATTERNS = TEST_PATTERNS + TEST_CONFIG_FILES
+# The grade details carry the agent's diff (SWE-bench's `model_patch`) up to this size; a larger one is left out (the
+# reward is posted to the gateway with the details, whose request body limit is 32 MiB by default).
+MAX_MODEL_PATCH_CHARS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s:
     """Grade a diff against the buggy checkout of `instance` in a fresh copy."""
     filtered = filter_patch(patch)
     details: dict[str, Any] = {"instance_id": instance["instance_id"], "patch_chars": len(patch),
+                               "model_patch": patch if len(patch) <= MAX_MODEL_PATCH_CHARS else None,
                                "restored_files": list(filtered.restored), "binary_files": list(filtered.binary)}
     with tempfile.TemporaryDirectory(prefix="harnessrl-swe-grade-") as scratch:
         fresh = checkout(store, instance, Path(scratch) / "repo")
