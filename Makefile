@@ -87,3 +87,16 @@ RECIPE ?= swe
 TRAIN_ARGS ?=
 train: $(STAMP) models
 	$(VENV)/bin/harnessrl train $(RECIPE) $(TRAIN_ARGS)
+
+# Prefect server (PREFECT_PORT), MLflow server (MLFLOW_PORT), the `harnessrl-process` work pool, the local deployments
+# of prefect.yaml and a process worker logging to that MLflow, in the foreground (logs and state under .services/);
+# Ctrl-C or `make services-stop` stops them all. Then, in another terminal:
+#   PREFECT_API_URL=http://127.0.0.1:4200/api .venv/bin/prefect deployment run train-swe/default --watch
+.PHONY: services services-stop
+PREFECT_PORT ?= 4200
+MLFLOW_PORT ?= 5000
+services: $(STAMP) models
+	$(PY) deploy/services.py start --prefect-port $(PREFECT_PORT) --mlflow-port $(MLFLOW_PORT)
+
+services-stop:
+	$(PY) deploy/services.py stop
