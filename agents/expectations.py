@@ -29,31 +29,47 @@ class ExpectationResult(BaseModel):
     unexpected_count: int = Field(description="rows breaking it")
     unexpected_ids: list[str] = Field(description=f"up to {SHOWN_IDS} ids of rows breaking it")
     message: str = Field(description="a human sentence naming the rule and the rows breaking it")
+    blocking: bool = Field(default=True, description="False: a warning, reported but never failing the suite "
+                                                     "(rows a cleaning step filters later)")
 
 
 class ValidationReport(BaseModel):
     """The outcome of a recipe's suite on a set of task rows."""
 
-    recipe: str = Field(description="the recipe whose suite ran")
-    success: bool = Field(description="whether every rule passed")
+    recipe: str = Field(description="the recipe (or dataset) whose suite ran")
+    success: bool = Field(description="whether every blocking rule passed")
     n_rows: int = Field(description="rows validated")
     expectations: list[ExpectationResult] = Field(description="one entry per rule, in suite order")
+    stats: dict[str, dict[str, float]] = Field(default_factory=dict,
+                                               description="per measured quantity: its min, max, mean and rows")
 
     def failures(self) -> list[ExpectationResult]:
-        """The rules that failed."""
-        return [result for result in self.expectations if not result.success]
+        """The blocking rules that failed."""
+        return [result for result in self.expectations if not result.success and result.blocking]
+
+    def warnings(self) -> list[ExpectationResult]:
+        """The non-blocking rules that failed (reported only)."""
+        return [result for result in self.expectations if not result.success and not result.blocking]
 
     def to_markdown(self) -> str:
-        """A heading, a table of every rule, and one line per broken rule."""
+        """A heading, a table of every rule, the stats, and one line per broken rule and per warning."""
         verdict = "passed" if self.success else f"FAILED ({len(self.failures())} of {len(self.expectations)} rules)"
+        if self.warnings():
+            verdict += f", {len(self.warnings())} warning(s)"
         lines = [f"## Task data validation: {self.recipe}: {verdict}", "", f"{self.n_rows} rows.", "",
                  "| rule | column | result | rows breaking it | e.g. |", "|---|---|---|---|---|"]
         for r in self.expectations:
             shown = ", ".join(f"`{i}`" for i in r.unexpected_ids)
-            lines.append(f"| {r.rule} | {r.column} | {'ok' if r.success else 'FAILED'} | {r.unexpected_count} | "
-                         f"{shown} |")
+            outcome = "ok" if r.success else "FAILED" if r.blocking else "warning"
+            lines.append(f"| {r.rule} | {r.column} | {outcome} | {r.unexpected_count} | {shown} |")
+        if self.stats:
+            lines += ["", "| quantity | min | max | mean | rows |", "|---|---|---|---|---|"]
+            lines += [f"| {name} | {s.get('min', math.nan):g} | {s.get('max', math.nan):g} | "
+                      f"{s.get('mean', math.nan):.2f} | {s.get('rows', 0):g} |" for name, s in self.stats.items()]
         if not self.success:
             lines += ["", "Broken rules:", *(f"- {r.message}" for r in self.failures())]
+        if self.warnings():
+            lines += ["", "Warnings (reported, not blocking):", *(f"- {r.message}" for r in self.warnings())]
         return "\n".join(lines) + "\n"
 
 
@@ -81,13 +97,15 @@ class Rule:
 
     name: str  # short name, e.g. "prompt_non_empty"
     column: str  # the task field ('' for a table rule)
-    kind: str  # rows | exists | not_null | unique | text | list | integer | between | in_set | custom
+    kind: str  # rows | exists | not_null | unique | text | list | integer | between | in_set | custom | row
     rule: str  # the rule in words
     required: bool = True  # False: checked only when the column is present
     min_value: float | None = None  # "between": smallest allowed value
     max_value: float | None = None  # "between": largest allowed value
     allowed: tuple[Any, ...] = ()  # "in_set": allowed values
-    derive: Callable[[Any], Any] | None = None  # "custom": value -> number of problems in it (0 = fine)
+    derive: Callable[[Any], Any] | None = None  # "custom": value -> problems in it (0 = fine); "row": {input: value}
+    inputs: tuple[str, ...] = ()  # "row": the columns `derive` reads (absent ones read as None)
+    blocking: bool = True  # False: a warning that never fails the suite
 
 
 def required_field(column: str, shape: str) -> list[Rule]:
@@ -200,24 +218,31 @@ def _type_name(value: Any) -> str | None:
     return "int" if _integer_or_none(value) is not None else type(value).__name__
 
 
-def _row_ref(index: int, row: dict[str, Any]) -> str:
-    value = row.get("id")
+def _row_ref(index: int, row: dict[str, Any], id_column: str = "id") -> str:
+    value = row.get(id_column)
     return str(value) if isinstance(value, str | int) and str(value).strip() else f"row {index}"
 
 
 def validate_rows(rows: list[dict[str, Any]], recipe: str) -> ValidationReport:
     """Run `recipe`'s suite on `rows` (nothing raised on failure: see `require_valid`)."""
-    rules = recipe_rules(recipe)
-    refs = [_row_ref(index, row) for index, row in enumerate(rows)]
+    return validate_rules(rows, recipe_rules(recipe), suite=recipe)
+
+
+def validate_rules(rows: list[dict[str, Any]], rules: list[Rule], *, suite: str, id_column: str = "id",
+                   stats: dict[str, dict[str, float]] | None = None) -> ValidationReport:
+    """Run `rules` on `rows`, naming rows by `id_column`; the report is called `suite` and carries `stats`."""
+    refs = [_row_ref(index, row, id_column) for index, row in enumerate(rows)]
     present = {key for row in rows for key in row}
-    checked = [r for r in rules if r.kind in ("rows", "exists") or r.column in present]
+    checked = [r for r in rules if r.kind in ("rows", "exists", "row") or r.column in present]
     columns: dict[str, list[Any]] = {ROW_REF: refs}
     columns.update({column: [row.get(column) for row in rows] for column in sorted(present)})
+    for rule in (r for r in checked if r.kind == "row" and r.derive is not None):
+        columns[f"{rule.column}#{rule.name}"] = [rule.derive({c: row.get(c) for c in rule.inputs}) for row in rows]
     targets = [_target(rule, columns) for rule in checked]
     outcomes = _run_suite(columns, list(zip(checked, targets, strict=True)))
     results = [_result(rule, outcome, len(rows), refs) for rule, outcome in zip(checked, outcomes, strict=True)]
-    return ValidationReport(recipe=recipe, success=all(r.success for r in results), n_rows=len(rows),
-                            expectations=results)
+    return ValidationReport(recipe=suite, success=all(r.success for r in results if r.blocking), n_rows=len(rows),
+                            expectations=results, stats=stats or {})
 
 
 def _target(rule: Rule, columns: dict[str, list[Any]]) -> str:
@@ -227,6 +252,8 @@ def _target(rule: Rule, columns: dict[str, list[Any]]) -> str:
         "between": _integer_or_none,
         "custom": lambda v: None if _is_null(v) else rule.derive(v),  # type: ignore[misc]
     }
+    if rule.kind == "row":
+        return f"{rule.column}#{rule.name}"  # derived in validate_rules
     if rule.kind not in derivers or rule.column not in columns:
         return rule.column
     target = f"{rule.column}#{rule.name}"
@@ -283,7 +310,7 @@ def _expectation(gx: Any, rule: Rule, target: str) -> Any:
         return e.ExpectColumnValuesToBeInSet(column=target, value_set=["int"])
     if rule.kind in ("text", "list"):
         return e.ExpectColumnValuesToBeBetween(column=target, min_value=1)
-    if rule.kind == "custom":
+    if rule.kind in ("custom", "row"):
         return e.ExpectColumnValuesToBeBetween(column=target, max_value=0)
     if rule.kind == "between":
         return e.ExpectColumnValuesToBeBetween(column=target, min_value=rule.min_value, max_value=rule.max_value)
@@ -304,6 +331,7 @@ def _result(rule: Rule, outcome: Outcome, n_rows: int, refs: list[str]) -> Expec
     if rule.kind == "exists" and not outcome.success:
         count, ids = n_rows, refs  # every row lacks the column
     shown = list(dict.fromkeys(ids))[:SHOWN_IDS]
+    severity = "" if rule.blocking else " (warning)"
     if outcome.success:
         message = f"{rule.name}: {rule.rule}: passed"
     elif outcome.error is not None:
@@ -314,4 +342,5 @@ def _result(rule: Rule, outcome: Outcome, n_rows: int, refs: list[str]) -> Expec
         more = " ..." if len(dict.fromkeys(ids)) > len(shown) else ""
         message = f"{rule.name}: {rule.rule}: broken by {count} of {n_rows} rows: {', '.join(shown)}{more}"
     return ExpectationResult(name=rule.name, column=rule.column, rule=rule.rule, success=outcome.success,
-                             unexpected_count=count, unexpected_ids=shown, message=message)
+                             unexpected_count=count, unexpected_ids=shown, message=message + severity,
+                             blocking=rule.blocking)

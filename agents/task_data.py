@@ -49,6 +49,21 @@ def load_task_rows(source: str, *, recipe: str, count: int | None, seed: int, ca
     return [{**row, "recipe": recipe} if row.get("recipe") is None else row for row in decode_rows(dataset.to_list())]
 
 
+def load_source_rows(source: str, *, cache_dir: Path, split: str | None = None, count: int | None = None) -> Rows:
+    """The first `count` rows (None: all) of a local file or directory, or of a hub dataset (`id` or `id:split`;
+    `split` applies when the id names none, default "train"), `__json` columns decoded, no recipe added."""
+    if count is not None and count < 0:
+        raise TaskDataError(f"count must be >= 0 or None (all rows), got {count}")
+    cache_dir = Path(cache_dir)
+    if _looks_local(source):
+        dataset = _local_dataset(Path(source), cache_dir)
+    else:
+        dataset = _hub_dataset(source if ":" in source or split is None else f"{source}:{split}", cache_dir)
+    if count is not None:
+        dataset = dataset.select(range(min(count, len(dataset))))
+    return decode_rows(dataset.to_list())
+
+
 def split_rows(rows: Rows, val_count: int, seed: int) -> tuple[Rows, Rows]:
     """(train, validation): `val_count` rows drawn with `seed` for validation, the rest for training; both keep the
     rows' order. Disjoint, and the same for the same rows and seed."""
