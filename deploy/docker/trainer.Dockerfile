@@ -32,4 +32,4 @@ RUN useradd --uid 10001 --user-group --no-create-home --home-dir /var/lib/harnes
 USER 10001
 WORKDIR /var/lib/harnessrl
 EXPOSE 8001
-CMD ["prefect", "worker", "start", "--pool", "harnessrl", "--type", "process"]
+CMD ["prefect", "worker", "start", "--pool", "harnessrl-process", "--type", "process"]
