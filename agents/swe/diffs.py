@@ -54,7 +54,21 @@ def file_diff(relative: str, before: Path | None, after: Path | None) -> str:
         body.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
     if not body:
         return ""
-    return f"diff --git a/{relative} b/{relative}\n" + "".join(body)
+    return f"diff --git a/{relative} b/{relative}\n" + _mode_line(old_name, new_name, before, after) + "".join(body)
+
+
+def _mode_line(old_name: str, new_name: str, before: Path | None, after: Path | None) -> str:
+    """`new file mode` / `deleted file mode`: without it `git apply` rejects a diff that adds or removes a file."""
+    if old_name == "/dev/null" and after is not None:
+        return f"new file mode {_git_mode(after)}\n"
+    if new_name == "/dev/null" and before is not None:
+        return f"deleted file mode {_git_mode(before)}\n"
+    return ""
+
+
+def _git_mode(path: Path) -> str:
+    """Git's file mode of a regular file: 100755 when executable, else 100644."""
+    return "100755" if path.stat().st_mode & 0o111 else "100644"
 
 
 def tree_diff(before: Path, after: Path) -> str:
