@@ -124,7 +124,6 @@ class RunConfig(Section):
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Run name; also the "
                              "resume key (same name: continue from its last checkpoint). None: generated.")
     work_dir: Path = Field(default=Path("runs"), description="Run directories (relative: project root).")
-    seed: int = Field(default=0, description="Seed of sampling and data order.")
     data: DataSection = Field(default_factory=DataSection)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     engine: EngineSection = Field(default_factory=EngineSection)
