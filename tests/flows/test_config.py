@@ -28,8 +28,8 @@ def test_every_profile_loads_for_its_recipe(profile, recipe):
     assert config.recipe == recipe and config.rollout.schedule == "async"
 
 
-def test_profiles_on_disk_are_the_known_ones():
-    assert {p.stem for p in PROFILES_DIR.glob("*.yaml")} == set(PROFILES)
+def test_every_training_profile_is_on_disk():
+    assert set(PROFILES) <= {p.stem for p in PROFILES_DIR.glob("*.yaml")}
 
 
 def test_overrides_set_nested_keys_and_unknown_keys_are_errors():
