@@ -19,8 +19,11 @@ EXPECTED = {  # (flow, deployment) -> (work pool, pool type, profile)
     ("train-swe", "kubernetes"): ("harnessrl-kubernetes", "kubernetes", "swe-gpu"),
     ("train-if", "default"): ("harnessrl-process", "process", "if-local"),
     ("train-search", "default"): ("harnessrl-process", "process", "search-local"),
+    ("evaluate-swe-verified", "nightly"): ("harnessrl-process", "process", "swe-eval-local"),
+    ("evaluate-swe-verified", "manual"): ("harnessrl-process", "process", "swe-eval-local"),
 }
-RECIPES = {"train-swe": "swe", "train-if": "instruction_following", "train-search": "search"}
+RECIPES = {"train-swe": "swe", "train-if": "instruction_following", "train-search": "search",
+           "evaluate-swe-verified": "swe"}
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +68,9 @@ def test_prefect_accepts_the_file_and_it_has_no_unknown_keys(project):
         assert set(deployment) <= set(DeploymentConfig.model_fields), deployment["name"]
 
 
-def test_deployments_are_exactly_the_training_ones(project):
+def test_deployments_are_exactly_the_expected_ones(project):
     keys = [key(d) for d in project["deployments"]]
-    assert sorted(keys) == sorted(EXPECTED), "one deployment per (flow, name); evaluation arrives with issue 6"
+    assert sorted(keys) == sorted(EXPECTED), "one deployment per (flow, name)"
 
 
 def test_entrypoints_load_the_flows_their_names_promise(project, flows):

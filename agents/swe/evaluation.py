@@ -1,0 +1,98 @@
+"""What a SWE-bench evaluation runs where, and grading given predictions of local instances with the SWE grader.
+
+Instances (rows of the normalised schema, `agents.swe.instances`) whose environment is in the generated store run in
+the local sandbox as val-mode rollouts of the `swe` recipe. Instances that need an official SWE-bench image are not
+runnable here, each with the reason: such images run only as Kubernetes Jobs, and the Kubernetes runner starts every
+attempt in its one agent image while the SWE grader runs the tests beside the controller, so per-instance images are
+not supported yet (see the reason texts). Nothing is dropped silently: every instance ends in the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.swe.environments import LOCAL_IMAGE_PREFIX, LocalStoreEnvironment, swebench_image_name
+from agents.swe.evaluation_report import InstanceOutcome, not_runnable, outcome_from_grade
+from agents.swe.generator import load_instances
+from agents.swe.grader import grade_patch
+from agents.swe.predictions import Prediction
+from agents.swe.recipe import rollout_input
+
+VERIFIED_HUB_ID = "SWE-bench/SWE-bench_Verified"
+RECIPE = "swe"
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """The instances split by where they run."""
+
+    local: tuple[dict[str, Any], ...]  # run in the local sandbox (the generated store holds their environment)
+    not_runnable: tuple[InstanceOutcome, ...]  # no environment here, with the reason
+
+
+def image_of(instance: Mapping[str, Any]) -> str | None:
+    """The instance's container image: its image_name, SWE-bench's official image for a SWE-bench row without one,
+    None for instances of the local store."""
+    image = instance.get("image_name")
+    if image:
+        return None if str(image).startswith(LOCAL_IMAGE_PREFIX) else str(image)
+    if instance.get("source") == "swe-bench-verified":
+        return swebench_image_name(instance["instance_id"])
+    return None
+
+
+def not_runnable_reason(instance: Mapping[str, Any], local_reason: str, runner: str) -> str:
+    """Why `instance` cannot run here, given why the local store lacks it and the controller's runner."""
+    image = image_of(instance)
+    if image is None:
+        return (f"its local environment is missing ({local_reason}); generate the task into the SWE store "
+                "($HARNESSRL_SWE_STORE) or evaluate another source")
+    if runner != "kubernetes":
+        return (f"needs the official SWE-bench image {image}, which runs as a Kubernetes Job: no cluster is "
+                f"configured here (controller.runner is {runner!r}; a profile with controller.runner: kubernetes "
+                "names one)")
+    return (f"needs the official SWE-bench image {image}: the Kubernetes runner starts every attempt in its one "
+            "agent image and the SWE grader runs the tests beside the controller, so per-instance SWE-bench "
+            "images are not supported yet")
+
+
+def plan_evaluation(instances: Sequence[Mapping[str, Any]], store: Path, runner: str) -> EvaluationPlan:
+    """Which instances run in the local sandbox; the others with their reasons (order kept)."""
+    environment = LocalStoreEnvironment(store)
+    available = environment.available(instances)
+    local, skipped = [], []
+    for instance in instances:
+        instance_id = instance["instance_id"]
+        if available[instance_id]:
+            local.append(dict(instance))
+        else:
+            reason = not_runnable_reason(instance, environment.last_reasons.get(instance_id, "unknown"), runner)
+            skipped.append(not_runnable(instance_id, str(instance.get("repo") or "unknown"), reason))
+    return EvaluationPlan(tuple(local), tuple(skipped))
+
+
+def rollout_tasks(instances: Iterable[Mapping[str, Any]], store: Path) -> list[dict[str, Any]]:
+    """The `swe` recipe's rollout inputs of local instances (no fix, no tests: only id, statement and store)."""
+    return [{**rollout_input(dict(instance), store), "recipe": RECIPE} for instance in instances]
+
+
+def grade_predictions(store: Path, predictions: Iterable[Prediction], *,
+                      timeout_s: float = 600.0) -> list[InstanceOutcome]:
+    """Grade each prediction of a store instance as the rollouts are graded (the SWE grader's `grade_patch` on a
+    fresh checkout); an empty patch is not run, as in SWE-bench."""
+    stored = {instance["instance_id"]: instance for instance in load_instances(store)}
+    outcomes = []
+    for prediction in predictions:
+        instance = stored.get(prediction.instance_id)
+        if instance is None:
+            raise KeyError(f"prediction for {prediction.instance_id!r}: not in {store / 'instances.jsonl'}; grade "
+                           "predictions of generated instances only (SWE-bench's harness grades the others)")
+        if not prediction.model_patch.strip():
+            details: Mapping[str, Any] = {"model_patch": ""}
+        else:
+            details = grade_patch(store, instance, prediction.model_patch, timeout_s=timeout_s).details
+        outcomes.append(outcome_from_grade(prediction.instance_id, instance["repo"], details))
+    return outcomes
