@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from prefect import flow
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm.auto import trange
 
 from agents.task_data import split_rows
@@ -112,7 +113,9 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
     assert services.admin is not None and services.engine is not None
     store, r = checkpoint_store(config), config.rollout
     feed = RolloutFeed(services.admin, feed_config(config, plan), task_stream(train_rows, plan.state.next_task))
-    for index in trange(plan.state.iteration, config.algorithm.iterations, desc=f"train {plan.name}", unit="it"):
+    total = config.algorithm.iterations
+    progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")
+    for index in trange(plan.state.iteration, total, desc=f"train {plan.name}", unit="it"):
         iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
         fill_in_flight(feed, in_flight_target(config), version)
         groups, rollout_s = collect_groups(feed, r.batch_groups, r.wait_timeout_s, f"iteration {iteration}")
@@ -145,3 +148,4 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
             log_trajectories(tracker, trajectory_items(groups, config.tracking.trajectories_per_step, iteration),
                              iteration)
         summary.update(iterations=iteration, last_metrics=metrics)
+        update_progress_artifact(progress, 100.0 * iteration / total)
