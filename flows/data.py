@@ -1,0 +1,226 @@
+"""Flow `prepare-swe-data`: SWE-smith or SWE-bench rows → cleaned, difficulty-filtered, versioned training splits.
+
+load raw rows (hub id, local parquet/JSONL/JSON, or "generated": the SWE store) → the dataset's great-expectations
+suite (report to MLflow and a Prefect artifact; blocking failures stop here, empty problem statements are warnings)
+→ normalise → drop empty problem statements → drop instances whose environment is missing (the environment backend:
+the generated store locally, the registry's images for Kubernetes) → drop instances with more than `max_tests` tests
+→ probes: the policy (a model or a checkpoint) attempts every remaining task k times in val mode through the real loop
+(engine, gateway, controller, RolloutFeed) → select (drop k/k solved, keep mixed, add unsolved; held-out split
+first) → train/val JSONL + manifest, named by their content hash, in the object store → counts to MLflow + Prefect.
+
+Probes run where the SWE recipe runs: the local sandbox, on instances of the generated store. Probing instances that
+need a registry image is refused with the reason (the Kubernetes runner has no per-instance images yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from agents.expectations import require_valid
+from agents.swe.cleaning import DEFAULT_MAX_TESTS, StepResult, step_counts
+from agents.swe.difficulty import DifficultySplit
+from agents.swe.environments import DOCKER_HUB_URL, EnvironmentBackend, LocalStoreEnvironment, RegistryImageEnvironment
+from agents.swe.evaluation import rollout_tasks
+from agents.swe.instances import Source, normalize_rows
+from agents.swe.recipe import SweRecipe
+from agents.swe.splits import SplitManifest
+from flows.config import RunConfig, load_run_config
+from flows.evaluate import Weights, resolve_weights
+from flows.setup import fresh_plan, service_settings
+from harnessrl.services import RunServices
+from tasks.swe_data import (
+    ProbeResult,
+    clean_empty_statements,
+    clean_missing_environment,
+    clean_too_many_tests,
+    load_swe_rows,
+    probe_difficulty,
+    publish_summary,
+    select_splits,
+    validate_swe_data,
+    write_versioned_splits,
+)
+from tasks.tracking import MlflowTracker, ui_command
+from trainer.checkpoint_store import S3Endpoint
+from trainer.object_store import DirectoryStore, directory_store_from_uri
+
+DEFAULT_PROFILE = "swe-data-local"
+DEFAULT_SPLITS_STORE = "file://data/splits"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataParams:
+    """What the flow prepares (its parameters)."""
+
+    source: str  # "generated", a local parquet/JSONL/JSON path, a hub id[:split], or "hub" (the kind's dataset)
+    kind: Source  # "swe-smith" or "swe-bench-verified"
+    split: str | None  # the hub split (None: the kind's default)
+    limit: int | None  # rows loaded (None: all)
+    n_mixed: int  # mixed tasks kept for training
+    n_unsolved: int  # never-solved tasks added to training
+    n_heldout: int  # held-out validation tasks, drawn first
+    k: int  # probe rollouts per task
+    seed: int  # seed of every draw
+    pass_threshold: float  # a probe solves its task when its reward is at least this
+    max_tests: int  # drop tasks with more FAIL_TO_PASS + PASS_TO_PASS tests
+    environment: str  # "local" (the generated store) or "registry" (images for Kubernetes)
+    registry_url: str  # the registry the cluster pulls from (environment "registry")
+    store: Path  # the generated SWE store
+    splits_store: str  # file://DIR (relative: project root) or s3://BUCKET/PREFIX
+
+
+@flow(name="prepare-swe-data", log_prints=True)
+def prepare_swe_data(source: str = "generated", kind: Source = "swe-smith", split: str | None = None,
+                     limit: int | None = None, n_mixed: int = 5000, n_unsolved: int = 1000, n_heldout: int = 400,
+                     k: int = 4, seed: int = 0, model: str | None = None, checkpoint_uri: str | None = None,
+                     pass_threshold: float = 1.0, max_tests: int = DEFAULT_MAX_TESTS, environment: str = "local",
+                     registry_url: str = DOCKER_HUB_URL, store: str | None = None,
+                     splits_store: str = DEFAULT_SPLITS_STORE, profile: str = DEFAULT_PROFILE,
+                     overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Prepares versioned SWE training splits (see the module docstring); the policy probing the tasks is
+    `checkpoint_uri`, else `model`, else the profile's engine.model. Returns the splits' URI, version and counts."""
+    if model and checkpoint_uri:
+        raise ValueError("prepare-swe-data probes with one policy: pass model or checkpoint_uri, not both")
+    if environment not in ("local", "registry"):
+        raise ValueError(f"environment={environment!r}: use 'local' (the generated store) or 'registry' (images)")
+    config = load_run_config(profile, overrides, recipe="swe")
+    params = DataParams(source, kind, split, limit, n_mixed, n_unsolved, n_heldout, k, seed, pass_threshold,
+                        max_tests, environment, registry_url, Path(store) if store else SweRecipe().store,
+                        splits_store)
+    return prepare(config, params, checkpoint_uri, model or (None if checkpoint_uri else config.engine.model))
+
+
+def prepare(config: RunConfig, params: DataParams, checkpoint_uri: str | None, model: str | None) -> dict[str, Any]:
+    """The pipeline; returns the summary."""
+    name = config.name or f"swe-data-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    run_dir = config.resolve(config.work_dir) / name
+    weights = resolve_weights(config, checkpoint_uri, model, run_dir)
+    tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, name,
+                            tags={"pipeline": "prepare-swe-data", "source": params.source, "kind": params.kind,
+                                  "model": weights.label, "checkpoint_uri": weights.checkpoint_uri or "none"})
+    tracker.log_params({**config.model_dump(mode="json"), "data": _jsonable(params)})
+    try:
+        summary = run_pipeline(config, params, weights, name, run_dir, tracker)
+    except BaseException:
+        tracker.end("FAILED")
+        raise
+    tracker.end("FINISHED")
+    print(f"splits {summary['version']}: {summary['n_train']} train, {summary['n_val']} val -> {summary['splits_uri']}")
+    print(f"MLflow: {ui_command(config.tracking_uri())}")
+    return summary
+
+
+def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, name: str, run_dir: Path,
+                 tracker: MlflowTracker) -> dict[str, Any]:
+    """load → validate → normalise → clean → probe → select → write; everything counted in `tracker`."""
+    raw = load_swe_rows(params.source, params.kind, run_dir / "data", params.split, params.limit, params.store)
+    report = validate_swe_data(raw, params.kind)
+    tracker.log_text(report.to_markdown(), "data/validation.md")
+    tracker.log_dict(report.model_dump(mode="json"), "data/validation.json")
+    require_valid(report)  # blocking rules stop the flow with the report; warnings are cleaned below
+    steps = clean(normalize_rows(raw, params.kind), params)
+    candidates = steps[-1].kept
+    tracker.log_dict({s.name: [list(d) for d in s.dropped] for s in steps}, "data/dropped.json")
+    if not candidates:
+        raise ValueError(f"no instance of {params.source} survived cleaning ({step_counts(steps)}); see "
+                         "data/dropped.json in the MLflow run for each reason")
+    probe = run_probes(config, params, weights, name, run_dir, candidates)
+    tracker.log_dict({"k": params.k, "outcomes": probe.outcomes, "unfinished": probe.unfinished},
+                     "data/probe_outcomes.json")
+    selected = select_splits(probe.outcomes, params.k, params.n_mixed, params.n_unsolved, params.n_heldout,
+                             params.seed, params.pass_threshold)
+    by_id = {row["instance_id"]: row for row in candidates}
+    fields = manifest_fields(params, steps, probe, selected, weights)
+    uri, manifest = write_versioned_splits(run_dir / "splits", splits_store(config, params.splits_store),
+                                           [by_id[i] for i in selected.train], [by_id[i] for i in selected.val],
+                                           fields)
+    counts = {"rows_loaded": len(raw), **{f"{step}/{key}": value for step, c in fields["steps"].items()
+                                          for key, value in c.items()},
+              **{f"difficulty/{key}": value for key, value in selected.counts.as_dict().items()}, **probe.stats}
+    tracker.log_metrics({key.replace(":", "_"): float(value) for key, value in counts.items()}, step=0)
+    tracker.log_dict(manifest.model_dump(mode="json"), "data/manifest.json")
+    tracker.set_tags({"splits_uri": uri, "splits_version": manifest.version})
+    publish_summary(summary_markdown(params, manifest, uri))
+    return {"splits_uri": uri, "version": manifest.version, "n_train": manifest.n_train, "n_val": manifest.n_val,
+            "counts": counts, "mlflow_run_id": tracker.run_id, "run_name": name}
+
+
+def clean(rows: list[dict[str, Any]], params: DataParams) -> list[StepResult]:
+    """The cleaning steps in order, each on the previous one's kept rows."""
+    first = clean_empty_statements(rows)
+    second = clean_missing_environment(first.kept, environment_backend(params))
+    return [first, second, clean_too_many_tests(second.kept, params.max_tests)]
+
+
+def environment_backend(params: DataParams) -> EnvironmentBackend:
+    """The configured backend: the generated store, or the registry the cluster pulls from."""
+    if params.environment == "registry":
+        return RegistryImageEnvironment(params.registry_url, username=os.environ.get("HARNESSRL_REGISTRY_USERNAME"),
+                                        password=os.environ.get("HARNESSRL_REGISTRY_PASSWORD"))
+    return LocalStoreEnvironment(params.store)
+
+
+def run_probes(config: RunConfig, params: DataParams, weights: Weights, name: str, run_dir: Path,
+               candidates: list[dict[str, Any]]) -> ProbeResult:
+    """k val-mode rollouts per candidate against services serving `weights` (local sandbox only)."""
+    if params.environment != "local":
+        raise ValueError(f"{len(candidates)} candidates need registry images, but the probes run the SWE recipe in "
+                         "the local sandbox and the Kubernetes runner has no per-instance images yet; probe "
+                         "generated tasks with environment='local'")
+    settings = dataclasses.replace(service_settings(config, fresh_plan(config, name, weights.path)), run_dir=run_dir,
+                                   policy_version=weights.policy_version)
+    r = config.rollout
+    with RunServices(settings) as services:
+        assert services.admin is not None
+        return probe_difficulty(services.admin, rollout_tasks(candidates, params.store), params.k, f"{name}-probe",
+                                weights.policy_version, r.wait_timeout_s, r.max_attempts, r.task_overrides or None)
+
+
+def manifest_fields(params: DataParams, steps: list[StepResult], probe: ProbeResult, selected: DifficultySplit,
+                    weights: Weights) -> dict[str, Any]:
+    """What the manifest records besides the files (the version hashes all of it)."""
+    probed = {"in": len(steps[-1].kept), "kept": len(probe.outcomes),
+              "dropped": len(probe.unfinished)}
+    return {"name": params.kind, "seed": params.seed, "k": params.k,
+            "sizes": {"n_mixed": params.n_mixed, "n_unsolved": params.n_unsolved, "n_heldout": params.n_heldout},
+            "sources": [params.source], "steps": {**step_counts(steps), "probe_difficulty": probed},
+            "difficulty": selected.counts.as_dict(),
+            "params": {"model": weights.label, "checkpoint_uri": weights.checkpoint_uri,
+                       "policy_version": weights.policy_version, "pass_threshold": params.pass_threshold,
+                       "max_tests": params.max_tests, "environment": params.environment, "split": params.split,
+                       "limit": params.limit}}
+
+
+def splits_store(config: RunConfig, root: str) -> DirectoryStore:
+    """The splits' object store: relative file:// roots resolve against the project root; s3:// roots use the
+    checkpoint store's endpoint settings (checkpoints.s3_endpoint or $HARNESSRL_S3_*)."""
+    if root.startswith("file://"):
+        return directory_store_from_uri(config.resolve(Path(root.removeprefix("file://"))).as_uri())
+    endpoint = config.checkpoints.s3_endpoint or os.environ.get("HARNESSRL_S3_ENDPOINT")
+    access, secret = os.environ.get("HARNESSRL_S3_ACCESS_KEY"), os.environ.get("HARNESSRL_S3_SECRET_KEY")
+    if not (endpoint and access and secret):
+        raise ValueError(f"splits_store={root!r} is on S3: set checkpoints.s3_endpoint (or $HARNESSRL_S3_ENDPOINT) "
+                         "and $HARNESSRL_S3_ACCESS_KEY / $HARNESSRL_S3_SECRET_KEY")
+    return directory_store_from_uri(root, S3Endpoint(endpoint, access, secret, secure=config.checkpoints.s3_secure))
+
+
+def summary_markdown(params: DataParams, manifest: SplitManifest, uri: str) -> str:
+    """The Prefect summary artifact: where the splits are and every count."""
+    lines = [f"## SWE data: {params.kind} from {params.source}", "",
+             f"Splits `{manifest.name}/{manifest.version}`: {manifest.n_train} train, {manifest.n_val} val, at "
+             f"`{uri}` (k={manifest.k}, seed={manifest.seed}).", "", "| step | in | kept | dropped |",
+             "|---|---|---|---|"]
+    lines += [f"| {step} | {c['in']} | {c['kept']} | {c['dropped']} |" for step, c in manifest.steps.items()]
+    lines += ["", "| difficulty | tasks |", "|---|---|", *(f"| {key} | {value} |"
+                                                           for key, value in manifest.difficulty.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _jsonable(params: DataParams) -> dict[str, Any]:
+    return {key: str(value) if isinstance(value, Path) else value for key, value in dataclasses.asdict(params).items()}

@@ -1,0 +1,110 @@
+"""The SWE data tasks without a Prefect server: probe outcomes from finished groups, the probe feed on a fake gateway,
+the cleaning tasks' logs, the splits task, and the flow's pure helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.swe.splits import read_splits
+from gateway.records import FailureKind, RolloutState
+from tasks.swe_data import (
+    clean_empty_statements,
+    clean_missing_environment,
+    probe_difficulty,
+    probe_outcomes,
+    write_versioned_splits,
+)
+from tests.agents.swe.test_cleaning import row
+from tests.trainer.loop_support import FakeGateway, rollout
+from trainer.object_store import directory_store_from_uri
+from trainer.rollout_groups import FinishedGroup
+
+
+def group(task_id: str, *members) -> FinishedGroup:
+    rollouts = tuple(members)
+    return FinishedGroup(f"g-{task_id}", {"id": task_id}, rollouts, {r.id: () for r in rollouts}, 0)
+
+
+def test_probe_outcomes_count_failed_rollouts_as_unsolved():
+    groups = [group("a", rollout("a0", "g-a", 1.0), rollout("a1", "g-a", 0.0)),
+              group("b", rollout("b0", "g-b", None, state=RolloutState.FAILED, failure_kind=FailureKind.INFRA),
+                    rollout("b1", "g-b", None, state=RolloutState.FAILED, failure_kind=FailureKind.AGENT))]
+    outcomes, stats = probe_outcomes(groups)
+    assert outcomes == {"a": [1.0, 0.0], "b": [0.0, 0.0]}
+    assert stats == {"probe/rollouts": 4.0, "probe/failed_rollouts": 2.0, "probe/infra_failures": 1.0}
+
+
+class InstantGateway(FakeGateway):
+    """Finishes every created rollout at once with its task's reward; tasks without a reward never finish."""
+
+    def __init__(self, rewards: dict[str, float]) -> None:
+        super().__init__()
+        self.rewards = rewards
+
+    def create_rollouts(self, specs):
+        created = super().create_rollouts(specs)
+        for spec in specs:
+            if spec.input["id"] in self.rewards:
+                self.finish(spec.id, self.rewards[spec.input["id"]])
+        return created
+
+
+def test_probe_feed_runs_k_val_rollouts_per_task_and_lists_the_unfinished(capsys):
+    gateway = InstantGateway({"solved": 1.0, "unsolved": 0.0})
+    tasks = [{"id": "solved", "store": "/s"}, {"id": "unsolved", "store": "/s"}, {"id": "stuck", "store": "/s"}]
+    result = probe_difficulty.fn(gateway, tasks, 3, "probe", 7, 0.2, 2, {"step_limit": 3})
+    assert result.outcomes == {"solved": [1.0] * 3, "unsolved": [0.0] * 3}
+    assert result.unfinished == ["stuck"]
+    assert result.stats["probe/unfinished_tasks"] == 1.0 and result.stats["probe/rollouts"] == 6.0
+    assert len(gateway.created) == 9 and {s.mode for s in gateway.created} == {"val"}
+    assert {s.input["step_limit"] for s in gateway.created} == {3} and {s.max_attempts for s in gateway.created} == {2}
+    assert "left out of the selection" in capsys.readouterr().out
+
+
+def test_cleaning_tasks_log_their_counts_and_examples(capsys):
+    class Backend:
+        last_reasons: dict[str, str] = {}
+
+        def available(self, instances):
+            self.last_reasons = {"b": "not in the store"}
+            return {i["instance_id"]: i["instance_id"] != "b" for i in instances}
+
+    kept = clean_empty_statements.fn([row("a"), row("b"), row("c", problem_statement="")]).kept
+    result = clean_missing_environment.fn(kept, Backend())
+    assert [r["instance_id"] for r in result.kept] == ["a"]
+    out = capsys.readouterr().out
+    assert "drop_empty_statements: 3 in, 2 kept, 1 dropped (e.g. c: problem_statement is empty)" in out
+    assert "drop_missing_environment: 2 in, 1 kept, 1 dropped (e.g. b: environment missing: not in the store)" in out
+
+
+def test_splits_task_writes_and_publishes(tmp_path):
+    store = directory_store_from_uri((tmp_path / "store").as_uri())
+    fields = {"name": "swe-smith", "seed": 1, "k": 2, "sizes": {"n_mixed": 1, "n_unsolved": 1, "n_heldout": 1},
+              "sources": ["generated"], "steps": {}, "difficulty": {"probed": 2}}
+    uri, manifest = write_versioned_splits.fn(tmp_path / "local", store, [row("a")], [row("b")], fields)
+    splits = read_splits(Path(uri.removeprefix("file://")))
+    assert splits.train == [row("a")] and splits.val == [row("b")] and splits.manifest == manifest
+
+
+def test_flow_helpers_refuse_unsupported_setups(tmp_path, monkeypatch):
+    from flows.config import load_run_config
+    from flows.data import DataParams, environment_backend, prepare_swe_data, run_probes, splits_store
+
+    config = load_run_config("swe-data-local", recipe="swe")
+    params = DataParams("generated", "swe-smith", None, None, 1, 1, 1, 2, 0, 1.0, 200, "registry",
+                        "http://127.0.0.1:9", tmp_path, "file://x")
+    assert type(environment_backend(params)).__name__ == "RegistryImageEnvironment"
+    with pytest.raises(ValueError, match="Kubernetes runner has no per-instance images"):
+        run_probes(config, params, None, "n", tmp_path, [row("a")])
+    assert splits_store(config, "file://data/splits").root == config.resolve(Path("data/splits"))
+    for name in ("HARNESSRL_S3_ENDPOINT", "HARNESSRL_S3_ACCESS_KEY", "HARNESSRL_S3_SECRET_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match=r"HARNESSRL_S3_ACCESS_KEY"):
+        splits_store(config, "s3://splits/swe")
+    with pytest.raises(ValueError, match="not both"):
+        prepare_swe_data.fn(model="tiny", checkpoint_uri="file:///x/step-000001")
+    with pytest.raises(ValueError, match="environment='cloud'"):
+        prepare_swe_data.fn(environment="cloud")
+
