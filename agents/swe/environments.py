@@ -106,6 +106,8 @@ class LocalStoreEnvironment:
         if "/" not in repo or not commit:
             return f"repo {repo!r} / base_commit {commit!r} do not name a base in the store"
         path = self.store / "repos" / repo.split("/", 1)[1]
+        if not path.is_dir():
+            return f"its base repository {path} does not exist"
         if (path, commit) not in bases:
             bases[(path, commit)] = has_commit(path, commit)
         return None if bases[(path, commit)] else f"{path} does not hold commit {commit}"

@@ -81,6 +81,7 @@ def test_local_store_needs_the_listed_instance_and_its_base_commit(tmp_path):
     assert set(backend.last_reasons) == {"wrong-commit", "no-repo", "no-commit", "unlisted"}
     assert f"does not hold commit {'f' * 40}" in backend.last_reasons["wrong-commit"]
     assert "instances.jsonl" in backend.last_reasons["unlisted"]
+    assert "local__gone.12345678 does not exist" in backend.last_reasons["no-repo"]
 
 
 # --- an OCI registry ---------------------------------------------------------------------------------------------
