@@ -18,8 +18,10 @@ from prefect import flow
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm.auto import trange
 
+from agents.swe.datasets import default_store
 from agents.task_data import split_rows
 from flows.config import RunConfig, load_run_config
+from flows.data import splits_store
 from flows.reporting import no_signal_message, summary_lines, throughput_metrics, trajectory_items
 from flows.setup import (
     RunPlan,
@@ -38,7 +40,7 @@ from flows.setup import (
 )
 from harnessrl.models import resolve_model
 from harnessrl.services import RunServices
-from tasks.data import load_tasks, validate_tasks
+from tasks.data import load_swe_splits, load_tasks, validate_tasks
 from tasks.rollouts import collect_groups, fill_in_flight, run_validation
 from tasks.tracking import MlflowTracker, log_trajectories, ui_command
 from tasks.training import build_batch, find_resume_point, load_backend, publish_checkpoint, update_policy
@@ -46,6 +48,8 @@ from trainer.loop_state import LoopState
 from trainer.rollout_feed import RolloutFeed
 
 log = logging.getLogger(__name__)
+SPLITS_PREFIX = "splits:"
+"""data.source of a versioned SWE split written by `prepare-swe-data`: `splits:file:///…/NAME/VERSION` or s3://."""
 
 
 @flow(name="train-swe", log_prints=True)
@@ -69,10 +73,8 @@ def train_search(profile: str = "search-local", overrides: dict[str, Any] | None
 def train(config: RunConfig) -> dict[str, Any]:
     """The training loop shared by the flows; returns the run's summary (MLflow run id, last checkpoint URI, ...)."""
     plan = plan_run(config)
-    rows = load_tasks(config.data.source, recipe=config.recipe, count=config.data.train_tasks + config.data.val_tasks,
-                      seed=config.data.seed, cache_dir=plan.run_dir / "data")
-    report = validate_tasks(rows, config.recipe)  # a failed suite stops the flow with its report
-    train_rows, val_rows = split_rows(rows, config.data.val_tasks, config.data.seed)
+    train_rows, val_rows = load_rows(config, plan)
+    report = validate_tasks(train_rows + val_rows, config.recipe)  # a failed suite stops the flow with its report
     tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, plan.name,
                             tags={"recipe": config.recipe, "schedule": config.rollout.schedule},
                             run_id=plan.state.tracking_run_id)
@@ -93,6 +95,19 @@ def train(config: RunConfig) -> dict[str, Any]:
     for line in summary_lines(summary, ui_command(config.tracking_uri())):
         print(line)
     return summary
+
+
+def load_rows(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]:
+    """Training and validation tasks: a versioned SWE split (`splits:URI`), else data.source split by data.seed."""
+    data = config.data
+    if data.source.startswith(SPLITS_PREFIX):
+        uri = data.source.removeprefix(SPLITS_PREFIX)
+        store = splits_store(config, uri.rsplit("/", 2)[0])
+        train_rows, val_rows = load_swe_splits(store, uri, plan.run_dir / "splits", default_store())
+        return train_rows[:data.train_tasks], val_rows[:data.val_tasks]
+    rows = load_tasks(data.source, recipe=config.recipe, count=data.train_tasks + data.val_tasks, seed=data.seed,
+                      cache_dir=plan.run_dir / "data")
+    return split_rows(rows, data.val_tasks, data.seed)
 
 
 def plan_run(config: RunConfig) -> RunPlan:

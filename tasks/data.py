@@ -10,6 +10,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from agents.expectations import ValidationReport, require_valid, validate_rows
+from agents.swe.evaluation import rollout_tasks
+from agents.swe.splits import SplitStore, fetch_splits
 from agents.task_data import load_task_rows
 
 
@@ -32,3 +34,13 @@ def validate_tasks(rows: list[dict[str, Any]], recipe: str) -> ValidationReport:
                              description=f"task data validation for {recipe}: "
                                          f"{'passed' if report.success else 'FAILED'}")
     return require_valid(report)
+
+
+@task(name="load-swe-splits", retries=2, retry_delay_seconds=10, cache_policy=NO_CACHE)
+def load_swe_splits(store: SplitStore, uri: str, local_dir: Path, swe_store: Path) -> tuple[list[dict], list[dict]]:
+    """The train and val rollout tasks of a versioned SWE split (written by `prepare-swe-data`): each instance as the
+    `swe` recipe's rollout input (no fix, no tests), its repository in the generated store `swe_store`."""
+    splits = fetch_splits(store, uri, local_dir)
+    print(f"SWE splits {splits.manifest.name}/{splits.manifest.version}: {len(splits.train)} train, "
+          f"{len(splits.val)} val (k={splits.manifest.k}, seed={splits.manifest.seed})")
+    return rollout_tasks(splits.train, swe_store), rollout_tasks(splits.val, swe_store)

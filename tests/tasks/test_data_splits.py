@@ -1,0 +1,31 @@
+"""A versioned SWE split as training tasks: `load_swe_splits` gives rollout inputs that hide the fix and the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents.swe.splits import publish_splits, write_splits
+from flows.config import load_run_config
+from flows.data import splits_store
+from tasks.data import load_swe_splits
+
+
+def instance(i: int) -> dict:
+    return {"instance_id": f"repo.bug__{i}", "source": "swe-smith", "repo": "harnessrl/repo", "base_commit": "abc",
+            "problem_statement": f"bug {i}", "FAIL_TO_PASS": ["t::a"], "PASS_TO_PASS": ["t::b"], "image_name": None,
+            "bug_patch": "BUG", "fix_patch": "FIX", "test_patch": None, "created_at": None, "version": None,
+            "environment_setup_commit": None}
+
+
+def test_split_rows_become_swe_rollout_inputs_without_fix_or_tests(tmp_path):
+    folder, manifest = write_splits(tmp_path / "out", [instance(0), instance(1)], [instance(2)], name="swe-smith",
+                                    seed=3, k=4, sizes={"n_mixed": 2, "n_unsolved": 0, "n_heldout": 1},
+                                    sources=["generated"], steps={}, difficulty={})
+    config = load_run_config("swe-local", {"checkpoints.store": f"file://{tmp_path / 'ckpt'}"})
+    root = f"file://{tmp_path / 'splits'}"
+    uri = publish_splits(folder, splits_store(config, root))
+    assert uri.endswith(f"swe-smith/{manifest.version}")
+    store = splits_store(config, uri.rsplit("/", 2)[0])  # what the train flow does with data.source splits:URI
+    train, val = load_swe_splits.fn(store, uri, tmp_path / "fetched", Path("/swe-store"))
+    assert [t["id"] for t in train] == ["repo.bug__0", "repo.bug__1"] and [t["id"] for t in val] == ["repo.bug__2"]
+    assert train[0] == {"id": "repo.bug__0", "problem_statement": "bug 0", "store": "/swe-store", "recipe": "swe"}
