@@ -21,9 +21,10 @@ EXPECTED = {  # (flow, deployment) -> (work pool, pool type, profile)
     ("train-search", "default"): ("harnessrl-process", "process", "search-local"),
     ("evaluate-swe-verified", "nightly"): ("harnessrl-process", "process", "swe-eval-local"),
     ("evaluate-swe-verified", "manual"): ("harnessrl-process", "process", "swe-eval-local"),
+    ("prepare-swe-data", "default"): ("harnessrl-process", "process", "swe-data-local"),
 }
 RECIPES = {"train-swe": "swe", "train-if": "instruction_following", "train-search": "search",
-           "evaluate-swe-verified": "swe"}
+           "evaluate-swe-verified": "swe", "prepare-swe-data": "swe"}
 
 
 @pytest.fixture(scope="module")
