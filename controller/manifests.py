@@ -4,7 +4,8 @@ The Secret holds the rollout's key (`api-key`) and the task (`task.json`); the h
 `secretKeyRef`. Init containers copy the task into the working directory (/workspace) and then download the
 controller's prepared working directory (`workdir.tar.gz`, the recipe's layout) from the gateway into it; the harness
 runs under a wrapper that packs /workspace after it exits and uploads it as `result.tar.gz` for grading
-(`pod_transfer`). So the harness contract is the same as under the LocalRunner.
+(`pod_transfer`). So the harness contract is the same as under the LocalRunner. A task with an `image` key gets a
+`sandbox` sidecar in that image (`build_sandboxed_job_manifest`), where the harness runs the agent's commands.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from controller.config import KubernetesSettings
 from controller.pod_transfer import fetch_command, run_and_return_command
 from controller.runners.base import RunSpec
+from controller.sandbox_channel import SANDBOX_DIR_ENV, sandbox_command
 from controller.workdir_transfer import RESULT_ARCHIVE, WORKDIR_ARCHIVE
 
 PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "harnessrl"
@@ -31,6 +33,13 @@ GATEWAY_SERVICE, GATEWAY_PORT = "harnessrl-gateway", 8100
 SECRET_KEY, TASK_KEY = "api-key", "task.json"
 WORKDIR, TASK_MOUNT = "/workspace", "/var/run/harnessrl"
 HARNESS_CONTAINER, TASK_CONTAINER, WORKDIR_CONTAINER = "harness", "task", "workdir"
+SANDBOX_CONTAINER, SANDBOX_VOLUME = "sandbox", "sandbox-ipc"
+SANDBOX_IPC_DIR, SANDBOX_WORKDIR = "/var/run/harnessrl-sandbox", "/testbed"  # the shared dir; SWE-bench's repo dir
+IMAGE_KEY = "image"  # a task key: run the attempt's commands in this image (a sandbox container beside the harness)
+# [host[:port]/]path[:tag][@sha256:digest], lower-case path components: a plausible OCI image reference.
+IMAGE_REFERENCE = re.compile(r"^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+                             r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                             r"(?:@sha256:[a-f0-9]{64})?$")
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]")
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
 
@@ -136,3 +145,38 @@ def build_job_manifest(spec: RunSpec, settings: KubernetesSettings) -> dict[str,
             "spec": {"backoffLimit": 0, "activeDeadlineSeconds": max(1, math.ceil(spec.timeout_s)),
                      "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
                      "template": {"metadata": metadata, "spec": _pod_spec(spec, settings)}}}
+
+
+def check_image_reference(image: object) -> str:
+    """`image` when it is a plausible image reference; ValueError naming it and the expected form otherwise."""
+    if not isinstance(image, str) or len(image) > 512 or not IMAGE_REFERENCE.match(image):
+        raise ValueError(f"task image {image!r} is not an image reference; write it as [host[:port]/]path[:tag]"
+                         "[@sha256:digest] with a lower-case path, e.g. swebench/sweb.eval.x86_64.<id>:latest")
+    return image
+
+
+def build_sandboxed_job_manifest(spec: RunSpec, settings: KubernetesSettings, image: str) -> dict[str, Any]:
+    """The attempt's Job with a `sandbox` container running `image` beside the harness: a native sidecar (an init
+    container with restartPolicy Always, Kubernetes >= 1.29) that runs the commands the harness drops into a shared
+    emptyDir (`controller.sandbox_channel`) and is stopped when the harness exits. The harness finds the directory
+    in $HARNESSRL_SANDBOX_DIR; the sandbox sees neither /workspace nor the key, and mounts no API token."""
+    job = build_job_manifest(spec, settings)
+    pod = job["spec"]["template"]["spec"]
+    mount = {"name": SANDBOX_VOLUME, "mountPath": SANDBOX_IPC_DIR}
+    sandbox = {"name": SANDBOX_CONTAINER, "image": check_image_reference(image),
+               "imagePullPolicy": settings.image_pull_policy, "restartPolicy": "Always",
+               "command": sandbox_command(SANDBOX_IPC_DIR), "workingDir": SANDBOX_WORKDIR, "volumeMounts": [mount],
+               "resources": _resources(settings),
+               "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+    pod["initContainers"].append(sandbox)
+    [harness] = pod["containers"]
+    harness["volumeMounts"].append(mount)
+    harness["env"].append({"name": SANDBOX_DIR_ENV, "value": SANDBOX_IPC_DIR})
+    pod["volumes"].append({"name": SANDBOX_VOLUME, "emptyDir": {}})
+    return job
+
+
+def job_manifest_for(spec: RunSpec, settings: KubernetesSettings) -> dict[str, Any]:
+    """The sandboxed Job when the task names an `image`, else the plain one."""
+    image = spec.task.get(IMAGE_KEY)
+    return build_job_manifest(spec, settings) if image is None else build_sandboxed_job_manifest(spec, settings, image)

@@ -2,6 +2,7 @@
 
 Each poll lists the controller's agent Jobs (and their pods) by label and maps their status to an ending
 (`k8s_status`); a list per tick, rather than a long-lived watch stream, cannot miss an event when a connection drops.
+A task naming an `image` gets a sandbox container in that image beside the harness (`manifests.job_manifest_for`).
 Pods stuck on image or config errors are failed as `start_failed` after `image_pull_grace_s`. Creations are
 rate-limited by a token bucket. The runner deletes the Jobs and Secrets it created (`release`, `close`).
 The harness's combined output is copied from the pod log into the stdout file when the attempt ends.
@@ -26,8 +27,8 @@ from controller.manifests import (
     HARNESS_CONTAINER,
     PART_OF,
     PART_OF_LABEL,
-    build_job_manifest,
     build_secret_manifest,
+    job_manifest_for,
     secret_name,
 )
 from controller.runners.base import RunnerFullError, RunnerStartError, RunResult, RunSpec, Termination
@@ -107,7 +108,10 @@ class KubernetesRunner:
         if len(self._jobs) >= self.concurrency or not self._bucket.take():
             raise RunnerFullError(f"no free slot or creation budget for {spec.rollout_id!r}; check free_slots()")
         namespace = self.settings.namespace
-        job = build_job_manifest(spec, self.settings)
+        try:
+            job = job_manifest_for(spec, self.settings)
+        except ValueError as exc:
+            raise RunnerStartError(f"no Job for {spec.rollout_id!r}: {exc}") from exc
         self._upload_workdir(spec)
         try:
             self._create_secret(spec)

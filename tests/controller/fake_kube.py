@@ -95,6 +95,11 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                 store = kube.objects[kind]
                 if match["log"]:
                     self._send(200, kube.logs.get(name, ""), "text/plain")
+                elif method == "GET" and name is not None:
+                    if name not in store:
+                        self._status(404, "NotFound")
+                        return
+                    self._send(200, store[name])
                 elif method == "GET" and name is None:
                     selector = parse_qs(url.query).get("labelSelector", [None])[0]
                     self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {},
