@@ -10,6 +10,7 @@ RECIPE_MODULES = {
     "instruction_following": "agents.instruction_following.recipe",
     "search": "agents.search.recipe",
     "swe": "agents.swe.recipe",
+    "swe_bench": "agents.swe_bench.recipe",
 }
 
 

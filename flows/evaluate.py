@@ -3,7 +3,8 @@
 weights (a checkpoint downloaded from the checkpoint store, a prepared model name or an HF directory, or the latest
 checkpoint of the train-swe runs) → instances (SWE-bench Verified from the hub by default; "generated" for the local
 store) → where each runs (`agents.swe.evaluation.plan_evaluation`: the local sandbox for instances of the generated
-store; instances needing an official SWE-bench image are reported as not runnable here, with the reason) → engine,
+store; instances needing an official SWE-bench image as Kubernetes Jobs of the `swe_bench` recipe when
+`controller.runner` is kubernetes, else reported as not runnable here, with the reason) → engine,
 gateway and controller serving those weights → one val-mode rollout per local instance (no training; the calls stay
 recorded) → outcomes from each rollout's state and reward event (the agent's diff is the grade's `model_patch`) →
 predictions JSONL (SWE-bench's format, re-gradable by its harness) and the report → MLflow (experiment of the profile,
@@ -23,7 +24,13 @@ from typing import Any
 
 from prefect import flow
 
-from agents.swe.evaluation import VERIFIED_HUB_ID, EvaluationPlan, plan_evaluation, rollout_tasks
+from agents.swe.evaluation import (
+    VERIFIED_HUB_ID,
+    EvaluationPlan,
+    bench_rollout_tasks,
+    plan_evaluation,
+    rollout_tasks,
+)
 from agents.swe.evaluation_report import (
     EvaluationReport,
     InstanceOutcome,
@@ -34,6 +41,7 @@ from agents.swe.evaluation_report import (
 from agents.swe.instances import Source
 from agents.swe.predictions import model_label
 from agents.swe.recipe import SweRecipe
+from agents.swe_bench.recipe import write_store
 from agents.task_data import GENERATED
 from flows.config import RunConfig, load_run_config
 from flows.setup import checkpoint_store, fresh_plan, service_settings
@@ -53,6 +61,7 @@ from trainer.checkpoint_store import CheckpointStore, parse_checkpoint_uri
 from trainer.checkpoints import read_meta
 
 DEFAULT_PROFILE = "swe-eval-local"
+BENCH_STORE_DIR = "swe-bench-store"  # under the run directory: the swe_bench instances the grader reads
 EVALUATION_TAG = "swe-bench-verified"  # the `evaluation` tag of the runs (train runs carry `recipe` instead)
 
 
@@ -116,14 +125,15 @@ def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, s
     instances = load_instances(source, kind, run_dir / "data", split, limit, store)
     plan = plan_evaluation(instances, store, config.controller.runner)
     print(f"{len(instances)} instances of {source}: {len(plan.local)} run in the local sandbox, "
-          f"{len(plan.not_runnable)} not runnable here")
+          f"{len(plan.kubernetes)} as Kubernetes Jobs in their SWE-bench image, {len(plan.not_runnable)} not "
+          "runnable here")
     tags = {"evaluation": EVALUATION_TAG, "model": weights.label, "checkpoint_uri": weights.checkpoint_uri or "none",
             "source": source, **(extra_tags or {})}
     tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, name, tags=tags)
     tracker.log_params({**config.model_dump(mode="json"), "eval": {"source": source, "kind": kind, "split": split,
                                                                    "limit": limit}})
     try:
-        outcomes = run_local(config, plan, weights, name, run_dir) if plan.local else []
+        outcomes = run_local(config, plan, weights, name, run_dir) if plan.local or plan.kubernetes else []
         outcomes = ordered([*outcomes, *plan.not_runnable], instances)
         report = build_report(outcomes, model=weights.label, source=source, checkpoint_uri=weights.checkpoint_uri)
         files = publish_evaluation(tracker, report, predictions_of(outcomes, weights.label), run_dir / "evaluation")
@@ -156,20 +166,35 @@ def store_for_checkpoint(config: RunConfig, checkpoint_uri: str) -> CheckpointSt
 
 def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: str,
               run_dir: Path) -> list[InstanceOutcome]:
-    """One val-mode rollout per local instance against services serving `weights`; an outcome per instance."""
+    """One val-mode rollout per local instance (and per Kubernetes one: `swe_bench` recipe, its hidden fields in
+    the run's swe_bench store) against services serving `weights`; an outcome per instance."""
     run_plan = fresh_plan(config, name, weights.path)
     settings = dataclasses.replace(service_settings(config, run_plan), run_dir=run_dir,
                                    policy_version=weights.policy_version)
-    repos = {instance["instance_id"]: instance["repo"] for instance in plan.local}
+    tasks = rollout_tasks(plan.local, SweRecipe().store)
+    if plan.kubernetes:
+        bench_store = run_dir / BENCH_STORE_DIR
+        write_store(plan.kubernetes, bench_store)
+        tasks += bench_rollout_tasks(plan.kubernetes, bench_store)
+        settings = dataclasses.replace(settings, controller_args=without_recipe(settings.controller_args))
+    repos = {instance["instance_id"]: instance["repo"] for instance in (*plan.local, *plan.kubernetes)}
     r = config.rollout
     with RunServices(settings) as services:
         assert services.admin is not None
-        groups, unfinished = run_rollouts(services.admin, rollout_tasks(plan.local, SweRecipe().store), f"{name}-eval",
-                                          weights.policy_version, r.wait_timeout_s, r.max_attempts,
-                                          r.task_overrides or None)
+        groups, unfinished = run_rollouts(services.admin, tasks, f"{name}-eval", weights.policy_version,
+                                          r.wait_timeout_s, r.max_attempts, r.task_overrides or None)
         outcomes = collect_outcomes(services.admin, groups, repos)
     reason = f"no verdict within rollout.wait_timeout_s={r.wait_timeout_s:g} s"
     return outcomes + [no_verdict(instance_id, repos[instance_id], reason) for instance_id in unfinished]
+
+
+def without_recipe(controller_args: tuple[str, ...]) -> tuple[str, ...]:
+    """The controller options without `--recipe NAME`: each rollout's input names its recipe (swe or swe_bench)."""
+    args = list(controller_args)
+    while "--recipe" in args:
+        index = args.index("--recipe")
+        del args[index:index + 2]
+    return tuple(args)
 
 
 def ordered(outcomes: list[InstanceOutcome], instances: list[dict[str, Any]]) -> list[InstanceOutcome]:

@@ -1,10 +1,10 @@
 """What a SWE-bench evaluation runs where, and grading given predictions of local instances with the SWE grader.
 
 Instances (rows of the normalised schema, `agents.swe.instances`) whose environment is in the generated store run in
-the local sandbox as val-mode rollouts of the `swe` recipe. Instances that need an official SWE-bench image are not
-runnable here, each with the reason: such images run only as Kubernetes Jobs, and the Kubernetes runner starts every
-attempt in its one agent image while the SWE grader runs the tests beside the controller, so per-instance images are
-not supported yet (see the reason texts). Nothing is dropped silently: every instance ends in the report.
+the local sandbox as val-mode rollouts of the `swe` recipe. Instances that need an official SWE-bench image run as
+Kubernetes Jobs of the `swe_bench` recipe (the image as a sandbox container beside the harness, graded in a fresh
+grading Job of the image) when the controller's runner is "kubernetes"; elsewhere they are not runnable, each with
+the reason. Nothing is dropped silently: every instance ends in the report.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from agents.swe.recipe import rollout_input
 
 VERIFIED_HUB_ID = "SWE-bench/SWE-bench_Verified"
 RECIPE = "swe"
+BENCH_RECIPE = "swe_bench"
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class EvaluationPlan:
 
     local: tuple[dict[str, Any], ...]  # run in the local sandbox (the generated store holds their environment)
     not_runnable: tuple[InstanceOutcome, ...]  # no environment here, with the reason
+    kubernetes: tuple[dict[str, Any], ...] = ()  # run as Kubernetes Jobs in their official image (swe_bench recipe)
 
 
 def image_of(instance: Mapping[str, Any]) -> str | None:
@@ -54,29 +56,37 @@ def not_runnable_reason(instance: Mapping[str, Any], local_reason: str, runner: 
         return (f"needs the official SWE-bench image {image}, which runs as a Kubernetes Job: no cluster is "
                 f"configured here (controller.runner is {runner!r}; a profile with controller.runner: kubernetes "
                 "names one)")
-    return (f"needs the official SWE-bench image {image}: the Kubernetes runner starts every attempt in its one "
-            "agent image and the SWE grader runs the tests beside the controller, so per-instance SWE-bench "
-            "images are not supported yet")
+    return f"needs the official SWE-bench image {image}; it runs as a Kubernetes Job of the {BENCH_RECIPE} recipe"
 
 
 def plan_evaluation(instances: Sequence[Mapping[str, Any]], store: Path, runner: str) -> EvaluationPlan:
-    """Which instances run in the local sandbox; the others with their reasons (order kept)."""
+    """Which instances run in the local sandbox, which as Kubernetes Jobs in their image (runner "kubernetes"); the
+    others with their reasons (order kept)."""
     environment = LocalStoreEnvironment(store)
     available = environment.available(instances)
-    local, skipped = [], []
+    local, on_cluster, skipped = [], [], []
     for instance in instances:
         instance_id = instance["instance_id"]
         if available[instance_id]:
             local.append(dict(instance))
+        elif runner == "kubernetes" and image_of(instance) is not None:
+            on_cluster.append(dict(instance))
         else:
             reason = not_runnable_reason(instance, environment.last_reasons.get(instance_id, "unknown"), runner)
             skipped.append(not_runnable(instance_id, str(instance.get("repo") or "unknown"), reason))
-    return EvaluationPlan(tuple(local), tuple(skipped))
+    return EvaluationPlan(tuple(local), tuple(skipped), tuple(on_cluster))
 
 
 def rollout_tasks(instances: Iterable[Mapping[str, Any]], store: Path) -> list[dict[str, Any]]:
     """The `swe` recipe's rollout inputs of local instances (no fix, no tests: only id, statement and store)."""
     return [{**rollout_input(dict(instance), store), "recipe": RECIPE} for instance in instances]
+
+
+def bench_rollout_tasks(instances: Iterable[Mapping[str, Any]], store: Path) -> list[dict[str, Any]]:
+    """The `swe_bench` recipe's rollout inputs (id, statement, image, base commit, store; no fix, no tests)."""
+    from agents.swe_bench.recipe import rollout_input as bench_input
+
+    return [{**bench_input(instance, store), "recipe": BENCH_RECIPE} for instance in instances]
 
 
 def grade_predictions(store: Path, predictions: Iterable[Prediction], *,

@@ -48,8 +48,10 @@ def test_plan_runs_store_instances_locally_and_reports_the_rest_with_reasons(tin
     assert "sweb.eval.x86_64.astropy_1776_astropy-12907" in reasons["astropy__astropy-12907"]
     assert "no cluster is configured here (controller.runner is 'local'" in reasons["astropy__astropy-12907"]
     assert "local environment is missing" in reasons[missing["instance_id"]]
-    on_cluster = plan_evaluation(rows[:1], store, "kubernetes")
-    assert "per-instance SWE-bench images are not supported yet" in on_cluster.not_runnable[0].reason
+    on_cluster = plan_evaluation(rows, store, "kubernetes")
+    assert [i["instance_id"] for i in on_cluster.kubernetes] == ["astropy__astropy-12907"]
+    assert [o.instance_id for o in on_cluster.not_runnable] == [missing["instance_id"]]
+    assert len(on_cluster.local) == len(instances) and plan.kubernetes == ()
 
 
 def test_rollout_tasks_carry_no_fix_and_name_the_recipe(tiny_store):

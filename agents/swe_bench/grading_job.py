@@ -1,0 +1,70 @@
+"""Pure builders of a SWE-bench grading Job: a fresh pod of the instance image that applies the model patch and the
+test patch and runs the instance's tests (`eval_script`); its log is the verdict's input.
+
+The model patch, the test patch and the script travel in a Secret (`harnessrl-grade-<hash>`, the controller may
+already manage Secrets; Kubernetes caps one at 1 MiB), mounted read-only at GRADE_DIR. The pod has no API token and
+no retries, a deadline and a TTL; its labels (component `grader`) keep it out of the agent runner's selector.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from agents.swe_bench.eval_script import GRADE_DIR, eval_script
+from controller.config import KubernetesSettings
+from controller.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL, label_value
+
+GRADER_COMPONENT = "grader"
+GRADE_CONTAINER = "grade"
+INSTANCE_LABEL = "harnessrl.io/instance-id"
+MAX_SECRET_BYTES = 1024 * 1024 - 16 * 1024  # Kubernetes' 1 MiB limit on a Secret, less room for its metadata
+
+
+class GradingInputTooLarge(ValueError):
+    """The patches do not fit in one Secret."""
+
+
+def grading_name(instance_id: str, attempt_key: str) -> str:
+    """`harnessrl-grade-<hash>`: the grading Job's and Secret's name, unique per instance and attempt."""
+    return f"harnessrl-grade-{hashlib.sha256(f'{instance_id}/{attempt_key}'.encode()).hexdigest()[:16]}"
+
+
+def grading_labels(instance_id: str) -> dict[str, str]:
+    """Labels of the grading objects."""
+    return {PART_OF_LABEL: PART_OF, COMPONENT_LABEL: GRADER_COMPONENT, INSTANCE_LABEL: label_value(instance_id)}
+
+
+def build_grading_secret(instance: Mapping[str, Any], model_patch: str, name: str, namespace: str) -> dict[str, Any]:
+    """The Secret holding model.patch, test.patch and eval.sh; GradingInputTooLarge past Kubernetes' limit."""
+    data = {"model.patch": model_patch, "test.patch": str(instance["test_patch"]), "eval.sh": eval_script(instance)}
+    size = sum(len(value.encode()) for value in data.values())
+    if size > MAX_SECRET_BYTES:
+        raise GradingInputTooLarge(f"the patches of {instance['instance_id']!r} take {size} bytes, over the "
+                                   f"{MAX_SECRET_BYTES} a Secret holds; the model patch is too large to grade")
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace, "labels": grading_labels(str(instance["instance_id"]))},
+            "type": "Opaque", "stringData": data}
+
+
+def build_grading_job(instance: Mapping[str, Any], image: str, name: str, settings: KubernetesSettings,
+                      timeout_s: float) -> dict[str, Any]:
+    """The batch/v1 Job running eval.sh in `image` once: no retries, a hard deadline, a TTL, no token."""
+    labels = grading_labels(str(instance["instance_id"]))
+    amount = {"cpu": settings.cpu, "memory": settings.memory}
+    container = {"name": GRADE_CONTAINER, "image": image, "imagePullPolicy": settings.image_pull_policy,
+                 "command": ["/bin/bash", f"{GRADE_DIR}/eval.sh"],
+                 "volumeMounts": [{"name": "grade", "mountPath": GRADE_DIR, "readOnly": True}],
+                 "resources": {"requests": dict(amount), "limits": dict(amount)},
+                 "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+    pod = {"restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [container],
+           "volumes": [{"name": "grade", "secret": {"secretName": name}}]}
+    if settings.service_account:
+        pod["serviceAccountName"] = settings.service_account
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": settings.namespace, "labels": labels},
+            "spec": {"backoffLimit": 0, "activeDeadlineSeconds": max(1, math.ceil(timeout_s)),
+                     "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
+                     "template": {"metadata": {"labels": labels}, "spec": pod}}}

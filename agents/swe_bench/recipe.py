@@ -1,0 +1,132 @@
+"""The `swe_bench` recipe: official SWE-bench instances in their own images, under the Kubernetes runner only.
+
+Rollout input (what the harness sees; the agent's commands run in another container and see none of it):
+{id, problem_statement, image, base_commit, store}. The instance's hidden fields (fix and test patches,
+FAIL_TO_PASS / PASS_TO_PASS) stay in `<store>/instances.jsonl` on the controller's machine, written by
+`write_store` (the evaluation flow does it before submitting rollouts); the grader reads them there.
+Harness: mini-swe-agent in the `sandbox` container (`agents.swe_bench.harness`). Grader: the agent's `model.patch`
+(its `git diff` taken in the sandbox, returned with the working directory) graded in a fresh grading Job of the
+instance image (`kube_grading`, `eval_script`): reward 1.0 iff resolved by SWE-bench's rule. An empty patch is not
+run (0.0, as in SWE-bench). Grading Jobs use the `kubernetes` section of the controller config named by
+$HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG (the agent Jobs' namespace and cluster), else the default settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.recipe import Grade, GradeInput
+from agents.swe.grader import MAX_MODEL_PATCH_CHARS
+from agents.swe_bench.eval_script import read_log
+from agents.swe_bench.grading_job import GradingInputTooLarge, grading_name
+from agents.swe_bench.harness import PATCH_ERROR_FILE, PATCH_FILE
+from controller.config import KubernetesSettings, load_controller_config
+
+NAME = "swe_bench"
+INSTANCES_FILE = "instances.jsonl"
+CONFIG_ENV = "HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG"
+HIDDEN_KEYS = ("fix_patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS", "bug_patch")
+
+
+def write_store(instances: Iterable[Mapping[str, Any]], store: Path) -> Path:
+    """Write normalised instances (with their hidden fields) as `<store>/instances.jsonl`; returns the file."""
+    store.mkdir(parents=True, exist_ok=True)
+    path = store / INSTANCES_FILE
+    path.write_text("".join(json.dumps(dict(instance), sort_keys=True) + "\n" for instance in instances))
+    return path
+
+
+def load_store(store: Path) -> dict[str, dict[str, Any]]:
+    """instance_id -> normalised instance, from `<store>/instances.jsonl`."""
+    path = Path(store) / INSTANCES_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path}: the swe_bench store is written by the evaluation flow "
+                                "(agents.swe_bench.recipe.write_store) on the controller's machine")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {row["instance_id"]: row for row in rows}
+
+
+def rollout_input(instance: Mapping[str, Any], store: Path) -> dict[str, Any]:
+    """What a rollout carries: nothing of the fix or the tests."""
+    from agents.swe.evaluation import image_of
+
+    image = image_of(instance)
+    if image is None:
+        raise ValueError(f"instance {instance['instance_id']!r} has no container image; the swe_bench recipe runs "
+                         "SWE-bench images only (generated instances use the swe recipe)")
+    return {"id": instance["instance_id"], "problem_statement": instance["problem_statement"], "image": image,
+            "base_commit": instance.get("base_commit"), "store": str(Path(store).resolve())}
+
+
+def grading_settings() -> KubernetesSettings:
+    """The grading Jobs' settings: the controller config named by $HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG."""
+    path = os.environ.get(CONFIG_ENV)
+    return load_controller_config(path).kubernetes if path else KubernetesSettings()
+
+
+@dataclass(frozen=True)
+class SweBenchRecipe:
+    """SWE-bench instances in their official images, graded by SWE-bench's rule in a fresh grading Job."""
+
+    name: str = NAME
+    store: Path = field(default_factory=lambda: Path(os.environ.get("HARNESSRL_SWE_BENCH_STORE", "swe-bench-store")))
+    grade_timeout_s: float = 1800.0  # deadline of one grading Job
+    grader: Any = None  # a KubeGrader (tests pass a fake); None: one from `grading_settings()` on first use
+
+    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """`count` instances of the store, drawn reproducibly from `seed`, as rollout inputs."""
+        instances = sorted(load_store(self.store).values(), key=lambda row: row["instance_id"])
+        if len(instances) < count:
+            raise ValueError(f"the swe_bench store {self.store} holds {len(instances)} instances, fewer than {count}")
+        return [rollout_input(row, self.store) for row in random.Random(seed).sample(instances, count)]
+
+    def harness_command(self) -> list[str]:
+        """mini-swe-agent in the sandbox container."""
+        return [sys.executable, "-m", "agents.swe_bench.harness"]
+
+    def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
+        """Nothing to lay out: the repository is in the instance image, at /testbed."""
+
+    def grade(self, graded: GradeInput) -> Grade:
+        """Reward 1.0 iff the agent's diff resolves the instance in a fresh pod of its image."""
+        instance = load_store(Path(graded.task["store"]))[graded.task["id"]]
+        base = {"instance_id": instance["instance_id"], "exit_code": graded.exit_code}
+        patch_path = graded.workdir / PATCH_FILE
+        if not patch_path.is_file():
+            error_path = graded.workdir / PATCH_ERROR_FILE
+            why = error_path.read_text()[-2000:] if error_path.is_file() else "the harness wrote no model.patch"
+            return Grade(0.0, {**base, "resolved": False, "model_patch": "", "error": why})
+        patch = patch_path.read_text()
+        details = {**base, "patch_chars": len(patch),
+                   "model_patch": patch if len(patch) <= MAX_MODEL_PATCH_CHARS else None}
+        if not patch.strip():
+            return Grade(0.0, {**details, "resolved": False, "model_patch": ""})
+        try:
+            run = self._grader().run(instance, patch, graded.task["image"],
+                                     grading_name(instance["instance_id"], graded.workdir.name), self.grade_timeout_s)
+        except GradingInputTooLarge as error:
+            return Grade(0.0, {**details, "resolved": False, "error": str(error)})
+        verdict = read_log(instance, run.log)
+        details |= {"resolved": verdict.resolved, **verdict.broken, "grading_job": run.ending}
+        if not verdict.parsed:
+            details["patch_error" if ">>>>> Patch Apply Failed" in run.log else "error"] = (
+                f"no test results in the grading log (Job {run.ending}); its tail:\n{run.log[-2000:]}")
+        return Grade(1.0 if verdict.resolved else 0.0, details)
+
+    def _grader(self) -> Any:
+        if self.grader is not None:
+            return self.grader
+        from agents.swe_bench.kube_grading import KubeGrader
+
+        object.__setattr__(self, "grader", KubeGrader(grading_settings()))
+        return self.grader
+
+
+RECIPE = SweBenchRecipe()

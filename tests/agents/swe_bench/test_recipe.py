@@ -1,0 +1,178 @@
+"""The swe_bench recipe: what a rollout carries, the grading Job and Secret (strict schemas), grading through a
+KubeGrader against the fake API server (tests/controller/fake_kube.py), the plan's routing and the runner creating
+the two-container Job for a swe_bench rollout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from agents.recipe import GradeInput
+from agents.registry import get_recipe
+from agents.swe.evaluation import bench_rollout_tasks
+from agents.swe_bench.grading_job import (
+    GradingInputTooLarge,
+    build_grading_job,
+    build_grading_secret,
+    grading_name,
+)
+from agents.swe_bench.kube_grading import GradingInfraError, KubeGrader
+from agents.swe_bench.recipe import SweBenchRecipe, write_store
+from controller.config import KubernetesSettings
+from controller.manifests import job_name
+from controller.runners.kubernetes import KubernetesRunner
+from tests.agents.swe_bench.test_eval_script import instance as bench_instance
+from tests.agents.swe_bench.test_eval_script import pytest_log
+from tests.controller.fake_kube import FakeKube
+from tests.controller.test_kubernetes_runner import MemoryArtifacts
+from tests.controller.test_manifests import K8S_VERSIONS
+
+IMAGE = "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
+
+
+def normalised() -> dict:
+    return {**bench_instance(), "source": "swe-bench-verified", "problem_statement": "separability is wrong",
+            "image_name": None, "fix_patch": "diff --git a/fix b/fix", "bug_patch": None, "created_at": None,
+            "environment_setup_commit": None}
+
+
+@pytest.fixture
+def kube():
+    with FakeKube() as fake:
+        yield fake
+
+
+def test_rollout_inputs_carry_the_image_and_no_fix_or_tests(tmp_path):
+    write_store([normalised()], tmp_path)
+    (task,) = bench_rollout_tasks([normalised()], tmp_path)
+    assert set(task) == {"id", "problem_statement", "image", "base_commit", "store", "recipe"}
+    assert (task["image"], task["recipe"]) == (IMAGE, "swe_bench")
+    assert "test_separable" not in str(task) and "fix" not in str(task)
+    assert SweBenchRecipe(store=tmp_path).generate(1, seed=3) == [{k: v for k, v in task.items() if k != "recipe"}]
+    assert get_recipe("swe_bench").harness_command()[1:] == ["-m", "agents.swe_bench.harness"]
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_grading_job_and_secret_validate_strictly(version):
+    settings = KubernetesSettings(namespace="agents", service_account="grader")
+    name = grading_name("astropy__astropy-12907", "r1.a1")
+    kubernetes_validate.validate(build_grading_job(normalised(), IMAGE, name, settings, 900), version, strict=True)
+    kubernetes_validate.validate(build_grading_secret(normalised(), "diff", name, "agents"), version, strict=True)
+
+
+def test_grading_job_shape_and_limits():
+    job = build_grading_job(normalised(), IMAGE, "harnessrl-grade-x", KubernetesSettings(), 900.5)
+    pod = job["spec"]["template"]["spec"]
+    assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (0, 901)
+    assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+    [container] = pod["containers"]
+    assert container["image"] == IMAGE and container["command"] == ["/bin/bash", "/var/run/harnessrl-grade/eval.sh"]
+    assert job["metadata"]["labels"]["harnessrl.io/component"] == "grader"  # not picked up as an agent Job
+    assert grading_name("a", "r1.a1") != grading_name("a", "r1.a2")
+    with pytest.raises(GradingInputTooLarge, match="too large"):
+        build_grading_secret(normalised(), "+" * (1024 * 1024), "n", "agents")
+
+
+def _finish_grading_job(kube: FakeKube, log: str, condition: dict) -> threading.Thread:
+    """Acts as the cluster: once the grading Job exists, give it a pod with `log` and end it."""
+    def act() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            names = [n for n in kube.objects["jobs"] if n.startswith("harnessrl-grade-")]
+            if names:
+                kube.add_pod(names[0], {"phase": "Succeeded"}, log=log)
+                kube.set_job_status(names[0], {"conditions": [condition]})
+                return
+            time.sleep(0.02)
+    thread = threading.Thread(target=act, daemon=True)
+    thread.start()
+    return thread
+
+
+def grader(kube: FakeKube) -> KubeGrader:
+    return KubeGrader(KubernetesSettings(namespace="agents", api_url=kube.url), poll_s=0.02)
+
+
+def graded(tmp_path: Path, patch: str | None) -> tuple[SweBenchRecipe, GradeInput]:
+    store, workdir = tmp_path / "store", tmp_path / "r1.a1"
+    workdir.mkdir(parents=True)
+    write_store([normalised()], store)
+    if patch is not None:
+        (workdir / "model.patch").write_text(patch)
+    (task,) = bench_rollout_tasks([normalised()], store)
+    return SweBenchRecipe(store=store), GradeInput(task=task, workdir=workdir, calls=[], exit_code=0)
+
+
+def test_a_resolving_log_from_the_grading_job_is_reward_1_and_everything_is_deleted(kube, tmp_path):
+    recipe, grade_input = graded(tmp_path, "diff --git a/x b/x\n")
+    recipe = SweBenchRecipe(store=recipe.store, grader=grader(kube))
+    thread = _finish_grading_job(kube, pytest_log(), {"type": "Complete", "status": "True"})
+    grade = recipe.grade(grade_input)
+    thread.join()
+    assert grade.reward == 1.0 and grade.details["resolved"] and grade.details["grading_job"] == "complete"
+    assert grade.details["model_patch"] == "diff --git a/x b/x\n"
+    name = grading_name("astropy__astropy-12907", "r1.a1")
+    assert ("POST", "/api/v1/namespaces/agents/secrets") in kube.requests
+    assert ("DELETE", f"/apis/batch/v1/namespaces/agents/jobs/{name}") in kube.requests
+    assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {} and kube.objects["pods"] == {}
+
+
+def test_a_patch_that_does_not_apply_is_unresolved_with_the_reason(kube, tmp_path):
+    recipe, grade_input = graded(tmp_path, "diff --git a/x b/x\n")
+    recipe = SweBenchRecipe(store=recipe.store, grader=grader(kube))
+    thread = _finish_grading_job(kube, ">>>>> Patch Apply Failed\nerror: corrupt patch\n",
+                                 {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"})
+    grade = recipe.grade(grade_input)
+    thread.join()
+    assert grade.reward == 0.0 and grade.details["grading_job"] == "failed"
+    assert "corrupt patch" in grade.details["patch_error"]
+
+
+def test_api_errors_are_infra_errors_and_leave_nothing_behind(kube, tmp_path):
+    kube.fail_next[("POST", "jobs")] = 403
+    with pytest.raises(GradingInfraError, match="403"):
+        grader(kube).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 60)
+    assert kube.objects["secrets"] == {} and kube.objects["jobs"] == {}
+
+
+def test_empty_or_missing_patches_are_not_graded(tmp_path):
+    class Refusing:
+        def run(self, *args):
+            raise AssertionError("an empty patch must not start a grading Job")
+
+    recipe, grade_input = graded(tmp_path / "empty", "")
+    grade = SweBenchRecipe(store=recipe.store, grader=Refusing()).grade(grade_input)
+    assert grade.reward == 0.0 and grade.details["model_patch"] == ""
+    recipe, grade_input = graded(tmp_path / "missing", None)
+    (grade_input.workdir / "model.patch.error").write_text("git diff exited 128: not a git repository")
+    grade = SweBenchRecipe(store=recipe.store, grader=Refusing()).grade(grade_input)
+    assert grade.reward == 0.0 and "not a git repository" in grade.details["error"]
+
+
+def test_the_runner_starts_a_swe_bench_rollout_as_a_two_container_job(kube, tmp_path):
+    from controller.runners.base import RunSpec
+
+    recipe = get_recipe("swe_bench")
+    (task,) = bench_rollout_tasks([normalised()], tmp_path / "store")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    recipe.prepare_workdir(task, workdir)
+    spec = RunSpec(rollout_id="eval-0", attempt=1, command=tuple(recipe.harness_command()),
+                   base_url="http://gw:8100/r/eval-0/v1", api_key="hrl.k", task=task, workdir=workdir, timeout_s=60,
+                   stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
+    settings = KubernetesSettings(namespace="agents", api_url=kube.url)
+    runner = KubernetesRunner(settings, 2, MemoryArtifacts())
+    runner.start(spec)
+    job = kube.objects["jobs"][job_name("eval-0", 1)]
+    pod = job["spec"]["template"]["spec"]
+    assert [c["image"] for c in pod["initContainers"]][-1] == IMAGE
+    assert pod["containers"][0]["command"][-3:] == ["python", "-m", "agents.swe_bench.harness"]
+    job.pop("status")
+    job["metadata"].pop("uid")
+    kubernetes_validate.validate(job, K8S_VERSIONS[-1], strict=True)
+    runner.close()
+    assert kube.objects["jobs"] == {}
