@@ -38,7 +38,8 @@ def config(tmp_path):
 def test_local_deployments_are_those_of_the_process_pool_in_prefect_yaml():
     project = yaml.safe_load((REPO / "prefect.yaml").read_text())
     assert services.pool_deployments(project, "harnessrl-process") == \
-        ["train-swe/default", "train-if/default", "train-search/default"]
+        ["train-swe/default", "train-if/default", "train-search/default", "evaluate-swe-verified/nightly",
+         "evaluate-swe-verified/manual", "prepare-swe-data/default"]
     assert services.pool_deployments(project, "harnessrl-kubernetes") == ["train-swe/kubernetes"]
     with pytest.raises(ValueError, match="'nope'"):
         services.pool_deployments(project, "nope")
