@@ -32,7 +32,7 @@ from agents.swe.recipe import SweRecipe
 from agents.swe.splits import SplitManifest
 from flows.config import RunConfig, load_run_config
 from flows.evaluate import Weights, resolve_weights
-from flows.setup import fresh_plan, service_settings
+from flows.setup import fresh_plan, s3_endpoint, service_settings
 from harnessrl.services import RunServices
 from tasks.swe_data import (
     ProbeResult,
@@ -47,7 +47,6 @@ from tasks.swe_data import (
     write_versioned_splits,
 )
 from tasks.tracking import MlflowTracker, ui_command
-from trainer.checkpoint_store import S3Endpoint
 from trainer.object_store import DirectoryStore, directory_store_from_uri
 
 DEFAULT_PROFILE = "swe-data-local"
@@ -202,12 +201,7 @@ def splits_store(config: RunConfig, root: str) -> DirectoryStore:
     checkpoint store's endpoint settings (checkpoints.s3_endpoint or $HARNESSRL_S3_*)."""
     if root.startswith("file://"):
         return directory_store_from_uri(config.resolve(Path(root.removeprefix("file://"))).as_uri())
-    endpoint = config.checkpoints.s3_endpoint or os.environ.get("HARNESSRL_S3_ENDPOINT")
-    access, secret = os.environ.get("HARNESSRL_S3_ACCESS_KEY"), os.environ.get("HARNESSRL_S3_SECRET_KEY")
-    if not (endpoint and access and secret):
-        raise ValueError(f"splits_store={root!r} is on S3: set checkpoints.s3_endpoint (or $HARNESSRL_S3_ENDPOINT) "
-                         "and $HARNESSRL_S3_ACCESS_KEY / $HARNESSRL_S3_SECRET_KEY")
-    return directory_store_from_uri(root, S3Endpoint(endpoint, access, secret, secure=config.checkpoints.s3_secure))
+    return directory_store_from_uri(root, s3_endpoint(config, f"splits_store={root!r}"))
 
 
 def summary_markdown(params: DataParams, manifest: SplitManifest, uri: str) -> str:

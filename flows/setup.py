@@ -71,12 +71,18 @@ def checkpoint_store(config: RunConfig) -> CheckpointStore:
     if root.startswith("file://"):
         path = Path(root.removeprefix("file://"))
         return store_from_uri(f"file://{config.resolve(path)}")
+    return store_from_uri(root, s3_endpoint(config, f"checkpoints.store={root!r}"))
+
+
+def s3_endpoint(config: RunConfig, what: str) -> S3Endpoint:
+    """The S3 server of the run's object stores: checkpoints.s3_endpoint (or $HARNESSRL_S3_ENDPOINT) and the keys in
+    $HARNESSRL_S3_ACCESS_KEY / $HARNESSRL_S3_SECRET_KEY; `what` names the setting that needs it in the error."""
     endpoint = config.checkpoints.s3_endpoint or os.environ.get("HARNESSRL_S3_ENDPOINT")
     access, secret = os.environ.get("HARNESSRL_S3_ACCESS_KEY"), os.environ.get("HARNESSRL_S3_SECRET_KEY")
     if not (endpoint and access and secret):
-        raise ValueError(f"checkpoints.store={root!r} is on S3: set checkpoints.s3_endpoint (or "
-                         "$HARNESSRL_S3_ENDPOINT) and $HARNESSRL_S3_ACCESS_KEY / $HARNESSRL_S3_SECRET_KEY")
-    return store_from_uri(root, S3Endpoint(endpoint, access, secret, secure=config.checkpoints.s3_secure))
+        raise ValueError(f"{what} is on S3: set checkpoints.s3_endpoint (or $HARNESSRL_S3_ENDPOINT) and "
+                         "$HARNESSRL_S3_ACCESS_KEY / $HARNESSRL_S3_SECRET_KEY")
+    return S3Endpoint(endpoint, access, secret, secure=config.checkpoints.s3_secure)
 
 
 def build_backend(config: RunConfig, plan: RunPlan) -> Backend:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,20 +40,6 @@ class FakeModel:
     def save_pretrained(self, directory: str) -> None:
         save_file(self.weights, os.path.join(directory, "model.safetensors"))
         Path(directory, "config.json").write_text(json.dumps({"model_type": "fake", "hidden_size": 4}))
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[S3Endpoint]:
-    """A moto S3 server in this process on a free port."""
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield S3Endpoint(f"127.0.0.1:{port}", access_key="test", secret_key="test", secure=False)
-    server.stop()
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ from agents.swe.splits import (
     read_splits,
     write_splits,
 )
-from trainer.checkpoint_store import S3Endpoint
 from trainer.object_store import ObjectStoreError, directory_store_from_uri
 
 TRAIN = [{"instance_id": f"t{i}", "problem_statement": f"bug {i} ✓", "FAIL_TO_PASS": ["a::b"], "PASS_TO_PASS": [],
@@ -29,20 +26,6 @@ VAL = [{"instance_id": "v0", "problem_statement": "held out", "FAIL_TO_PASS": ["
 RECIPE = {"name": "swe-smith", "seed": 3, "k": 4, "sizes": {"n_mixed": 5, "n_unsolved": 1, "n_heldout": 1},
           "sources": ["SWE-bench/SWE-smith"], "steps": {"drop_empty_statements": {"in": 9, "kept": 8, "dropped": 1}},
           "difficulty": {"probed": 8, "solved": 2, "mixed": 5, "unsolved": 1}, "params": {"model": "tiny"}}
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[S3Endpoint]:
-    """A moto S3 server in this process on a free port."""
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield S3Endpoint(f"127.0.0.1:{port}", access_key="test", secret_key="test", secure=False)
-    server.stop()
 
 
 @pytest.fixture(params=["local", "s3"])
