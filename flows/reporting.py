@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.records import CallRecord, CallStatus, Rollout
-from trainer.rollout_groups import FinishedGroup
+from trainer.rollout_groups import FinishedGroup, StalenessSplit
 from trainer.trajectories import sample_for_display
 
 SIGNAL_HINTS = {
@@ -18,12 +18,19 @@ SIGNAL_HINTS = {
 }
 
 
-def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], recipe: str, model: str) -> str:
-    """Plain words for an iteration where no group had reward variance."""
-    rewards = [r.reward for g in groups for r in g.rollouts if r.reward is not None]
+def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], split: StalenessSplit, recipe: str,
+                      model: str, max_version_lag: int) -> str:
+    """Plain words for an iteration that trained nothing: every rollout too stale, or no group with reward variance."""
+    if not split.kept:
+        rollouts = sum(len(g.rollouts) for g in groups)
+        return (f"iteration {iteration}: nothing to train on - all {rollouts} rollouts of the {len(groups)} groups "
+                f"lag more than rollout.max_version_lag={max_version_lag} policy versions behind the trainer (the "
+                f"largest lag is {split.lag_max}). Keep fewer groups in flight (rollout.max_inflight_groups) or allow "
+                "a larger lag.")
+    rewards = [r.reward for g in split.kept for r in g.rollouts if r.reward is not None]
     seen = ", ".join(f"{value:g}" for value in sorted(set(rewards))) or "none (every rollout failed)"
-    return (f"iteration {iteration}: no gradient signal - in each of the {len(groups)} groups every rollout got the "
-            f"same reward (rewards seen: {seen}), so every advantage is 0 and nothing was trained. The policy "
+    return (f"iteration {iteration}: no gradient signal - in each of the {len(split.kept)} groups every rollout got "
+            f"the same reward (rewards seen: {seen}), so every advantage is 0 and nothing was trained. The policy "
             f"{model!r} gets the same reward on every attempt of a task; {SIGNAL_HINTS[recipe]}.")
 
 
@@ -45,8 +52,8 @@ def summary_lines(summary: dict[str, Any], ui: str) -> list[str]:
     if summary.get("checkpoint_uri"):
         lines.append(f"last checkpoint: {summary['checkpoint_uri']}")
     if summary["no_signal_iterations"]:
-        lines.append(f"{summary['no_signal_iterations']} of {summary['iterations']} iterations had no gradient "
-                     "signal (no group with reward variance): the policy did not learn from them")
+        lines.append(f"{summary['no_signal_iterations']} of {summary['iterations']} iterations trained nothing (no "
+                     "group with reward variance, or every rollout too stale): the policy did not learn from them")
     return lines
 
 

@@ -140,7 +140,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
         metrics = {**group_batch.metrics, **split.as_metrics(), "time/rollout_s": rollout_s,
                    "train/policy_version": float(version), "train/iteration": float(iteration)}
         if group_batch.no_signal:
-            print(no_signal_message(iteration, groups, config.recipe, config.engine.model))
+            print(no_signal_message(iteration, groups, split, config.recipe, config.engine.model,
+                                    r.max_version_lag))
             summary["no_signal_iterations"] += 1
         else:
             update = update_policy(services.admin, services.engine, backend, group_batch, plan.checkpoint_root,

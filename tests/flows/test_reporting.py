@@ -1,0 +1,34 @@
+"""What the flow says when an iteration trains nothing: staleness is named as such, flat rewards as flat rewards."""
+
+from __future__ import annotations
+
+from flows.reporting import no_signal_message, summary_lines, throughput_metrics
+from tests.trainer.loop_support import call, rollout
+from trainer.rollout_groups import FinishedGroup, drop_stale
+
+
+def group(gid: str, rewards: list[float], version: int) -> FinishedGroup:
+    members = tuple(rollout(f"{gid}-{i}", gid, reward) for i, reward in enumerate(rewards))
+    return FinishedGroup(gid, {}, members, {r.id: (call(r.id, 0, version, [5, 6]),) for r in members}, version)
+
+
+def test_all_stale_is_reported_as_staleness_not_as_the_model():
+    groups = [group("a", [1.0, 0.0], version=0), group("b", [0.5, 0.0], version=1)]
+    message = no_signal_message(3, groups, drop_stale(groups, 5, 2), "instruction_following", "m", 2)
+    assert "all 4 rollouts" in message and "max_version_lag=2" in message and "largest lag is 5" in message
+    assert "no gradient signal" not in message
+
+
+def test_flat_rewards_name_the_rewards_seen_and_the_recipe_hint():
+    groups = [group("a", [0.0, 0.0], version=5), group("b", [1.0, 1.0], version=5)]
+    message = no_signal_message(2, groups, drop_stale(groups, 5, 2), "swe", "smollm2-135m-instruct", 2)
+    assert "no gradient signal" in message and "rewards seen: 0, 1" in message and "7B-class" in message
+
+
+def test_throughput_and_summary_lines():
+    metrics = throughput_metrics([group("a", [1.0, 0.0], version=0)], iteration_s=2.0)
+    assert metrics["throughput/response_tokens"] == 4.0 and metrics["throughput/response_tokens_per_s"] == 2.0
+    lines = summary_lines({"run_name": "r", "iterations": 3, "updates": 1, "mlflow_run_id": "abc",
+                           "checkpoint_uri": "file:///c", "no_signal_iterations": 2}, "mlflow ui")
+    assert lines[0] == "run r: 3 iterations, 1 updates" and "last checkpoint: file:///c" in lines
+    assert lines[-1].startswith("2 of 3 iterations trained nothing")
