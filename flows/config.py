@@ -63,6 +63,8 @@ class EngineSection(Section):
     url: str | None = Field(default=None, description="Connect to an engine already serving `model` (none: start).")
     max_batch_size: int = Field(default=16, ge=1, description="Embedded engine: concurrent sequences.")
     startup_timeout_s: float = Field(default=300.0, gt=0, description="Longest engine start-up.")
+    num_threads: int | None = Field(default=None, ge=1, description="Embedded engine: torch threads (none: one per "
+                                    "core; 1 can be faster on a small machine that also runs the harnesses).")
     vllm: dict[str, Any] = Field(default_factory=dict, description="vLLM engine: VLLMConfig fields.")
 
 

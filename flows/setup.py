@@ -115,6 +115,7 @@ def service_settings(config: RunConfig, plan: RunPlan) -> ServiceSettings:
         run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
         model_name=config.gateway.model_name, engine_kind=config.engine.kind, engine_url=config.engine.url,
         engine_max_batch_size=config.engine.max_batch_size, engine_startup_timeout_s=config.engine.startup_timeout_s,
+        engine_num_threads=config.engine.num_threads,
         vllm=config.engine.vllm or None, gateway_url=config.gateway.url, start_controller=c.start,
         controller_args=controller_args)
 

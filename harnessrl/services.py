@@ -43,6 +43,8 @@ class ServiceSettings:
     """Embedded engine: concurrent sequences."""
     engine_startup_timeout_s: float = 300.0
     """Longest engine start-up."""
+    engine_num_threads: int | None = None
+    """Embedded engine: torch threads (None: torch's default, one per core)."""
     vllm: dict[str, Any] | None = None
     """VLLMConfig fields for the vLLM engine."""
     gateway_url: str | None = None
@@ -112,7 +114,7 @@ class RunServices:
             port = int(port_text)
         return EmbeddedEngine(s.model_path, host=host, port=port, served_model_name=s.model_name,
                               max_batch_size=s.engine_max_batch_size, startup_timeout_s=s.engine_startup_timeout_s,
-                              log_path=self.logs_dir / "engine.log")
+                              log_path=self.logs_dir / "engine.log", num_threads=s.engine_num_threads)
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ, HARNESSRL_ADMIN_TOKEN=self.admin_token, HARNESSRL_GRADER_TOKEN=self.grader_token)

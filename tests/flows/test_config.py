@@ -79,6 +79,11 @@ def test_run_name_plan_and_services_from_config(tmp_path):
     assert settings.model_name == "policy" and settings.policy_version == 0
     assert settings.controller_args[settings.controller_args.index("--concurrency") + 1] == "24"
     assert settings.controller_args[-2:] == ("--recipe", "instruction_following")
+    assert settings.engine_num_threads is None
+    threads = service_settings(load_run_config("if-local", {"engine.num_threads": 1}), plan).engine_num_threads
+    from trainer.engines.embedded import EmbeddedEngine
+
+    assert EmbeddedEngine("/m", num_threads=threads).environment()["OMP_NUM_THREADS"] == "1"
 
 
 def test_schedules_of_validation_uploads_and_task_order():

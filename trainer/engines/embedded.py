@@ -23,7 +23,7 @@ class EmbeddedEngine:
     def __init__(self, model: str | Path, host: str = "127.0.0.1", port: int = 0,
                  served_model_name: str | None = None, max_batch_size: int = 16,
                  startup_timeout_s: float = 180.0, request_timeout_s: float = 600.0,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, num_threads: int | None = None) -> None:
         self.model = str(model)
         self.host = host
         self.port = port or free_port(host)
@@ -31,6 +31,7 @@ class EmbeddedEngine:
         self.max_batch_size = max_batch_size
         self.startup_timeout_s = startup_timeout_s
         self.request_timeout_s = request_timeout_s
+        self.num_threads = num_threads
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="harnessrl-engine-", suffix=".log")[1])
         self._server = ServerProcess("engine", self.base_url, self.log_path)
 
@@ -47,9 +48,15 @@ class EmbeddedEngine:
 
     def start(self) -> None:
         """Launches the server and waits for /health; the error quotes the server log on failure."""
+        self._server.start(self.command(), self.environment(), self.startup_timeout_s)
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: ours, the repository on PYTHONPATH, torch's thread count when set."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-        self._server.start(self.command(), env, self.startup_timeout_s)
+        if self.num_threads is not None:  # torch's intra-op threads; 1 avoids oversubscribing a busy small machine
+            env["OMP_NUM_THREADS"] = str(self.num_threads)
+        return env
 
     def health(self) -> dict:
         """The /health body: {status, policy_version, asleep, model}."""
