@@ -36,8 +36,9 @@ def history(client: MlflowClient, run_id: str) -> dict[int, dict[str, float]]:
 
 
 def table(name: str, rows: dict[int, dict[str, float]]) -> str:
-    lines = [f"### {name}", "", "| step | t (s) | reward mean | reward std | pass rate | val reward | groups with signal "
-             "| approx KL | iteration (s) |", "|---|---|---|---|---|---|---|---|---|"]
+    header = ("| step | t (s) | reward mean | reward std | pass rate | val reward | groups with signal | approx KL "
+              "| iteration (s) |")
+    lines = [f"### {name}", "", header, "|---|---|---|---|---|---|---|---|---|"]
     for step in sorted(rows):
         r = rows[step]
         cells = [f"{r[k]:.3f}" if k in r else "" for k in METRICS]
