@@ -130,6 +130,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
     feed = RolloutFeed(services.admin, feed_config(config, plan), task_stream(train_rows, plan.state.next_task))
     total = config.algorithm.iterations
     progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")
+    if plan.state.iteration == 0 and config.algorithm.val_every and val_rows:  # the baseline, before any update
+        tracker.log_metrics(validate(config, plan, services, val_rows, 0, backend.policy_version), step=0)
     for index in trange(plan.state.iteration, total, desc=f"train {plan.name}", unit="it"):
         iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
         fill_in_flight(feed, in_flight_target(config), version)
@@ -155,13 +157,19 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
                 tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
         metrics.update(throughput_metrics(groups, time.perf_counter() - started_s))
         if validation_due(config, iteration):
-            val_metrics, _ = run_validation(services.admin, val_rows, f"{plan.name}-val{iteration}",
-                                            r.val_group_size, backend.policy_version, r.wait_timeout_s,
-                                            r.pass_threshold, r.task_overrides or None)
-            metrics.update(val_metrics)
+            metrics.update(validate(config, plan, services, val_rows, iteration, backend.policy_version))
         tracker.log_metrics(metrics, step=iteration)
         if config.tracking.trajectories_per_step:
             log_trajectories(tracker, trajectory_items(groups, config.tracking.trajectories_per_step, iteration),
                              iteration)
         summary.update(iterations=iteration, last_metrics=metrics)
         update_progress_artifact(progress, 100.0 * iteration / total)
+
+
+def validate(config: RunConfig, plan: RunPlan, services: RunServices, val_rows: list[dict], iteration: int,
+             policy_version: int) -> dict[str, float]:
+    """The held-out tasks in val mode under the current policy: val/ metrics."""
+    r = config.rollout
+    metrics, _ = run_validation(services.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
+                                policy_version, r.wait_timeout_s, r.pass_threshold, r.task_overrides or None)
+    return metrics
