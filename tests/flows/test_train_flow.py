@@ -75,8 +75,11 @@ def test_train_if_sync_schedule_runs_one_batch_at_a_time(prefect_api, tiny_model
     from flows.train import train_if
 
     summary = train_if("if-local", overrides(tmp_path, tiny_model_dir, name="tiny-if-sync",
-                                             **{"rollout.schedule": "sync", "algorithm.iterations": 1}))
+                                             **{"rollout.schedule": "sync", "algorithm.iterations": 1,
+                                                "algorithm.val_every": 1}))
     client, run = mlflow_run(tmp_path, summary["mlflow_run_id"])
     assert run.data.params["rollout.schedule"] == "sync"
     assert client.get_metric_history(run.info.run_id, "staleness/lag_max")[-1].value == 0.0
     assert client.get_metric_history(run.info.run_id, "rollout/rollouts")[-1].value == 8.0
+    val_steps = [m.step for m in client.get_metric_history(run.info.run_id, "val/rollouts")]
+    assert val_steps == [0, 1], "a baseline validation at step 0, then after the iteration"
