@@ -45,15 +45,21 @@ def mlflow_run(tmp_path: Path, run_id: str):
     return client, client.get_run(run_id)
 
 
-def test_train_if_async_updates_checkpoints_logs_and_resumes(prefect_api, tiny_model_dir, tmp_path):
+def test_train_if_async_updates_checkpoints_to_s3_logs_and_resumes(prefect_api, tiny_model_dir, tmp_path, s3_endpoint,
+                                                                    monkeypatch):
     from flows.train import train_if
 
-    summary = train_if("if-local", overrides(tmp_path, tiny_model_dir))
+    monkeypatch.setenv("HARNESSRL_S3_ENDPOINT", s3_endpoint.endpoint)
+    monkeypatch.setenv("HARNESSRL_S3_ACCESS_KEY", s3_endpoint.access_key)
+    monkeypatch.setenv("HARNESSRL_S3_SECRET_KEY", s3_endpoint.secret_key)
+    s3 = {"checkpoints.store": "s3://flow-test/checkpoints"}
+    summary = train_if("if-local", overrides(tmp_path, tiny_model_dir, **s3))
     assert summary["iterations"] == 2 and summary["updates"] >= 1, summary
     client, run = mlflow_run(tmp_path, summary["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.params["rollout.schedule"] == "async"
     assert run.data.tags["checkpoint_uri"] == summary["checkpoint_uri"]
-    assert summary["checkpoint_uri"].startswith("file://") and "tiny-if" in summary["checkpoint_uri"]
+    uri = summary["checkpoint_uri"]
+    assert uri.startswith("s3://flow-test/checkpoints/") and "tiny-if" in uri
     metrics = {key: [m.step for m in client.get_metric_history(run.info.run_id, key)]
                for key in ("rollout/reward_mean", "val/reward_mean", "loss/total", "time/weight_sync_s",
                            "staleness/lag_max", "train/grad_norm")}
@@ -63,7 +69,7 @@ def test_train_if_async_updates_checkpoints_logs_and_resumes(prefect_api, tiny_m
     paths = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.json", "data", "trajectories"} <= paths
 
-    resumed = train_if("if-local", overrides(tmp_path, tiny_model_dir, **{"algorithm.iterations": 3}))
+    resumed = train_if("if-local", overrides(tmp_path, tiny_model_dir, **s3, **{"algorithm.iterations": 3}))
     assert resumed["mlflow_run_id"] == summary["mlflow_run_id"], "a resumed run continues its MLflow run"
     assert resumed["iterations"] == 3
     client, run = mlflow_run(tmp_path, resumed["mlflow_run_id"])
