@@ -3,7 +3,8 @@
 load raw rows (hub id, local parquet/JSONL/JSON, or "generated": the SWE store) → the dataset's great-expectations
 suite (report to MLflow and a Prefect artifact; blocking failures stop here, empty problem statements are warnings)
 → normalise → drop empty problem statements → drop instances whose environment is missing (the environment backend:
-the generated store locally, the registry's images for Kubernetes) → drop instances with more than `max_tests` tests
+the generated store locally; for Kubernetes the registry's images, and for SWE-smith also each instance's branch
+in its mirror repository) → drop instances with more than `max_tests` tests
 → probes: the policy (a model or a checkpoint) attempts every remaining task k times in val mode through the real loop
 (engine, gateway, controller, RolloutFeed) → select (drop k/k solved, keep mixed, add unsolved; held-out split
 first) → train/val JSONL + manifest, named by their content hash, in the object store → counts to MLflow + Prefect.
@@ -25,7 +26,15 @@ from prefect import flow
 from agents.expectations import require_valid
 from agents.swe.cleaning import DEFAULT_MAX_TESTS, StepResult, step_counts
 from agents.swe.difficulty import DifficultySplit
-from agents.swe.environments import DOCKER_HUB_URL, EnvironmentBackend, LocalStoreEnvironment, RegistryImageEnvironment
+from agents.swe.environments import (
+    DOCKER_HUB_URL,
+    GITHUB_REMOTE_TEMPLATE,
+    AllOf,
+    EnvironmentBackend,
+    GitBranchEnvironment,
+    LocalStoreEnvironment,
+    RegistryImageEnvironment,
+)
 from agents.swe.evaluation import rollout_tasks
 from agents.swe.instances import Source, normalize_rows
 from agents.swe.recipe import SweRecipe
@@ -72,6 +81,7 @@ class DataParams:
     registry_url: str  # the registry the cluster pulls from (environment "registry")
     store: Path  # the generated SWE store
     splits_store: str  # file://DIR (relative: project root) or s3://BUCKET/PREFIX
+    git_remote_template: str = GITHUB_REMOTE_TEMPLATE  # SWE-smith mirror repositories ("{repo}"; environment registry)
 
 
 @flow(name="prepare-swe-data", log_prints=True)
@@ -81,7 +91,8 @@ def prepare_swe_data(source: str = "generated", kind: Source = "swe-smith", spli
                      pass_threshold: float = 1.0, max_tests: int = DEFAULT_MAX_TESTS, environment: str = "local",
                      registry_url: str = DOCKER_HUB_URL, store: str | None = None,
                      splits_store: str = DEFAULT_SPLITS_STORE, profile: str = DEFAULT_PROFILE,
-                     overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                     overrides: dict[str, Any] | None = None,
+                     git_remote_template: str = GITHUB_REMOTE_TEMPLATE) -> dict[str, Any]:
     """Prepares versioned SWE training splits (see the module docstring); the policy probing the tasks is
     `checkpoint_uri`, else `model`, else the profile's engine.model. Returns the splits' URI, version and counts."""
     if model and checkpoint_uri:
@@ -91,7 +102,7 @@ def prepare_swe_data(source: str = "generated", kind: Source = "swe-smith", spli
     config = load_run_config(profile, overrides, recipe="swe")
     params = DataParams(source, kind, split, limit, n_mixed, n_unsolved, n_heldout, k, seed, pass_threshold,
                         max_tests, environment, registry_url, Path(store) if store else SweRecipe().store,
-                        splits_store)
+                        splits_store, git_remote_template)
     return prepare(config, params, checkpoint_uri, model or (None if checkpoint_uri else config.engine.model))
 
 
@@ -158,11 +169,24 @@ def clean(rows: list[dict[str, Any]], params: DataParams) -> list[StepResult]:
 
 
 def environment_backend(params: DataParams) -> EnvironmentBackend:
-    """The configured backend: the generated store, or the registry the cluster pulls from."""
-    if params.environment == "registry":
-        return RegistryImageEnvironment(params.registry_url, username=os.environ.get("HARNESSRL_REGISTRY_USERNAME"),
-                                        password=os.environ.get("HARNESSRL_REGISTRY_PASSWORD"))
-    return LocalStoreEnvironment(params.store)
+    """The configured backend (`choose_environment`), with registry credentials from $HARNESSRL_REGISTRY_*."""
+    return choose_environment(params.environment, params.kind, params.store, params.registry_url,
+                              params.git_remote_template, os.environ.get("HARNESSRL_REGISTRY_USERNAME"),
+                              os.environ.get("HARNESSRL_REGISTRY_PASSWORD"))
+
+
+def choose_environment(environment: str, kind: Source, store: Path, registry_url: str, git_remote_template: str,
+                       username: str | None = None, password: str | None = None) -> EnvironmentBackend:
+    """"local": the generated store. "registry": the image in the registry the cluster pulls from; SWE-smith
+    instances also need their branch in their mirror repository (SWE-bench's base commit is inside its image)."""
+    if environment == "local":
+        return LocalStoreEnvironment(store)
+    if environment != "registry":
+        raise ValueError(f"environment={environment!r}: use 'local' (the generated store) or 'registry' (images)")
+    images = RegistryImageEnvironment(registry_url, username=username, password=password)
+    if kind == "swe-smith":
+        return AllOf(images, GitBranchEnvironment(git_remote_template))
+    return images
 
 
 def run_probes(config: RunConfig, params: DataParams, weights: Weights, name: str, run_dir: Path,

@@ -5,11 +5,16 @@
 - `RegistryImageEnvironment`: Kubernetes. An instance is available when its image is in the registry the cluster
   pulls from, asked with the OCI distribution API (`HEAD /v2/<name>/manifests/<tag>`; 200 present, 404 absent),
   following the registry's Bearer token challenge (Docker Hub) anonymously or with credentials.
+- `GitBranchEnvironment`: SWE-smith's task branches. Every SWE-smith instance is a branch named after its
+  instance_id in the mirror repository its `repo` names (`swesmith/<owner>__<name>.<commit[:8]>` on GitHub); one
+  `git ls-remote --heads` per repository lists them.
+- `AllOf`: available where every backend it combines says so (Kubernetes SWE-smith: image and branch).
 Instances are rows of the normalised schema (`agents.swe.instances`).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -25,6 +30,7 @@ from agents.swe.generator import load_instances
 
 LOCAL_IMAGE_PREFIX = "local:"  # image_name of generated instances: "local:repos/<key>"
 DOCKER_HUB_URL = "https://registry-1.docker.io"
+GITHUB_REMOTE_TEMPLATE = "https://github.com/{repo}.git"  # SWE-smith mirrors: repo = swesmith/<name>
 MANIFEST_TYPES = ", ".join((
     "application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -244,3 +250,84 @@ def _split_params(text: str) -> list[str]:
         else:
             current += char
     return [part for part in [*parts, current] if part.strip()]
+
+
+class GitRemoteError(RuntimeError):
+    """A git remote could not answer; the message names the remote and the fix."""
+
+
+class GitBranchEnvironment:
+    """SWE-smith instances whose branch (named after the instance_id) is in their mirror repository."""
+
+    def __init__(self, remote_template: str = GITHUB_REMOTE_TEMPLATE, timeout_s: float = 60.0, *,
+                 max_workers: int = 8) -> None:
+        if "{repo}" not in remote_template:
+            raise ValueError(f"remote_template {remote_template!r} has no {{repo}} placeholder; write it like "
+                             f"{GITHUB_REMOTE_TEMPLATE!r}")
+        self.remote_template, self.timeout_s, self.max_workers = remote_template, timeout_s, max_workers
+        self.last_reasons: dict[str, str] = {}
+
+    def remote_of(self, instance: Mapping[str, Any]) -> str | None:
+        """The URL of the instance's mirror repository; None for local (generated) or repository-less rows."""
+        repo = str(instance.get("repo") or "")
+        if not repo or str(instance.get("image_name") or "").startswith(LOCAL_IMAGE_PREFIX):
+            return None
+        return self.remote_template.format(repo=repo)
+
+    def available(self, instances: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
+        """instance_id -> whether branch `instance_id` is a head of its remote (each remote listed once)."""
+        remotes = {instance["instance_id"]: self.remote_of(instance) for instance in instances}
+        unique = sorted({remote for remote in remotes.values() if remote is not None})
+        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
+            heads = dict(zip(unique, pool.map(self.heads, unique), strict=True))
+        answers = {iid: remote is not None and iid in heads[remote] for iid, remote in remotes.items()}
+        self.last_reasons = {iid: (f"branch {iid} is not in {remote}" if remote else
+                                   "no mirror repository (a local or repository-less instance)")
+                             for iid, remote in remotes.items() if not answers[iid]}
+        return answers
+
+    def heads(self, remote: str) -> frozenset[str]:
+        """The branch names of `remote` (`git ls-remote --heads`); GitRemoteError when it cannot answer."""
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+        env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+        try:
+            result = subprocess.run(["git", "ls-remote", "--heads", remote], env=env, capture_output=True,
+                                    text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired as error:
+            raise GitRemoteError(f"git ls-remote {remote} gave no answer within {self.timeout_s} s; check that "
+                                 "this machine can reach it, or raise timeout_s") from error
+        if result.returncode != 0:
+            raise GitRemoteError(f"git ls-remote {remote} failed ({result.stderr.strip()}); check the remote "
+                                 "template (git_remote_template), the network and git's credentials")
+        return frozenset(line.split("\trefs/heads/", 1)[1] for line in result.stdout.splitlines()
+                         if "\trefs/heads/" in line)
+
+
+class AllOf:
+    """Available where every backend says so; the reasons of all backends that said no, joined."""
+
+    def __init__(self, *backends: EnvironmentBackend) -> None:
+        if not backends:
+            raise ValueError("AllOf needs at least one environment backend")
+        self.backends = backends
+        self.last_reasons: dict[str, str] = {}
+
+    def available(self, instances: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
+        """instance_id -> whether every backend has its environment (every backend asked about every one)."""
+        answers = {instance["instance_id"]: True for instance in instances}
+        reasons: dict[str, list[str]] = {}
+        for backend in self.backends:
+            for iid, present in backend.available(instances).items():
+                if not present:
+                    answers[iid] = False
+                    reason = backend.last_reasons.get(iid, f"{type(backend).__name__}: missing")
+                    reasons.setdefault(iid, []).append(reason)
+        self.last_reasons = {iid: "; ".join(parts) for iid, parts in reasons.items()}
+        return answers
+
+    def close(self) -> None:
+        """Closes the backends that hold connections."""
+        for backend in self.backends:
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()

@@ -95,7 +95,7 @@ def test_flow_helpers_refuse_unsupported_setups(tmp_path, monkeypatch):
     config = load_run_config("swe-data-local", recipe="swe")
     params = DataParams("generated", "swe-smith", None, None, 1, 1, 1, 2, 0, 1.0, 200, "registry",
                         "http://127.0.0.1:9", tmp_path, "file://x")
-    assert type(environment_backend(params)).__name__ == "RegistryImageEnvironment"
+    assert type(environment_backend(params)).__name__ == "AllOf"  # swe-smith: image and branch
     with pytest.raises(ValueError, match="Kubernetes runner has no per-instance images"):
         run_probes(config, params, None, "n", tmp_path, [row("a")])
     assert splits_store(config, "file://data/splits").root == config.resolve(Path("data/splits"))
@@ -108,3 +108,22 @@ def test_flow_helpers_refuse_unsupported_setups(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="environment='cloud'"):
         prepare_swe_data.fn(environment="cloud")
 
+
+
+def test_the_flow_chooses_environment_backends_per_environment_and_kind(tmp_path):
+    from agents.swe.environments import AllOf, GitBranchEnvironment, LocalStoreEnvironment, RegistryImageEnvironment
+    from flows.data import choose_environment
+
+    template = "file:///mirrors/{repo}.git"
+    local = choose_environment("local", "swe-smith", tmp_path, "http://r", template)
+    assert isinstance(local, LocalStoreEnvironment) and local.store == tmp_path
+    smith = choose_environment("registry", "swe-smith", tmp_path, "http://r", template, "user", "secret")
+    assert isinstance(smith, AllOf) and [type(b) for b in smith.backends] == [RegistryImageEnvironment,
+                                                                              GitBranchEnvironment]
+    images, branches = smith.backends
+    assert images.registry_url == "http://r" and images._auth == ("user", "secret")
+    assert branches.remote_template == template
+    verified = choose_environment("registry", "swe-bench-verified", tmp_path, "http://r", template)
+    assert isinstance(verified, RegistryImageEnvironment)  # the base commit is inside the official image
+    with pytest.raises(ValueError, match="environment='cloud'"):
+        choose_environment("cloud", "swe-smith", tmp_path, "http://r", template)

@@ -1,16 +1,23 @@
-"""Environment backends: the generated store (real git bases) and an OCI registry (a local server answering so)."""
+"""Environment backends: the generated store (real git bases), an OCI registry (a local server answering so), git
+mirrors (local bare repositories reached as file:// URLs) and their combination."""
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from agents.swe.environments import (
+    AllOf,
     EnvironmentBackend,
+    GitBranchEnvironment,
+    GitRemoteError,
     ImageReference,
     LocalStoreEnvironment,
     RegistryError,
@@ -194,3 +201,129 @@ def test_unreachable_registry_is_an_error_not_a_missing_image(tmp_path):
     backend = RegistryImageEnvironment("http://127.0.0.1:9", timeout_s=1, retries=0)
     with pytest.raises(RegistryError, match="cannot reach http://127.0.0.1:9"):
         backend.available(ROWS[:1])
+
+
+# --- git mirrors (SWE-smith task branches) -----------------------------------------------------------------------
+
+GIT_ENV = {"PATH": "/usr/bin:/bin:/usr/local/bin", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True)
+
+
+def make_mirror(root: Path, repo: str, branches: list[str]) -> None:
+    """A bare repository at root/<repo>.git whose heads are main and `branches` (as SWE-smith's mirrors are)."""
+    bare = root / f"{repo}.git"
+    bare.mkdir(parents=True)
+    git(bare, "init", "--quiet", "--bare")
+    work = root / "work" / repo
+    work.mkdir(parents=True)
+    git(work, "init", "--quiet", "--initial-branch=main")
+    (work / "code.py").write_text("x = 1\n")
+    git(work, "add", "code.py")
+    git(work, "commit", "--quiet", "-m", "base")
+    for branch in branches:
+        git(work, "branch", branch)
+    git(work, "push", "--quiet", bare.as_uri(), "main", *branches)
+
+
+MIRROR_A, MIRROR_B = "swesmith/owner__proj.abc12345", "swesmith/other__lib.deadbeef"
+
+
+def smith_row(instance_id: str, repo: str, image: str | None = "swebench/swesmith.x86_64.img") -> dict:
+    return {"instance_id": instance_id, "source": "swe-smith", "repo": repo, "image_name": image}
+
+
+@pytest.fixture
+def mirrors(tmp_path) -> str:
+    make_mirror(tmp_path, MIRROR_A, ["owner__proj.abc12345.func_pm__1", "owner__proj.abc12345.lm_rewrite__2"])
+    make_mirror(tmp_path, MIRROR_B, ["other__lib.deadbeef.combine__3"])
+    return f"{tmp_path.as_uri()}/{{repo}}.git"
+
+
+def test_git_branches_are_found_per_instance_listing_each_remote_once(mirrors, monkeypatch):
+    rows = [smith_row("owner__proj.abc12345.func_pm__1", MIRROR_A),
+            smith_row("owner__proj.abc12345.lm_rewrite__2", MIRROR_A),
+            smith_row("owner__proj.abc12345.gone__9", MIRROR_A),
+            smith_row("other__lib.deadbeef.combine__3", MIRROR_B),
+            smith_row("local-1", "harnessrl/local__tiny.0123abcd", "local:repos/local__tiny.0123abcd"),
+            smith_row("no-repo", "")]
+    backend: EnvironmentBackend = GitBranchEnvironment(mirrors, timeout_s=30)
+    listed: list[str] = []
+    heads = GitBranchEnvironment.heads
+    monkeypatch.setattr(GitBranchEnvironment, "heads",
+                        lambda self, remote: listed.append(remote) or heads(self, remote))
+    assert backend.available(rows) == {
+        "owner__proj.abc12345.func_pm__1": True, "owner__proj.abc12345.lm_rewrite__2": True,
+        "owner__proj.abc12345.gone__9": False, "other__lib.deadbeef.combine__3": True, "local-1": False,
+        "no-repo": False}
+    assert sorted(listed) == sorted(mirrors.format(repo=repo) for repo in (MIRROR_A, MIRROR_B))
+    assert backend.last_reasons["owner__proj.abc12345.gone__9"] == \
+        f"branch owner__proj.abc12345.gone__9 is not in {mirrors.format(repo=MIRROR_A)}"
+    assert set(backend.last_reasons) == {"owner__proj.abc12345.gone__9", "local-1", "no-repo"}
+    assert "local" in backend.last_reasons["local-1"]
+
+
+def test_github_is_the_default_remote_of_swesmith_mirrors():
+    row = smith_row("owner__proj.abc12345.func_pm__1", MIRROR_A)
+    assert GitBranchEnvironment().remote_of(row) == "https://github.com/swesmith/owner__proj.abc12345.git"
+    with pytest.raises(ValueError, match=r"no \{repo\} placeholder"):
+        GitBranchEnvironment("https://github.com/swesmith.git")
+
+
+def test_unreachable_remote_is_an_error_not_a_missing_branch(tmp_path, mirrors):
+    absent = f"{(tmp_path / 'nowhere').as_uri()}/{{repo}}.git"
+    with pytest.raises(GitRemoteError, match=r"ls-remote file://.*nowhere/swesmith/owner__proj.abc12345.git failed"):
+        GitBranchEnvironment(absent, timeout_s=30).available([smith_row("owner__proj.abc12345.func_pm__1", MIRROR_A)])
+
+
+def test_silent_remote_times_out_as_an_error():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        template = f"git://127.0.0.1:{server.getsockname()[1]}/{{repo}}"
+        with pytest.raises(GitRemoteError, match=r"no answer within 1.0 s"):
+            GitBranchEnvironment(template, timeout_s=1.0).available([smith_row("a.b__1", MIRROR_A)])
+
+
+class Fixed:
+    """A backend answering from a fixed set, recording what it was asked."""
+
+    def __init__(self, present: set[str], reason: str) -> None:
+        self.present, self.reason = present, reason
+        self.asked: list[str] = []
+        self.last_reasons: dict[str, str] = {}
+
+    def available(self, instances: Sequence[Mapping]) -> dict[str, bool]:
+        self.asked = [instance["instance_id"] for instance in instances]
+        answers = {iid: iid in self.present for iid in self.asked}
+        self.last_reasons = {iid: f"{self.reason} {iid}" for iid, ok in answers.items() if not ok}
+        return answers
+
+
+def test_all_of_needs_every_backend_and_joins_their_reasons():
+    rows = [{"instance_id": iid} for iid in ("both", "image-only", "branch-only", "neither")]
+    images, branches = Fixed({"both", "image-only"}, "no image for"), Fixed({"both", "branch-only"}, "no branch for")
+    backend: EnvironmentBackend = AllOf(images, branches)
+    assert backend.available(rows) == {"both": True, "image-only": False, "branch-only": False, "neither": False}
+    assert images.asked == branches.asked == ["both", "image-only", "branch-only", "neither"]
+    assert backend.last_reasons == {"image-only": "no branch for image-only", "branch-only": "no image for branch-only",
+                                    "neither": "no image for neither; no branch for neither"}
+    with pytest.raises(ValueError, match="at least one"):
+        AllOf()
+
+
+def test_all_of_registry_and_git_on_real_servers(registry, mirrors):
+    url, _ = registry
+    image = "jyangballin/swesmith.x86_64.owner_1776_repo.abc123"
+    rows = [smith_row("owner__proj.abc12345.func_pm__1", MIRROR_A, image),
+            smith_row("owner__proj.abc12345.gone__9", MIRROR_A, image),
+            smith_row("owner__proj.abc12345.lm_rewrite__2", MIRROR_A, "jyangballin/absent")]
+    backend = AllOf(RegistryImageEnvironment(url, timeout_s=5), GitBranchEnvironment(mirrors, timeout_s=30))
+    assert backend.available(rows) == {"owner__proj.abc12345.func_pm__1": True, "owner__proj.abc12345.gone__9": False,
+                                       "owner__proj.abc12345.lm_rewrite__2": False}
+    assert "branch owner__proj.abc12345.gone__9 is not in" in backend.last_reasons["owner__proj.abc12345.gone__9"]
+    assert "image jyangballin/absent is not in" in backend.last_reasons["owner__proj.abc12345.lm_rewrite__2"]
+    backend.close()
