@@ -1,6 +1,8 @@
-"""Helpers for recipe tests: call records as the gateway stores them."""
+"""Helpers for recipe tests: call records as the gateway stores them, mutations of task rows."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from gateway.records import CallRecord
 
@@ -12,3 +14,18 @@ def call_record(seq: int, text: str | None, status: str = "ok") -> CallRecord:
                       response_id=None, prompt_token_ids=[], response_token_ids=[], response_logprobs=[],
                       response_text=text, finish_reason="stop", n_choices=1, policy_version=0, latency_ms=1.0,
                       created_at=0.0)
+
+
+def set_value(index: int, key: str, value) -> Callable[[list[dict]], None]:
+    """A mutation of a list of rows: row `index`'s `key` set to `value`."""
+    def mutate(rows: list[dict]) -> None:
+        rows[index][key] = value
+    return mutate
+
+
+def drop_everywhere(key: str) -> Callable[[list[dict]], None]:
+    """A mutation of a list of rows: `key` removed from every row."""
+    def mutate(rows: list[dict]) -> None:
+        for row in rows:
+            del row[key]
+    return mutate

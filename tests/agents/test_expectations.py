@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,8 @@ import pytest
 from agents.expectations import SHOWN_IDS, DataValidationError, recipe_rules, require_valid, validate_rows
 from agents.registry import get_recipe
 from agents.swe.recipe import rollout_input
+from tests.agents.support import drop_everywhere as _drop_everywhere
+from tests.agents.support import set_value as _set
 
 
 def if_rows(count: int = 6) -> list[dict]:
@@ -35,19 +36,6 @@ def test_generated_tasks_pass_their_recipe_suite(recipe, rows):
     assert report.n_rows == len(rows)
     assert {"id_unique", "id_not_null"} <= {r.name for r in report.expectations}
     assert require_valid(report) is report
-
-
-def _set(index: int, key: str, value) -> Callable[[list[dict]], None]:
-    def mutate(rows: list[dict]) -> None:
-        rows[index][key] = value
-    return mutate
-
-
-def _drop_everywhere(key: str) -> Callable[[list[dict]], None]:
-    def mutate(rows: list[dict]) -> None:
-        for row in rows:
-            del row[key]
-    return mutate
 
 
 def _duplicate_id(rows: list[dict]) -> None:

@@ -4,13 +4,14 @@ rule, empty problem statements are reported as warnings without failing the suit
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 
 import pytest
 
 from agents.expectations import DataValidationError, require_valid
 from agents.swe.datasets import load_raw_swe_rows
 from agents.swe.expectations import REQUIRED_COLUMNS, TESTS_STAT, count_tests, swe_rules, validate_swe_rows
+from tests.agents.support import drop_everywhere as _drop_everywhere
+from tests.agents.support import set_value as _set
 from tests.agents.swe.test_datasets import SMITH_ROWS, VERIFIED_ROWS, write_rows
 
 ROWS = {"swe-bench-verified": VERIFIED_ROWS, "swe-smith": SMITH_ROWS}
@@ -47,19 +48,6 @@ def test_count_tests_reads_lists_and_json_text_and_skips_what_does_not_parse():
     assert count_tests(rows) == {"FAIL_TO_PASS": {"min": 0, "max": 2, "mean": 1.0, "rows": 3},
                                  "PASS_TO_PASS": {"min": 0, "max": 1, "mean": 0.5, "rows": 2},
                                  TESTS_STAT: {"min": 0, "max": 3, "mean": 1.5, "rows": 2}}
-
-
-def _set(index: int, key: str, value) -> Callable[[list[dict]], None]:
-    def mutate(rows: list[dict]) -> None:
-        rows[index][key] = value
-    return mutate
-
-
-def _drop_everywhere(key: str) -> Callable[[list[dict]], None]:
-    def mutate(rows: list[dict]) -> None:
-        for row in rows:
-            del row[key]
-    return mutate
 
 
 def _duplicate_id(rows: list[dict]) -> None:
