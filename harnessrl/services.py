@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.client import GatewayClient
 from trainer.engines.base import Engine
@@ -53,6 +54,14 @@ class ServiceSettings:
     """Start a controller process against the gateway."""
     controller_args: tuple[str, ...] = ()
     """Extra `controller run` options (runner, concurrency, timeouts)."""
+
+
+def engine_host_port(url: str) -> tuple[str, int]:
+    """Host and port of a running engine's root URL (`http://host:port`), as the engine classes take them."""
+    parsed = urlsplit(url)
+    if not parsed.hostname or parsed.port is None:
+        raise ValueError(f"engine.url={url!r} needs a host and a port, e.g. http://127.0.0.1:8000")
+    return parsed.hostname, parsed.port
 
 
 class RunServices:
@@ -103,15 +112,12 @@ class RunServices:
 
             fields = {**(s.vllm or {}), "model": str(s.model_path), "served_model_name": s.model_name}
             if s.engine_url is not None:
-                host, _, port = s.engine_url.split("//", 1)[-1].partition(":")
-                fields.update(host=host, port=int(port))
+                host, port = engine_host_port(s.engine_url)
+                fields.update(host=host, port=port)
             return VLLMEngine(VLLMConfig(**fields), log_path=self.logs_dir / "engine.log")
         from trainer.engines.embedded import EmbeddedEngine
 
-        host, port = "127.0.0.1", 0
-        if s.engine_url is not None:
-            host, _, port_text = s.engine_url.split("//", 1)[-1].rstrip("/").partition(":")
-            port = int(port_text)
+        host, port = engine_host_port(s.engine_url) if s.engine_url is not None else ("127.0.0.1", 0)
         return EmbeddedEngine(s.model_path, host=host, port=port, served_model_name=s.model_name,
                               max_batch_size=s.engine_max_batch_size, startup_timeout_s=s.engine_startup_timeout_s,
                               log_path=self.logs_dir / "engine.log", num_threads=s.engine_num_threads)

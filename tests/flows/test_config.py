@@ -103,3 +103,12 @@ def test_cli_overrides_parse_yaml_values():
                                                                           "e": "text"}
     with pytest.raises(Exception, match="key.path=value"):
         parse_overrides(["novalue"])
+
+
+def test_engine_url_gives_the_host_and_port_the_engines_take():
+    from harnessrl.services import engine_host_port
+
+    assert engine_host_port("http://10.0.0.5:8000/") == ("10.0.0.5", 8000)
+    assert engine_host_port("http://engine.svc:9000") == ("engine.svc", 9000)
+    with pytest.raises(ValueError, match="needs a host and a port"):
+        engine_host_port("http://engine.svc")
