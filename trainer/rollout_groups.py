@@ -93,21 +93,19 @@ class StalenessSplit:
 
 def drop_stale(groups: Sequence[FinishedGroup], current_version: int, max_version_lag: int) -> StalenessSplit:
     """Removes the rollouts lagging more than `max_version_lag` behind `current_version`."""
-    kept: list[FinishedGroup] = []
-    lags: list[int] = []
-    dropped = 0
+    rollouts = [(g, r) for g in groups for r in g.rollouts]
+    oldest = [min_call_version(r, g.calls.get(r.id, ())) for g, r in rollouts]
+    has_calls_R = np.array([v is not None for v in oldest], dtype=bool)
+    lag_R = version_lag_R(np.array([current_version if v is None else v for v in oldest], dtype=np.int64),
+                          current_version)
+    stale = stale_R(lag_R, max_version_lag)
+    kept_ids = {r.id for (_, r), is_stale in zip(rollouts, stale, strict=True) if not is_stale}
+    kept = []
     for group in groups:
-        members = []
-        for rollout in group.rollouts:
-            oldest = min_call_version(rollout, group.calls.get(rollout.id, ()))
-            lag = int(version_lag_R(np.array([oldest if oldest is not None else current_version]), current_version)[0])
-            if oldest is not None:
-                lags.append(lag)
-            if stale_R(np.array([lag]), max_version_lag)[0]:
-                dropped += 1
-            else:
-                members.append(rollout)
+        members = tuple(r for r in group.rollouts if r.id in kept_ids)
         if members:
-            kept.append(FinishedGroup(group.group_id, group.task, tuple(members),
+            kept.append(FinishedGroup(group.group_id, group.task, members,
                                       {r.id: group.calls.get(r.id, ()) for r in members}, group.submitted_version))
-    return StalenessSplit(tuple(kept), dropped, float(np.mean(lags)) if lags else 0.0, max(lags, default=0))
+    lags = lag_R[has_calls_R]
+    return StalenessSplit(tuple(kept), int(stale.sum()), float(lags.mean()) if lags.size else 0.0,
+                          int(lags.max()) if lags.size else 0)
