@@ -44,6 +44,7 @@ from tasks.data import load_swe_splits, load_tasks, validate_tasks
 from tasks.rollouts import collect_groups, fill_in_flight, run_validation
 from tasks.tracking import MlflowTracker, log_trajectories, ui_command
 from tasks.training import build_batch, find_resume_point, load_backend, publish_checkpoint, update_policy
+from trainer.checkpoint_store import CheckpointStore
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import RolloutFeed
 
@@ -72,7 +73,8 @@ def train_search(profile: str = "search-local", overrides: dict[str, Any] | None
 
 def train(config: RunConfig) -> dict[str, Any]:
     """The training loop shared by the flows; returns the run's summary (MLflow run id, last checkpoint URI, ...)."""
-    plan = plan_run(config)
+    store = checkpoint_store(config)
+    plan = plan_run(config, store)
     train_rows, val_rows = load_rows(config, plan)
     report = validate_tasks(train_rows + val_rows, config.recipe)  # a failed suite stops the flow with its report
     tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, plan.name,
@@ -87,7 +89,7 @@ def train(config: RunConfig) -> dict[str, Any]:
                                "iterations": 0, "updates": 0, "no_signal_iterations": 0}
     try:
         with RunServices(service_settings(config, plan)) as services:
-            run_iterations(config, plan, services, backend, tracker, train_rows, val_rows, summary)
+            run_iterations(config, plan, services, backend, tracker, store, train_rows, val_rows, summary)
     except BaseException:
         tracker.end("FAILED")
         raise
@@ -110,11 +112,11 @@ def load_rows(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]
     return split_rows(rows, data.val_tasks, data.seed)
 
 
-def plan_run(config: RunConfig) -> RunPlan:
+def plan_run(config: RunConfig, store: CheckpointStore) -> RunPlan:
     """The run's name and folders; resumes from the run's last checkpoint in the store when it has one."""
     name = run_name(config)
     plan = fresh_plan(config, name, resolve_model(config.engine.model))
-    found = find_resume_point(checkpoint_store(config), name, plan.run_dir / "resume")
+    found = find_resume_point(store, name, plan.run_dir / "resume")
     if found is None:
         return plan
     checkpoint, state = found
@@ -123,10 +125,11 @@ def plan_run(config: RunConfig) -> RunPlan:
 
 
 def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, backend, tracker,
-                   train_rows: list[dict], val_rows: list[dict], summary: dict[str, Any]) -> None:
+                   store: CheckpointStore, train_rows: list[dict], val_rows: list[dict],
+                   summary: dict[str, Any]) -> None:
     """The iterations of the loop (see the module docstring)."""
     assert services.admin is not None and services.engine is not None
-    store, r = checkpoint_store(config), config.rollout
+    r = config.rollout
     feed = RolloutFeed(services.admin, feed_config(config, plan), task_stream(train_rows, plan.state.next_task))
     total = config.algorithm.iterations
     progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")
