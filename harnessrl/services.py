@@ -1,9 +1,10 @@
 """The services a training run needs, started as local processes or reached where they already run.
 
-`RunServices` brings up, in order: the inference engine (embedded or vLLM, or a URL of a running one), the gateway
-(a `gateway.cli serve` process on a free port with a SQLite store in the run directory, or a URL), the policy model
-registered with the gateway under the run's model name, and a rollout controller process (`controller.cli run`)
-unless one already serves that gateway. `stop()` ends what it started, in reverse order.
+`RunServices` brings up, in order: the inference engine (embedded or vLLM; or a URL of a running one, which is then
+loaded with the run's start weights and policy version), the gateway (a `gateway.cli serve` process on a free port
+with a SQLite store in the run directory, or a URL), the policy model registered with the gateway under the run's
+model name, and a rollout controller process (`controller.cli run`) unless one already serves that gateway.
+`stop()` ends what it started, in reverse order; services it connected to keep running.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 from gateway.client import GatewayClient
 from trainer.engines.base import Engine
@@ -94,14 +97,17 @@ class RunServices:
         """Starts (or connects to) every service and registers the model."""
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.engine = self._engine()
+        served_name = self.settings.model_name
         if self.settings.engine_url is None:
             self.engine.start()
             self._started_engine = True
+        else:
+            served_name = self._align_running_engine()
         if not self.gateway_url:
             self._start_gateway()
         self.admin = GatewayClient(self.gateway_url, self.admin_token)
         self.admin.register_model(self.settings.model_name, self.engine.base_url + "/v1",
-                                  version=self.settings.policy_version, served_name=self.settings.model_name)
+                                  version=self.settings.policy_version, served_name=served_name)
         if self.settings.start_controller:
             self._start_controller()
 
@@ -121,6 +127,21 @@ class RunServices:
         return EmbeddedEngine(s.model_path, host=host, port=port, served_model_name=s.model_name,
                               max_batch_size=s.engine_max_batch_size, startup_timeout_s=s.engine_startup_timeout_s,
                               log_path=self.logs_dir / "engine.log", num_threads=s.engine_num_threads)
+
+    def _align_running_engine(self) -> str:
+        """Loads the run's start weights and version into an engine this run did not start (it may serve another
+        run's policy, or the base model while this run resumes); returns the name it serves its model under."""
+        assert self.engine is not None
+        url = self.engine.base_url + "/v1/models"
+        try:
+            response = httpx.get(url, timeout=30.0)
+            response.raise_for_status()
+            served = response.json()["data"][0]["id"]
+        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+            raise RuntimeError(f"engine.url={self.settings.engine_url!r}: no OpenAI model list at {url} ({exc}); "
+                               "start the engine first or leave engine.url empty to start one") from exc
+        self.engine.update_weights(self.settings.model_path, self.settings.policy_version)
+        return served
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ, HARNESSRL_ADMIN_TOKEN=self.admin_token, HARNESSRL_GRADER_TOKEN=self.grader_token)
