@@ -40,8 +40,8 @@ from agents.swe.instances import Source, normalize_rows
 from agents.swe.recipe import SweRecipe
 from agents.swe.splits import SplitManifest
 from flows.config import RunConfig, load_run_config
-from flows.evaluate import Weights, resolve_weights
 from flows.setup import fresh_plan, s3_endpoint, service_settings
+from flows.weights import Weights, resolve_weights
 from harnessrl.services import RunServices
 from tasks.swe_data import (
     ProbeResult,

@@ -39,17 +39,15 @@ from agents.swe.evaluation_report import (
     predictions_of,
 )
 from agents.swe.instances import Source
-from agents.swe.predictions import model_label
 from agents.swe.recipe import SweRecipe
 from agents.swe_bench.recipe import write_store
 from agents.task_data import GENERATED
 from flows.config import RunConfig, load_run_config
-from flows.setup import checkpoint_store, fresh_plan, service_settings
-from harnessrl.models import resolve_model
+from flows.setup import fresh_plan, service_settings
+from flows.weights import Weights, resolve_weights
 from harnessrl.services import RunServices
 from tasks.evaluation import (
     collect_outcomes,
-    download_checkpoint,
     latest_train_checkpoint,
     load_instances,
     publish_evaluation,
@@ -57,22 +55,10 @@ from tasks.evaluation import (
     run_rollouts,
 )
 from tasks.tracking import MlflowTracker, ui_command
-from trainer.checkpoint_store import CheckpointStore, parse_checkpoint_uri
-from trainer.checkpoints import read_meta
 
 DEFAULT_PROFILE = "swe-eval-local"
 BENCH_STORE_DIR = "swe-bench-store"  # under the run directory: the swe_bench instances the grader reads
 EVALUATION_TAG = "swe-bench-verified"  # the `evaluation` tag of the runs (train runs carry `recipe` instead)
-
-
-@dataclasses.dataclass(frozen=True)
-class Weights:
-    """What the engine serves."""
-
-    path: Path  # the HF model directory
-    policy_version: int  # the checkpoint's policy version (0 for a model)
-    label: str  # model_name_or_path of the predictions
-    checkpoint_uri: str | None  # the evaluated checkpoint (None: a model)
 
 
 @flow(name="evaluate-swe-verified", log_prints=True)
@@ -144,24 +130,6 @@ def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, s
     print_summary(report, files, config.tracking_uri())
     return {"run_name": name, "mlflow_run_id": tracker.run_id, "report": report.model_dump(mode="json"),
             **{key: str(path) for key, path in files.items()}}
-
-
-def resolve_weights(config: RunConfig, checkpoint_uri: str | None, model: str | None, run_dir: Path) -> Weights:
-    """The checkpoint downloaded through the checkpoint store, or the model resolved (prepared or fetched)."""
-    if checkpoint_uri:
-        path = download_checkpoint(store_for_checkpoint(config, checkpoint_uri), checkpoint_uri, run_dir / "checkpoint")
-        return Weights(path, read_meta(path).policy_version, model_label(checkpoint_uri=checkpoint_uri),
-                       checkpoint_uri)
-    assert model is not None
-    return Weights(resolve_model(model), 0, model_label(model=model), None)
-
-
-def store_for_checkpoint(config: RunConfig, checkpoint_uri: str) -> CheckpointStore:
-    """A store that can download `checkpoint_uri`: its bucket on the profile's S3 endpoint, or its local root."""
-    parsed = parse_checkpoint_uri(checkpoint_uri)
-    root = f"s3://{parsed.bucket}" if parsed.scheme == "s3" else f"file://{Path(parsed.path).parent.parent}"
-    checkpoints = config.checkpoints.model_copy(update={"store": root})
-    return checkpoint_store(config.model_copy(update={"checkpoints": checkpoints}))
 
 
 def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: str,

@@ -55,6 +55,17 @@ def swebench_image_name(instance_id: str, *, namespace: str = "swebench", arch: 
     return f"{namespace}/sweb.eval.{arch}.{instance_id.lower()}:{tag}".replace("__", "_1776_")
 
 
+def instance_image(instance: Mapping[str, Any], *, namespace: str = "swebench", arch: str = "x86_64") -> str | None:
+    """The instance's container image: its image_name; SWE-bench's official image for a SWE-bench Verified row
+    without one; None for instances of the local store (and image-less rows of other sources)."""
+    image = instance.get("image_name")
+    if image:
+        return None if str(image).startswith(LOCAL_IMAGE_PREFIX) else str(image)
+    if instance.get("source") == "swe-bench-verified":
+        return swebench_image_name(instance["instance_id"], namespace=namespace, arch=arch)
+    return None
+
+
 @dataclass(frozen=True)
 class ImageReference:
     """An image name split as a registry sees it."""
@@ -149,13 +160,8 @@ class RegistryImageEnvironment:
         self.last_reasons: dict[str, str] = {}
 
     def image_of(self, instance: Mapping[str, Any]) -> str | None:
-        """The row's image_name; SWE-bench's official image when a SWE-bench row has none; None for local ones."""
-        image = instance.get("image_name")
-        if image:
-            return None if str(image).startswith(LOCAL_IMAGE_PREFIX) else str(image)
-        if instance.get("source") == "swe-bench-verified":
-            return swebench_image_name(instance["instance_id"], namespace=self.namespace, arch=self.arch)
-        return None
+        """The row's image under this registry's namespace and architecture (see `instance_image`)."""
+        return instance_image(instance, namespace=self.namespace, arch=self.arch)
 
     def available(self, instances: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
         """instance_id -> whether its image's manifest is in the registry (each image asked once)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.swe.environments import LOCAL_IMAGE_PREFIX, LocalStoreEnvironment, swebench_image_name
+from agents.swe.environments import LocalStoreEnvironment, instance_image
 from agents.swe.evaluation_report import InstanceOutcome, not_runnable, outcome_from_grade
 from agents.swe.generator import load_instances
 from agents.swe.grader import grade_patch
@@ -35,20 +35,9 @@ class EvaluationPlan:
     kubernetes: tuple[dict[str, Any], ...] = ()  # run as Kubernetes Jobs in their official image (swe_bench recipe)
 
 
-def image_of(instance: Mapping[str, Any]) -> str | None:
-    """The instance's container image: its image_name, SWE-bench's official image for a SWE-bench row without one,
-    None for instances of the local store."""
-    image = instance.get("image_name")
-    if image:
-        return None if str(image).startswith(LOCAL_IMAGE_PREFIX) else str(image)
-    if instance.get("source") == "swe-bench-verified":
-        return swebench_image_name(instance["instance_id"])
-    return None
-
-
 def not_runnable_reason(instance: Mapping[str, Any], local_reason: str, runner: str) -> str:
     """Why `instance` cannot run here, given why the local store lacks it and the controller's runner."""
-    image = image_of(instance)
+    image = instance_image(instance)
     if image is None:
         return (f"its local environment is missing ({local_reason}); generate the task into the SWE store "
                 "($HARNESSRL_SWE_STORE) or evaluate another source")
@@ -69,7 +58,7 @@ def plan_evaluation(instances: Sequence[Mapping[str, Any]], store: Path, runner:
         instance_id = instance["instance_id"]
         if available[instance_id]:
             local.append(dict(instance))
-        elif runner == "kubernetes" and image_of(instance) is not None:
+        elif runner == "kubernetes" and instance_image(instance) is not None:
             on_cluster.append(dict(instance))
         else:
             reason = not_runnable_reason(instance, environment.last_reasons.get(instance_id, "unknown"), runner)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.recipe import Grade, GradeInput
+from agents.swe.environments import instance_image
 from agents.swe.grader import MAX_MODEL_PATCH_CHARS
 from agents.swe_bench.eval_script import read_log
 from agents.swe_bench.grading_job import GradingInputTooLarge, grading_name
@@ -55,9 +56,7 @@ def load_store(store: Path) -> dict[str, dict[str, Any]]:
 
 def rollout_input(instance: Mapping[str, Any], store: Path) -> dict[str, Any]:
     """What a rollout carries: nothing of the fix or the tests."""
-    from agents.swe.evaluation import image_of
-
-    image = image_of(instance)
+    image = instance_image(instance)
     if image is None:
         raise ValueError(f"instance {instance['instance_id']!r} has no container image; the swe_bench recipe runs "
                          "SWE-bench images only (generated instances use the swe recipe)")

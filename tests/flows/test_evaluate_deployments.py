@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from flows.config import load_run_config
-from flows.evaluate import check_target, kind_of, store_for_checkpoint
+from flows.evaluate import check_target, kind_of
+from flows.weights import store_for_checkpoint
 from trainer.checkpoint_store import LocalCheckpointStore
 
 ROOT = Path(__file__).resolve().parents[2]

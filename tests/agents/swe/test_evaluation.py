@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from agents.swe.environments import instance_image
 from agents.swe.evaluation import (
     grade_predictions,
-    image_of,
     plan_evaluation,
     rollout_tasks,
 )
@@ -29,10 +29,10 @@ def verified_row(instance_id: str, image_name: str | None = None) -> dict:
 def test_image_of_names_the_official_image_or_none_for_local_instances(tiny_store):
     store, instances = tiny_store
     (local,) = normalize_rows(instances[:1], "swe-smith")
-    assert image_of(local) is None
-    assert image_of(verified_row("astropy__astropy-12907")) == \
+    assert instance_image(local) is None
+    assert instance_image(verified_row("astropy__astropy-12907")) == \
         "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
-    assert image_of(verified_row("x", image_name="registry.local/x:1")) == "registry.local/x:1"
+    assert instance_image(verified_row("x", image_name="registry.local/x:1")) == "registry.local/x:1"
 
 
 def test_plan_runs_store_instances_locally_and_reports_the_rest_with_reasons(tiny_store):
