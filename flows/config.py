@@ -81,6 +81,10 @@ class ControllerSection(Section):
     harness_timeout_s: float = Field(default=1800.0, gt=0, description="Wall-clock limit of one attempt.")
 
 
+VERL_OPTIONS = frozenset({"strategy", "param_dtype", "attn_implementation", "gradient_checkpointing", "nnodes"})
+"""backend.verl keys: the VerlBackendConfig fields a profile may set (the others come from the sections)."""
+
+
 class BackendSection(Section):
     kind: Literal["torch", "verl"] = Field(default="torch", description="Training backend.")
     lr: float = Field(default=1e-6, gt=0, description="AdamW learning rate.")
@@ -91,6 +95,8 @@ class BackendSection(Section):
     max_tokens_per_micro_batch: int = Field(default=4096, ge=1, description="Token budget of a micro-batch.")
     num_updates: int = Field(default=1, ge=1, description="Optimizer updates per step.")
     n_gpus_per_node: int = Field(default=1, ge=1, description="verl: GPUs per node.")
+    verl: dict[str, Any] = Field(default_factory=dict, description="verl: more VerlBackendConfig fields "
+                                 f"({', '.join(sorted(VERL_OPTIONS))}).")
     loss: dict[str, Any] = Field(default_factory=dict, description="trainer.losses.LossConfig fields.")
 
 
@@ -149,6 +155,13 @@ class RunConfig(Section):
     def loss_config(self) -> LossConfig:
         """backend.loss as the trainer's LossConfig."""
         return _dataclass_from(LossConfig, self.backend.loss, "backend.loss")
+
+    def verl_options(self) -> dict[str, Any]:
+        """backend.verl, checked against VERL_OPTIONS."""
+        unknown = sorted(set(self.backend.verl) - VERL_OPTIONS)
+        if unknown:
+            raise ValueError(f"backend.verl has unknown keys {unknown}; known keys: {sorted(VERL_OPTIONS)}")
+        return dict(self.backend.verl)
 
     def advantage_config(self) -> AdvantageConfig:
         """algorithm.advantage as the trainer's AdvantageConfig."""

@@ -97,7 +97,8 @@ def build_backend(config: RunConfig, plan: RunPlan) -> Backend:
                                   max_tokens_per_micro_batch=b.max_tokens_per_micro_batch)
         return VerlBackend(VerlBackendConfig(model_path=plan.base_model, resume_from=plan.resumed_from,
                                              n_gpus_per_node=b.n_gpus_per_node, optimizer=optimizer,
-                                             loss=config.loss_config(), schedule=schedule))
+                                             loss=config.loss_config(), schedule=schedule,
+                                             **config.verl_options()))
     from trainer.backends.torch import TorchBackend, TorchBackendConfig
 
     schedule = ScheduleConfig(num_updates=b.num_updates, max_tokens_per_micro_batch=b.max_tokens_per_micro_batch)

@@ -112,3 +112,31 @@ def test_engine_url_gives_the_host_and_port_the_engines_take():
     assert engine_host_port("http://engine.svc:9000") == ("engine.svc", 9000)
     with pytest.raises(ValueError, match="needs a host and a port"):
         engine_host_port("http://engine.svc")
+
+
+def test_the_gpu_profile_builds_vllm_and_verl_by_configuration_alone(tmp_path):
+    """swe-gpu: the same flow code builds a vLLM engine (sleep mode, bf16, the run's served name) and the verl
+    backend (8 workers, the profile's verl options); nothing is started."""
+    from flows.setup import build_backend
+    from harnessrl.services import RunServices
+    from trainer.backends.verl import VerlBackend
+    from trainer.engines.vllm import VLLMEngine, build_launch_command
+
+    config = load_run_config("swe-gpu", {"work_dir": str(tmp_path)}, recipe="swe")
+    plan = fresh_plan(config, "gpu-run", Path("/models/Qwen2.5-Coder-7B-Instruct"))
+    backend = build_backend(config, plan)
+    assert isinstance(backend, VerlBackend)
+    assert backend.config.n_gpus_per_node == 8 and backend.config.schedule.num_workers == 8
+    assert backend.config.attn_implementation == "flash_attention_2" and backend.config.param_dtype == "bfloat16"
+    assert backend.config.optimizer.lr == 1e-6 and backend.config.schedule.max_tokens_per_micro_batch == 32768
+
+    engine = RunServices(service_settings(config, plan))._engine()
+    assert isinstance(engine, VLLMEngine)
+    argv = build_launch_command(engine.config)
+    flags = dict(zip(argv, argv[1:], strict=False))
+    assert flags["--model"] == "/models/Qwen2.5-Coder-7B-Instruct" and flags["--served-model-name"] == "policy"
+    assert flags["--dtype"] == "bfloat16" and flags["--max-model-len"] == "32768"
+    assert flags["--gpu-memory-utilization"] == "0.6" and "--enable-sleep-mode" in argv
+
+    with pytest.raises(ValueError, match=r"backend.verl has unknown keys \['flash'\]"):
+        build_backend(load_run_config("swe-gpu", {"backend.verl": {"flash": True}}, recipe="swe"), plan)
