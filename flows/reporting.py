@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,10 +29,21 @@ def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], split: St
                 f"largest lag is {split.lag_max}). Keep fewer groups in flight (rollout.max_inflight_groups) or allow "
                 "a larger lag.")
     rewards = [r.reward for g in split.kept for r in g.rollouts if r.reward is not None]
-    seen = ", ".join(f"{value:g}" for value in sorted(set(rewards))) or "none (every rollout failed)"
+    seen = ", ".join(f"{value:g}" for value in sorted(set(rewards))) or "none"
     return (f"iteration {iteration}: no gradient signal - in each of the {len(split.kept)} groups every rollout got "
-            f"the same reward (rewards seen: {seen}), so every advantage is 0 and nothing was trained. The policy "
-            f"{model!r} gets the same reward on every attempt of a task; {SIGNAL_HINTS[recipe]}.")
+            f"the same reward (rewards seen: {seen}{failures_clause(split)}), so every advantage is 0 and nothing "
+            f"was trained. The policy {model!r} gets the same reward on every attempt of a task; "
+            f"{SIGNAL_HINTS[recipe]}.")
+
+
+def failures_clause(split: StalenessSplit) -> str:
+    """"; N failed (agent: a, infra: b) ..." for the failed rollouts of the kept groups, or ""."""
+    kinds = Counter(r.failure_kind or "unknown" for g in split.kept for r in g.rollouts if r.reward is None)
+    if not kinds:
+        return ""
+    counts = ", ".join(f"{kind}: {n}" for kind, n in sorted(kinds.items()))
+    return (f"; {sum(kinds.values())} rollouts failed ({counts}): agent failures (a crash, a timeout) count with "
+            "algorithm.advantage.agent_failure_reward, infrastructure failures are left out of their group")
 
 
 def throughput_metrics(groups: Sequence[FinishedGroup], iteration_s: float) -> dict[str, float]:

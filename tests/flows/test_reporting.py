@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flows.reporting import no_signal_message, summary_lines, throughput_metrics
+from gateway.records import RolloutState
 from tests.trainer.loop_support import call, rollout
 from trainer.rollout_groups import FinishedGroup, drop_stale
 
@@ -23,6 +24,16 @@ def test_flat_rewards_name_the_rewards_seen_and_the_recipe_hint():
     groups = [group("a", [0.0, 0.0], version=5), group("b", [1.0, 1.0], version=5)]
     message = no_signal_message(2, groups, drop_stale(groups, 5, 2), "swe", "smollm2-135m-instruct", 2)
     assert "no gradient signal" in message and "rewards seen: 0, 1" in message and "7B-class" in message
+
+
+def test_failed_rollouts_are_counted_by_kind_not_hidden():
+    members = (rollout("a-0", "a", None, state=RolloutState.FAILED, failure_kind="agent"),
+               rollout("a-1", "a", None, state=RolloutState.FAILED, failure_kind="agent"),
+               rollout("a-2", "a", 0.0))
+    groups = [FinishedGroup("a", {}, members, {r.id: (call(r.id, 0, 5, [5]),) for r in members}, 5)]
+    message = no_signal_message(1, groups, drop_stale(groups, 5, 2), "swe", "m", 2)
+    assert "rewards seen: 0; 2 rollouts failed (agent: 2)" in message
+    assert "agent_failure_reward" in message
 
 
 def test_throughput_and_summary_lines():
