@@ -22,9 +22,7 @@ import httpx
 
 from gateway.client import GatewayClient
 from trainer.engines.base import Engine
-from trainer.engines.server_process import ServerProcess, free_port
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from trainer.engines.server_process import ServerProcess, free_port, with_repo_on_path
 
 
 @dataclass(frozen=True)
@@ -144,9 +142,8 @@ class RunServices:
         return served
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ, HARNESSRL_ADMIN_TOKEN=self.admin_token, HARNESSRL_GRADER_TOKEN=self.grader_token)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-        return env
+        return with_repo_on_path(dict(os.environ, HARNESSRL_ADMIN_TOKEN=self.admin_token,
+                                      HARNESSRL_GRADER_TOKEN=self.grader_token))
 
     def _start_gateway(self) -> None:
         port = free_port()

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from trainer.engines.server_process import ServerProcess, free_port
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from trainer.engines.server_process import ServerProcess, free_port, with_repo_on_path
 
 
 class EmbeddedEngine:
@@ -52,8 +50,7 @@ class EmbeddedEngine:
 
     def environment(self) -> dict[str, str]:
         """The server's environment: ours, the repository on PYTHONPATH, torch's thread count when set."""
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+        env = with_repo_on_path(dict(os.environ))
         if self.num_threads is not None:  # torch's intra-op threads; 1 avoids oversubscribing a busy small machine
             env["OMP_NUM_THREADS"] = str(self.num_threads)
         return env

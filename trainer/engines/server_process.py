@@ -15,6 +15,14 @@ import httpx
 
 HEALTH_POLL_S = 0.2
 STOP_GRACE_S = 10.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The project root: child processes import the project's packages from here."""
+
+
+def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the project root first on PYTHONPATH, for child processes started outside the project folder."""
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    return {**env, "PYTHONPATH": path}
 
 
 def free_port(host: str = "127.0.0.1") -> int:

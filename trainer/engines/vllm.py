@@ -26,8 +26,7 @@ from typing import Any, Literal
 
 import httpx
 
-from trainer.engines.embedded import REPO_ROOT
-from trainer.engines.server_process import ServerProcess, free_port
+from trainer.engines.server_process import REPO_ROOT, ServerProcess, free_port
 from trainer.engines.vllm_worker import CheckpointRefit
 
 VLLM_PYTHON_ENV = "HARNESSRL_VLLM_PYTHON"
