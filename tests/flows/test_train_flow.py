@@ -11,6 +11,17 @@ import pytest
 from tests.flows.train_support import mlflow_run, overrides
 
 pytestmark = pytest.mark.slow
+ISSUE_METRICS = {
+    "rollout/reward_mean", "rollout/reward_std", "rollout/pass_rate", "val/reward_mean", "val/reward_std",
+    "val/pass_rate", "samples/samples_per_rollout_mean", "samples/single_sample_rollout_share",
+    "samples/merge_failures_template", "samples/merge_failures_retokenization", "samples/merge_failures_other",
+    "samples/trainable_tokens", "loss/total", "loss/clip_fraction", "loss/approx_kl_k3", "loss/entropy",
+    "train/grad_norm", "train/lr", "train/policy_version", "staleness/lag_max", "staleness/lag_mean",
+    "staleness/dropped_rollouts", "time/rollout_s", "time/drain_s", "time/update_s", "time/weight_sync_s",
+    "throughput/response_tokens_per_s", "train/tokens_per_s",
+}
+"""Every per-step metric a training run must log (reward, samples, merge failures by class, loss, optimizer,
+staleness, the time split and throughput)."""
 
 
 def test_train_if_async_updates_checkpoints_to_s3_logs_and_resumes(prefect_api, tiny_model_dir, tmp_path, s3_endpoint,
@@ -34,6 +45,8 @@ def test_train_if_async_updates_checkpoints_to_s3_logs_and_resumes(prefect_api, 
     assert metrics["rollout/reward_mean"] == [1, 2] and metrics["val/reward_mean"] == [2]
     assert len(metrics["loss/total"]) == summary["updates"] and metrics["train/grad_norm"]
     assert client.get_metric_history(run.info.run_id, "train/policy_version")[-1].value >= 1
+    missing = ISSUE_METRICS - set(run.data.metrics)
+    assert not missing, sorted(missing)
     paths = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.json", "data", "trajectories"} <= paths
 
