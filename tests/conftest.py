@@ -1,7 +1,9 @@
-"""Session fixtures shared by every test folder: the tiny model, an embedded engine serving it, a moto S3 server."""
+"""Session fixtures shared by every test folder: the tiny model, an embedded engine serving it, a moto S3 server,
+a temporary Prefect server."""
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,3 +52,15 @@ def s3_endpoint():
     server.start()
     yield S3Endpoint(f"127.0.0.1:{port}", access_key="test", secret_key="test", secure=False)
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory) -> Iterator[None]:
+    """Runs flows against a temporary Prefect server (started once; about 30 s on 2 cores)."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    os.environ.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+                      PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120")
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,19 +41,8 @@ def test_validate_tasks_publishes_the_failed_report_then_raises(artifacts):
     assert artifacts[0]["key"] == report_artifact_key("search") and "FAILED" in artifacts[0]["markdown"]
 
 
-@pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
-        patch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=120):
-            yield
-
-
 @pytest.mark.slow
-def test_in_a_flow_the_report_becomes_a_markdown_artifact(prefect_harness, tmp_path: Path) -> None:
+def test_in_a_flow_the_report_becomes_a_markdown_artifact(prefect_api, tmp_path: Path) -> None:
     from prefect import flow
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,19 +49,8 @@ def test_sqlite_store_keeps_artifacts_beside_the_database(tmp_path: Path) -> Non
     assert (tmp_path / "db" / "artifacts" / tracker.run_id / "artifacts" / "notes" / "a.txt").read_text() == "hi"
 
 
-@pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
-        patch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=120):
-            yield
-
-
 @pytest.mark.slow
-def test_tasks_pass_a_tracker_through_a_flow(mlflow_server: MlflowServerProcess, prefect_harness: None) -> None:
+def test_tasks_pass_a_tracker_through_a_flow(mlflow_server: MlflowServerProcess, prefect_api: None) -> None:
     from mlflow import MlflowClient
     from prefect import flow
 
