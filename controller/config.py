@@ -7,8 +7,9 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from harnessrl.settings_file import read_settings
 
 
 def _default_controller_id() -> str:
@@ -63,13 +64,7 @@ class ControllerConfig(BaseModel):
 
 def load_controller_config(path: str | Path | None = None, **overrides: Any) -> ControllerConfig:
     """Read a YAML file (optional), apply non-None overrides, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of controller settings, got {type(loaded).__name__}")
-        data.update(loaded)
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    data = read_settings(path, overrides, "controller settings")
     config = ControllerConfig(**data)
     if config.renew_every_s >= config.lease_s:
         raise ValueError(f"renew_every_s={config.renew_every_s} must be below lease_s={config.lease_s}, "

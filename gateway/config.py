@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from harnessrl.settings_file import read_settings
 
 
 class GatewayConfig(BaseModel):
@@ -38,11 +39,5 @@ class GatewayConfig(BaseModel):
 
 def load_gateway_config(path: str | Path | None = None, **overrides: Any) -> GatewayConfig:
     """Read a YAML file (optional), apply non-None overrides, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of gateway settings, got {type(loaded).__name__}")
-        data.update(loaded)
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    data = read_settings(path, overrides, "gateway settings")
     return GatewayConfig(**data)
