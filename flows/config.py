@@ -150,6 +150,7 @@ class RunConfig(Section):
             raise ValueError(f"rollout.max_inflight_groups={self.rollout.max_inflight_groups} is below "
                              f"rollout.batch_groups={self.rollout.batch_groups}; the async schedule keeps more "
                              "groups in flight than one batch (or use schedule: sync)")
+        self.verl_options()
         return self
 
     def loss_config(self) -> LossConfig:

@@ -69,6 +69,10 @@ class RunServices:
     """Engine + gateway + controller for one run (a context manager)."""
 
     def __init__(self, settings: ServiceSettings) -> None:
+        if settings.gateway_url and not os.environ.get("HARNESSRL_ADMIN_TOKEN"):
+            raise ValueError(f"gateway.url={settings.gateway_url!r} is a running gateway: set $HARNESSRL_ADMIN_TOKEN "
+                             "to its admin token (the one it was started with), or leave gateway.url empty to start "
+                             "one")
         self.settings = settings
         self.logs_dir = settings.run_dir / "logs"
         self.admin_token = os.environ.get("HARNESSRL_ADMIN_TOKEN") or secrets.token_urlsafe(24)

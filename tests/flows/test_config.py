@@ -139,4 +139,16 @@ def test_the_gpu_profile_builds_vllm_and_verl_by_configuration_alone(tmp_path):
     assert flags["--gpu-memory-utilization"] == "0.6" and "--enable-sleep-mode" in argv
 
     with pytest.raises(ValueError, match=r"backend.verl has unknown keys \['flash'\]"):
-        build_backend(load_run_config("swe-gpu", {"backend.verl": {"flash": True}}, recipe="swe"), plan)
+        load_run_config("swe-gpu", {"backend.verl": {"flash": True}}, recipe="swe")
+
+
+def test_a_running_gateway_without_its_admin_token_is_refused_with_the_fix(tmp_path, monkeypatch):
+    from harnessrl.services import RunServices
+
+    monkeypatch.delenv("HARNESSRL_ADMIN_TOKEN", raising=False)
+    config = load_run_config("if-local", {"gateway.url": "http://gw:8100"})
+    settings = service_settings(config, fresh_plan(config, "r", tmp_path))
+    with pytest.raises(ValueError, match=r"gateway.url='http://gw:8100' .* set \$HARNESSRL_ADMIN_TOKEN"):
+        RunServices(settings)
+    monkeypatch.setenv("HARNESSRL_ADMIN_TOKEN", "secret")
+    assert RunServices(settings).admin_token == "secret"
