@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from gateway.records import RolloutMode
 from trainer.group_batch import reward_metrics
-from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed
+from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed, run_once
 from trainer.rollout_groups import FinishedGroup
 
 
@@ -34,13 +34,14 @@ def collect_groups(feed: RolloutFeed, groups: int, timeout_s: float, label: str)
 
 @task(name="validate-policy", cache_policy=NO_CACHE, persist_result=False)
 def run_validation(client: FeedClient, val_rows: Sequence[dict], id_prefix: str, group_size: int,
-                   policy_version: int, timeout_s: float, pass_threshold: float,
+                   policy_version: int, timeout_s: float, pass_threshold: float, max_attempts: int = 3,
                    task_overrides: dict | None = None) -> tuple[dict[str, float], list[FinishedGroup]]:
-    """Every validation task in val mode (no training); returns val/ metrics and the groups."""
-    feed = RolloutFeed(client, FeedConfig(group_size, id_prefix, RolloutMode.VAL, task_overrides=task_overrides),
-                       iter(enumerate(val_rows)))
-    submitted = feed.submit(len(val_rows), policy_version)
-    feed.wait_for(submitted, timeout_s)
-    groups = feed.take(submitted)
+    """Every validation task in val mode (no training); returns val/ metrics (val/unfinished_tasks counts the tasks
+    whose group did not finish within `timeout_s`: they are left out, not fatal) and the groups."""
+    config = FeedConfig(group_size, id_prefix, RolloutMode.VAL, max_attempts=max_attempts,
+                        task_overrides=task_overrides, fetch_calls=False)
+    with tqdm(total=len(val_rows), desc=f"validate {id_prefix}", unit="group", leave=False) as bar:
+        groups, unfinished = run_once(client, config, val_rows, policy_version, timeout_s,
+                                      on_poll=lambda ready: bar.update(ready - bar.n))
     metrics = reward_metrics([r for g in groups for r in g.rollouts], pass_threshold, "val")
-    return metrics, groups
+    return {**metrics, "val/unfinished_tasks": float(len(unfinished))}, groups

@@ -30,7 +30,7 @@ from agents.swe.expectations import validate_swe_rows
 from agents.swe.instances import Source
 from agents.swe.splits import SplitManifest, SplitStore, publish_splits, write_splits
 from gateway.records import FailureKind, RolloutMode, RolloutState
-from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed
+from trainer.rollout_feed import FeedClient, FeedConfig, run_once
 from trainer.rollout_groups import FinishedGroup
 
 SHOWN_DROPS = 5  # dropped ids quoted in a step's log line
@@ -119,17 +119,16 @@ def probe_difficulty(client: FeedClient, tasks: Sequence[dict[str, Any]], k: int
                      task_overrides: dict[str, Any] | None = None) -> ProbeResult:
     """k val-mode rollouts of every task (groups of k through the gateway); tasks unfinished after `timeout_s` are
     listed apart instead of failing the whole pipeline."""
-    config = FeedConfig(k, id_prefix, RolloutMode.VAL, max_attempts=max_attempts, task_overrides=task_overrides)
-    feed = RolloutFeed(client, config, iter(enumerate(tasks)))
-    submitted = feed.submit(len(tasks), policy_version)
-    print(f"probing {submitted} tasks x {k} rollouts in val mode")
-    with tqdm(total=submitted, desc=f"probe {id_prefix}", unit="task", leave=False) as bar:
-        try:
-            feed.wait_for(submitted, timeout_s, on_poll=lambda ready: bar.update(ready - bar.n))
-        except TimeoutError as error:
-            print(f"difficulty probes: {error}; the unfinished tasks are left out of the selection")
-    outcomes, stats = probe_outcomes(feed.take(feed.ready))
-    unfinished = [str(t["id"]) for t in tasks if str(t["id"]) not in outcomes]
+    config = FeedConfig(k, id_prefix, RolloutMode.VAL, max_attempts=max_attempts, task_overrides=task_overrides,
+                        fetch_calls=False)
+    print(f"probing {len(tasks)} tasks x {k} rollouts in val mode")
+    with tqdm(total=len(tasks), desc=f"probe {id_prefix}", unit="task", leave=False) as bar:
+        groups, unfinished = run_once(client, config, tasks, policy_version, timeout_s,
+                                      on_poll=lambda ready: bar.update(ready - bar.n))
+    if unfinished:
+        print(f"difficulty probes: {len(unfinished)} tasks unfinished after {timeout_s:.0f} s; they are left out of "
+              "the selection")
+    outcomes, stats = probe_outcomes(groups)
     stats["probe/unfinished_tasks"] = float(len(unfinished))
     print(f"probes: {len(outcomes)} tasks finished, {len(unfinished)} unfinished; {stats}")
     return ProbeResult(outcomes, unfinished, stats)

@@ -3,11 +3,14 @@
 The feed creates a group of n rollouts per task (ids `{prefix}-{group index}-{member}`: deterministic, so re-creating
 after a crash is idempotent), follows the gateway's finished-rollouts cursor with long polls, and returns groups once
 every member is terminal. It knows nothing of training: the loop decides how many groups to keep in flight (the
-batch for the synchronous schedule, more for the asynchronous one) and how many complete groups to take.
+batch for the synchronous schedule, more for the asynchronous one) and how many complete groups to take. Its data
+position for a resume is `next_task` plus `open_tasks` (groups submitted but not taken: in flight or complete).
+`run_once` is the one-pass use (validation, difficulty probes, evaluation): every task once, unfinished ones listed.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -15,6 +18,8 @@ from typing import Any, Protocol
 
 from gateway.records import CallRecord, FinishedPage, RolloutCreated, RolloutMode, RolloutSpec
 from trainer.rollout_groups import FinishedGroup, PendingGroup
+
+log = logging.getLogger(__name__)
 
 
 class FeedClient(Protocol):
@@ -41,6 +46,8 @@ class FeedConfig:
     """Attempts per rollout before an infra failure is final."""
     task_overrides: dict[str, Any] | None = None
     """Keys merged into every task input (e.g. max_tokens, step_limit)."""
+    fetch_calls: bool = True
+    """Fetch each member's recorded calls (final attempt) when its group completes; off where only rewards count."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1:
@@ -48,19 +55,20 @@ class FeedConfig:
 
 
 class RolloutFeed:
-    """Submits groups and collects complete ones; `next_task` is the data position to save for a resume."""
+    """Submits groups and collects complete ones; `next_task` and `open_tasks` are the data position of a resume."""
 
     def __init__(self, client: FeedClient, config: FeedConfig, tasks: Iterator[tuple[int, dict]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, next_task: int = 0) -> None:
         self._client = client
         self.config = config
         self._tasks = tasks
+        self._unsent: list[tuple[int, dict]] = []
         self._clock = clock
         self._pending: dict[str, PendingGroup] = {}
         self._complete: list[FinishedGroup] = []
-        self._owner: dict[str, str] = {}
+        self._index: dict[str, int] = {}
         self._cursor = 0
-        self.next_task = 0
+        self.next_task = next_task
 
     @property
     def in_flight(self) -> int:
@@ -72,28 +80,47 @@ class RolloutFeed:
         """Complete groups not yet taken."""
         return len(self._complete)
 
-    def submit(self, groups: int, policy_version: int) -> int:
-        """Creates up to `groups` new groups (fewer when the tasks run out); returns how many."""
-        specs: list[RolloutSpec] = []
-        for _ in range(groups):
-            item = next(self._tasks, None)
-            if item is None:
-                break
-            index, task = item
-            specs += self._group_specs(index, task, policy_version)
-            self.next_task = index + 1
-        if specs:
-            self._client.create_rollouts(specs)
-        return len(specs) // self.config.group_size
+    @property
+    def open_tasks(self) -> list[int]:
+        """Task indices of the groups submitted and not taken yet (a resume submits them again first)."""
+        return sorted(self._index.values())
 
-    def _group_specs(self, index: int, task: dict, policy_version: int) -> list[RolloutSpec]:
-        group_id = f"{self.config.id_prefix}-{index}"
-        task_input = {**task, **(self.config.task_overrides or {})}
+    def submit(self, groups: int, policy_version: int) -> int:
+        """Creates up to `groups` new groups (fewer when the tasks run out); returns how many. When the gateway
+        refuses or fails, nothing is recorded and the same tasks are submitted by the next call."""
+        items = [item for item in (self._next_item() for _ in range(groups)) if item is not None]
+        specs = [spec for index, task in items for spec in self._specs(index, task)]
+        try:
+            if specs:
+                self._client.create_rollouts(specs)
+        except BaseException:
+            self._unsent = items + self._unsent
+            raise
+        for index, task in items:
+            self._record(index, task, policy_version)
+        return len(items)
+
+    def _next_item(self) -> tuple[int, dict] | None:
+        return self._unsent.pop(0) if self._unsent else next(self._tasks, None)
+
+    def _group_id(self, index: int) -> str:
+        return f"{self.config.id_prefix}-{index}"
+
+    def _task_input(self, task: dict) -> dict:
+        return {**task, **(self.config.task_overrides or {})}
+
+    def _specs(self, index: int, task: dict) -> list[RolloutSpec]:
+        group_id = self._group_id(index)
+        return [RolloutSpec(id=f"{group_id}-{k}", group_id=group_id, input=self._task_input(task),
+                            mode=self.config.mode, max_attempts=self.config.max_attempts)
+                for k in range(self.config.group_size)]
+
+    def _record(self, index: int, task: dict, policy_version: int) -> None:
+        group_id = self._group_id(index)
         ids = tuple(f"{group_id}-{k}" for k in range(self.config.group_size))
-        self._pending[group_id] = PendingGroup(group_id, task_input, ids, policy_version)
-        self._owner.update(dict.fromkeys(ids, group_id))
-        return [RolloutSpec(id=rid, group_id=group_id, input=task_input, mode=self.config.mode,
-                            max_attempts=self.config.max_attempts) for rid in ids]
+        self._pending[group_id] = PendingGroup(group_id, self._task_input(task), ids, policy_version)
+        self._index[group_id] = index
+        self.next_task = max(self.next_task, index + 1)
 
     def fill(self, target_in_flight: int, policy_version: int) -> int:
         """Submits groups until `target_in_flight` are in flight (ready groups not counted); returns how many."""
@@ -105,20 +132,20 @@ class RolloutFeed:
         self._cursor = page.cursor
         completed = 0
         for rollout in page.rollouts:
-            group_id = self._owner.pop(rollout.id, None)
-            if group_id is None:
+            group = self._pending.get(rollout.group_id)
+            if group is None or rollout.id not in group.rollout_ids:
                 continue  # another feed's rollout (validation, another run on the same gateway)
-            group = self._pending[group_id]
             group.finished[rollout.id] = rollout
             if group.complete:
-                del self._pending[group_id]
+                del self._pending[group.group_id]
                 self._complete.append(self._finish(group))
                 completed += 1
         return completed
 
     def _finish(self, group: PendingGroup) -> FinishedGroup:
-        calls = {rid: tuple(self._client.calls(rid)) for rid in group.rollout_ids}
         members = tuple(group.finished[rid] for rid in group.rollout_ids)
+        calls = {r.id: tuple(self._client.calls(r.id, attempt=r.attempt)) if self.config.fetch_calls else ()
+                 for r in members}
         return FinishedGroup(group.group_id, group.task, members, calls, group.submitted_version)
 
     def wait_for(self, groups: int, timeout_s: float, poll_s: float = 5.0,
@@ -141,4 +168,24 @@ class RolloutFeed:
     def take(self, groups: int) -> list[FinishedGroup]:
         """The `groups` earliest completed groups (fewer if fewer are ready), removed from the feed."""
         taken, self._complete = self._complete[:groups], self._complete[groups:]
+        for group in taken:
+            del self._index[group.group_id]
         return taken
+
+
+def run_once(client: FeedClient, config: FeedConfig, tasks: Sequence[dict], policy_version: int, timeout_s: float,
+             on_poll: Callable[[int], None] | None = None,
+             clock: Callable[[], float] = time.monotonic) -> tuple[list[FinishedGroup], list[str]]:
+    """Every task once (a group of `config.group_size` each): the groups finished within `timeout_s` and the ids of
+    the tasks whose group did not finish (listed, not raised: one slow task does not sink a whole pass)."""
+    feed = RolloutFeed(client, config, iter(enumerate(tasks)), clock=clock)
+    submitted = feed.submit(len(tasks), policy_version)
+    try:
+        feed.wait_for(submitted, timeout_s, poll_s=min(5.0, timeout_s), on_poll=on_poll)
+    except TimeoutError as error:
+        log.warning("%s; the unfinished tasks are listed apart", error)
+    groups = feed.take(feed.ready)
+    finished = {group.group_id for group in groups}
+    unfinished = [str(task.get("id", index)) for index, task in enumerate(tasks)
+                  if f"{config.id_prefix}-{index}" not in finished]
+    return groups, unfinished

@@ -27,7 +27,7 @@ class FinishedGroup:
     rollouts: tuple[Rollout, ...]
     """The member rollouts, in creation order."""
     calls: dict[str, tuple[CallRecord, ...]]
-    """Each member's recorded calls (all attempts), by rollout id."""
+    """Each member's recorded calls (its final attempt; empty when the feed does not fetch calls), by rollout id."""
     submitted_version: int
     """The trainer's policy version when the group was created."""
 

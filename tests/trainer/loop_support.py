@@ -33,8 +33,14 @@ class FakeGateway:
     finished_log: list[Rollout] = field(default_factory=list)
     call_log: dict[str, list[CallRecord]] = field(default_factory=dict)
     polls: list[float] = field(default_factory=list)
+    call_requests: list[str] = field(default_factory=list)
+    fail_creates: int = 0
+    """The next this many create_rollouts calls raise (a gateway that is down)."""
 
     def create_rollouts(self, specs):
+        if self.fail_creates:
+            self.fail_creates -= 1
+            raise ConnectionError("gateway unreachable")
         self.created += specs
         return [RolloutCreated(id=s.id, api_key="k", base_url="http://x", created=True) for s in specs]
 
@@ -49,4 +55,5 @@ class FakeGateway:
         return FinishedPage(rollouts=page, cursor=after + len(page))
 
     def calls(self, rollout_id, attempt=None):
-        return self.call_log.get(rollout_id, [])
+        self.call_requests.append(rollout_id)
+        return [c for c in self.call_log.get(rollout_id, []) if attempt is None or c.attempt == attempt]

@@ -6,7 +6,7 @@ import pytest
 
 from gateway.records import RolloutMode
 from tests.trainer.loop_support import FakeGateway
-from trainer.rollout_feed import FeedConfig, RolloutFeed
+from trainer.rollout_feed import FeedConfig, RolloutFeed, run_once
 
 
 def tasks(n: int):
@@ -88,3 +88,67 @@ def test_wait_for_times_out_naming_the_counts_and_refuses_to_wait_on_nothing():
 def test_group_size_must_be_positive():
     with pytest.raises(ValueError, match="group_size=0"):
         FeedConfig(0, "run")
+
+
+def test_a_failed_create_records_nothing_and_the_next_submit_sends_the_same_tasks():
+    gateway = FakeGateway(fail_creates=1)
+    feed = make_feed(gateway, n_tasks=3)
+    with pytest.raises(ConnectionError):
+        feed.fill(2, 0)
+    assert feed.in_flight == 0 and feed.next_task == 0 and feed.open_tasks == []
+    assert feed.fill(2, 0) == 2, "a retry submits the groups the failed call could not create"
+    assert [s.group_id for s in gateway.created] == ["run-0", "run-0", "run-1", "run-1"]
+
+
+def test_open_tasks_are_the_groups_submitted_and_not_taken_and_a_resume_starts_with_them():
+    gateway = FakeGateway()
+    feed = make_feed(gateway, n_tasks=10, group_size=1)
+    feed.submit(4, 0)
+    for rid in ("run-1-0", "run-3-0"):
+        gateway.finish(rid, 1.0)
+    feed.poll(0.0)
+    assert [g.group_id for g in feed.take(1)] == ["run-1"]
+    assert feed.open_tasks == [0, 2, 3] and feed.next_task == 4  # run-3 is complete but not taken
+
+    rows = [{"id": f"t{i}"} for i in range(10)]
+    resumed_tasks = iter([*((i, rows[i]) for i in feed.open_tasks), *((i, rows[i]) for i in range(4, 10))])
+    resumed = RolloutFeed(gateway, FeedConfig(1, "run"), resumed_tasks, next_task=4)
+    assert resumed.next_task == 4 and resumed.open_tasks == []
+    resumed.submit(4, 1)
+    assert [s.id for s in gateway.created[4:]] == ["run-0-0", "run-2-0", "run-3-0", "run-4-0"]
+    assert resumed.next_task == 5
+
+
+def test_calls_are_the_final_attempts_and_not_fetched_when_switched_off():
+    gateway = FakeGateway()
+    feed = make_feed(gateway, n_tasks=1, group_size=1)
+    feed.submit(1, 0)
+    gateway.finish("run-0-0", 1.0, versions=(0, 1))
+    feed.poll(0.0)
+    assert len(feed.take(1)[0].calls["run-0-0"]) == 2 and gateway.call_requests == ["run-0-0"]
+
+    quiet = FakeGateway()
+    feed = make_feed(quiet, n_tasks=1, group_size=1, fetch_calls=False)
+    feed.submit(1, 0)
+    quiet.finish("run-0-0", 1.0)
+    feed.poll(0.0)
+    assert feed.take(1)[0].calls == {"run-0-0": ()} and quiet.call_requests == []
+
+
+def test_run_once_returns_the_finished_groups_and_lists_the_unfinished_tasks():
+    gateway = FakeGateway()
+    clock = iter(range(0, 1000, 4))
+    original = gateway.finished
+
+    def finished(after=0, limit=100, wait_s=0.0):
+        if not gateway.finished_log:
+            gateway.finish("val-1-0", 1.0)
+            gateway.finish("val-1-1", 0.0)
+        return original(after, limit, wait_s)
+
+    gateway.finished = finished
+    rows = [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    config = FeedConfig(2, "val", RolloutMode.VAL, fetch_calls=False)
+    groups, unfinished = run_once(gateway, config, rows, 0, timeout_s=10.0, clock=lambda: float(next(clock)))
+    assert [g.group_id for g in groups] == ["val-1"] and unfinished == ["a", "c"]
+    assert len(gateway.created) == 6 and all(s.mode == RolloutMode.VAL for s in gateway.created)
