@@ -139,11 +139,12 @@ def sample_limits(config: RunConfig) -> SampleLimits:
     return SampleLimits(config.algorithm.max_prompt_tokens, config.algorithm.max_response_tokens)
 
 
-def task_stream(rows: Sequence[dict], start: int) -> Iterator[tuple[int, dict]]:
-    """(index, task) from `start` on, cycling through the rows (index keeps counting: ids stay unique)."""
+def task_stream(rows: Sequence[dict], start: int, reopen: Sequence[int] = ()) -> Iterator[tuple[int, dict]]:
+    """(index, task): first the `reopen` indices (groups a resumed run had open), then from `start` on, cycling
+    through the rows (index keeps counting: ids stay unique)."""
     if not rows:
         raise ValueError("no training tasks: check data.source and data.train_tasks")
-    for index in itertools.count(start):
+    for index in itertools.chain(reopen, itertools.count(start)):
         yield index, rows[index % len(rows)]
 
 

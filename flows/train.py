@@ -43,8 +43,16 @@ from harnessrl.services import RunServices
 from tasks.data import load_swe_splits, load_tasks, validate_tasks
 from tasks.rollouts import collect_groups, fill_in_flight, run_validation
 from tasks.tracking import MlflowTracker, log_trajectories, ui_command
-from tasks.training import build_batch, find_resume_point, load_backend, publish_checkpoint, update_policy
+from tasks.training import (
+    build_batch,
+    find_resume_point,
+    load_backend,
+    publish_checkpoint,
+    token_decoder,
+    update_policy,
+)
 from trainer.checkpoint_store import CheckpointStore
+from trainer.collocation import UpdateResult
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import RolloutFeed
 
@@ -80,20 +88,16 @@ def train(config: RunConfig) -> dict[str, Any]:
     tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, plan.name,
                             tags={"recipe": config.recipe, "schedule": config.rollout.schedule},
                             run_id=plan.state.tracking_run_id)
-    if plan.resumed_from is None:
-        tracker.log_params(config.model_dump(mode="json"))
-    tracker.log_dict(config.model_dump(mode="json"), "config.json")
-    tracker.log_text(report.to_markdown(), "data/validation.md")
-    backend = load_backend(build_backend(config, plan))
     summary: dict[str, Any] = {"run_name": plan.name, "mlflow_run_id": tracker.run_id, "checkpoint_uri": None,
                                "iterations": 0, "updates": 0, "no_signal_iterations": 0}
-    try:
+    with tracker:  # FINISHED, or FAILED / KILLED on any error from here on
+        if plan.resumed_from is None:
+            tracker.log_params(config.model_dump(mode="json"))
+        tracker.log_dict(config.model_dump(mode="json"), "config.json")
+        tracker.log_text(report.to_markdown(), "data/validation.md")
+        backend = load_backend(build_backend(config, plan))
         with RunServices(service_settings(config, plan)) as services:
             run_iterations(config, plan, services, backend, tracker, store, train_rows, val_rows, summary)
-    except BaseException:
-        tracker.end("FAILED")
-        raise
-    tracker.end("FINISHED")
     for line in summary_lines(summary, ui_command(config.tracking_uri())):
         print(line)
     return summary
@@ -130,18 +134,22 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
     """The iterations of the loop (see the module docstring)."""
     assert services.admin is not None and services.engine is not None
     r = config.rollout
-    feed = RolloutFeed(services.admin, feed_config(config, plan), task_stream(train_rows, plan.state.next_task))
+    state = plan.state
+    feed = RolloutFeed(services.admin, feed_config(config, plan),
+                       task_stream(train_rows, state.next_task, reopen=state.open_tasks), next_task=state.next_task)
+    decode = token_decoder(plan.base_model)
     total = config.algorithm.iterations
     progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")
     if plan.state.iteration == 0 and config.algorithm.val_every and val_rows:  # the baseline, before any update
         tracker.log_metrics(validate(config, plan, services, val_rows, 0, backend.policy_version), step=0)
+    last_update: UpdateResult | None = None  # an update not uploaded yet
     for index in trange(plan.state.iteration, total, desc=f"train {plan.name}", unit="it"):
         iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
         fill_in_flight(feed, in_flight_target(config), version)
         groups, rollout_s = collect_groups(feed, r.batch_groups, r.wait_timeout_s, f"iteration {iteration}")
         services.check_alive()
         group_batch, split = build_batch(groups, version, r.max_version_lag, config.advantage_config(),
-                                         sample_limits(config), r.pass_threshold)
+                                         sample_limits(config), r.pass_threshold, decode)
         metrics = {**group_batch.metrics, **split.as_metrics(), "time/rollout_s": rollout_s,
                    "train/policy_version": float(version), "train/iteration": float(iteration)}
         if group_batch.no_signal:
@@ -153,11 +161,10 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
                                    config.gateway.model_name, r.drain_timeout_s, config.checkpoints.keep_local)
             summary["updates"] += 1
             metrics.update({**update.metrics, **update.timing_metrics()})
+            last_update = update
             if upload_due(config, summary["updates"], iteration):
-                state = LoopState(run_name=plan.name, iteration=iteration, next_task=feed.next_task,
-                                  policy_version=update.policy_version, tracking_run_id=tracker.run_id)
-                summary["checkpoint_uri"] = publish_checkpoint(store, update.checkpoint, plan.name, iteration, state)
-                tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
+                upload(plan, store, tracker, feed, update, iteration, summary)
+                last_update = None
         metrics.update(throughput_metrics(groups, time.perf_counter() - started_s))
         if validation_due(config, iteration):
             metrics.update(validate(config, plan, services, val_rows, iteration, backend.policy_version))
@@ -167,6 +174,17 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
                              iteration)
         summary.update(iterations=iteration, last_metrics=metrics)
         update_progress_artifact(progress, 100.0 * iteration / total)
+    if last_update is not None:  # iterations after the last upload trained nothing: the model is unchanged since
+        upload(plan, store, tracker, feed, last_update, summary["iterations"], summary)
+
+
+def upload(plan: RunPlan, store: CheckpointStore, tracker, feed: RolloutFeed, update: UpdateResult, iteration: int,
+           summary: dict[str, Any]) -> None:
+    """Publishes the update's checkpoint with the loop's position (what a resume starts from) and tags the run."""
+    state = LoopState(run_name=plan.name, iteration=iteration, next_task=feed.next_task, open_tasks=feed.open_tasks,
+                      policy_version=update.policy_version, tracking_run_id=tracker.run_id)
+    summary["checkpoint_uri"] = publish_checkpoint(store, update.checkpoint, plan.name, iteration, state)
+    tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
 
 
 def validate(config: RunConfig, plan: RunPlan, services: RunServices, val_rows: list[dict], iteration: int,
@@ -174,5 +192,6 @@ def validate(config: RunConfig, plan: RunPlan, services: RunServices, val_rows: 
     """The held-out tasks in val mode under the current policy: val/ metrics."""
     r = config.rollout
     metrics, _ = run_validation(services.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
-                                policy_version, r.wait_timeout_s, r.pass_threshold, r.task_overrides or None)
+                                policy_version, r.wait_timeout_s, r.pass_threshold, r.max_attempts,
+                                r.task_overrides or None)
     return metrics

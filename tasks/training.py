@@ -16,6 +16,7 @@ from trainer.collocation import GatewayControl, UpdateResult, collocated_update
 from trainer.engines.base import Engine
 from trainer.group_batch import GroupBatch, build_group_batch
 from trainer.loop_state import LoopState, read_loop_state, save_loop_state
+from trainer.merge_failures import Decode
 from trainer.rollout_groups import FinishedGroup, StalenessSplit, drop_stale
 from trainer.samples import SampleLimits
 
@@ -27,13 +28,20 @@ def load_backend(backend: Backend) -> Backend:
     return backend
 
 
+def token_decoder(model_dir: Path) -> Decode:
+    """The policy tokenizer's decode (merge failures are classified with it: retokenization or chat template)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir)).decode
+
+
 @task(name="build-batch", cache_policy=NO_CACHE, persist_result=False)
 def build_batch(groups: Sequence[FinishedGroup], policy_version: int, max_version_lag: int,
-                advantage: AdvantageConfig, limits: SampleLimits,
-                pass_threshold: float) -> tuple[GroupBatch, StalenessSplit]:
+                advantage: AdvantageConfig, limits: SampleLimits, pass_threshold: float,
+                decode: Decode | None = None) -> tuple[GroupBatch, StalenessSplit]:
     """Drops too-stale rollouts, then builds samples and advantages of the rest."""
     split = drop_stale(groups, policy_version, max_version_lag)
-    return build_group_batch(split.kept, advantage, limits, pass_threshold), split
+    return build_group_batch(split.kept, advantage, limits, pass_threshold, decode), split
 
 
 @task(name="update-policy", cache_policy=NO_CACHE, persist_result=False)

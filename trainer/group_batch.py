@@ -68,12 +68,6 @@ def build_group_batch(groups: Sequence[FinishedGroup], advantage: AdvantageConfi
     metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))
     if not signal_S.any():
         return GroupBatch(None, metrics)
-    keep = _whole_rollouts(rollout_ids, signal_S)
+    keep = np.flatnonzero(signal_S)  # whole rollouts: every sample of a rollout shares its advantage and keep flag
     samples = [built.samples[s] for s in keep]
     return GroupBatch(TrainBatch.of(samples, advantages.advantages_S[keep]), metrics)
-
-
-def _whole_rollouts(rollout_ids: Sequence[str], signal_S: np.ndarray) -> list[int]:
-    """Indices of every sample of the rollouts that carry signal (a rollout is trained whole or not at all)."""
-    with_signal = {rollout_ids[s] for s in np.flatnonzero(signal_S)}
-    return [s for s, rid in enumerate(rollout_ids) if rid in with_signal]

@@ -19,6 +19,8 @@ class LoopState(BaseModel):
     run_name: str = Field(description="The run this state belongs to.")
     iteration: int = Field(ge=0, description="Iterations completed.")
     next_task: int = Field(ge=0, description="Index of the next training task to submit (the data position).")
+    open_tasks: list[int] = Field(default_factory=list, description="Indices of the tasks whose groups were submitted "
+                                  "but not trained on yet (in flight or complete): a resume submits them first.")
     policy_version: int = Field(ge=0, description="Policy version of the checkpoint's weights.")
     tracking_run_id: str | None = Field(default=None, description="The MLflow run that logs this training run.")
 

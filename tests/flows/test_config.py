@@ -94,6 +94,8 @@ def test_schedules_of_validation_uploads_and_task_order():
     assert not any(validation_due(no_val, i) for i in range(1, 10))
     stream = task_stream([{"id": "a"}, {"id": "b"}], start=3)
     assert [next(stream) for _ in range(3)] == [(3, {"id": "b"}), (4, {"id": "a"}), (5, {"id": "b"})]
+    resumed = task_stream([{"id": "a"}, {"id": "b"}], start=5, reopen=[2, 4])
+    assert [index for index, _ in (next(resumed) for _ in range(4))] == [2, 4, 5, 6], "open groups first"
     with pytest.raises(ValueError, match="no training tasks"):
         next(task_stream([], 0))
 

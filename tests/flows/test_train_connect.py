@@ -14,7 +14,7 @@ import sys
 import httpx
 import pytest
 
-from gateway.client import GatewayClient
+from gateway.client import GatewayAPIError, GatewayClient
 from tests.flows.train_support import mlflow_run, overrides
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, GatewayProcess, free_port
 
@@ -73,6 +73,8 @@ def test_train_if_connects_to_running_engine_gateway_and_controller(prefect_api,
         calls = admin.calls(rollout.id)
         assert rollout.state in ("succeeded", "failed") and calls
         assert {call.policy_version for call in calls} == {0}, "the first batch ran on the run's version-0 weights"
+        with pytest.raises(GatewayAPIError, match="does not exist"):
+            admin.get_rollout("tiny-if-connected-train-4-0")  # sync: 2 iterations x 2 groups, nothing more created
     assert httpx.get(running_gateway.url + "/health").status_code == 200
     assert running_controller.poll() is None, "the flow does not stop a controller it did not start"
     client, run = mlflow_run(tmp_path, summary["mlflow_run_id"])
