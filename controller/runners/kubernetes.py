@@ -73,14 +73,47 @@ def api_client(settings: KubernetesSettings) -> Any:
         return config.new_client_from_config()
 
 
+def delete_if_present(method: Any, name: str, namespace: str, **kwargs: Any) -> None:
+    """Call the client's `delete_namespaced_*` `method` on `name`; a 404 (already gone) is fine, others are logged."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        method(name, namespace, _preload_content=False, **kwargs)
+    except ApiException as exc:
+        if exc.status != 404:
+            log.warning("deleting %s in %s failed: %s %s", name, namespace, exc.status, exc.reason)
+
+
+@dataclass
+class PodTrouble:
+    """Trouble of a still-running Job's pods: an eviction or a lost node ends it at once, a pod stuck on an image or
+    config error (START_FAILED) once that has lasted `grace_s` (a pull may still succeed)."""
+
+    grace_s: float  # longest wait on a stuck pod (the settings' image_pull_grace_s)
+    stuck_since_s: float | None = None  # monotonic time a pod was first seen stuck
+
+    def ending(self, pods: list[dict[str, Any]], now_s: float) -> Ending | None:
+        """The ending the pods call for at `now_s` (monotonic), or None while there is none (yet)."""
+        endings = [e for e in (pod_ending(p) for p in pods) if e is not None]
+        lost = next((e for e in endings if e[0] in (Termination.EVICTED, Termination.NODE_LOST)), None)
+        if lost is not None:
+            return lost
+        stuck = next((e for e in endings if e[0] == Termination.START_FAILED), None)
+        if stuck is None:
+            self.stuck_since_s = None
+            return None
+        self.stuck_since_s = now_s if self.stuck_since_s is None else self.stuck_since_s
+        return stuck if now_s - self.stuck_since_s >= self.grace_s else None
+
+
 @dataclass
 class _Job:
     spec: RunSpec
     name: str  # the Job's name
     started_s: float  # monotonic start
+    trouble: PodTrouble  # its pods' trouble while it runs
     stopped: Termination | None = None  # set when the runner deleted the Job itself (cancel, start error)
     detail: str = ""  # why it was stopped
-    stuck_since_s: float | None = None  # monotonic time a pod was first seen on an image/config error
 
 
 class KubernetesRunner:
@@ -119,7 +152,8 @@ class KubernetesRunner:
         except ApiException as exc:
             raise RunnerStartError(f"creating Job {job['metadata']['name']} in {namespace!r} failed: "
                                    f"{exc.status} {exc.reason}: {exc.body}") from exc
-        self._jobs[spec.rollout_id] = _Job(spec, job["metadata"]["name"], time.monotonic())
+        self._jobs[spec.rollout_id] = _Job(spec, job["metadata"]["name"], time.monotonic(),
+                                           PodTrouble(self.settings.image_pull_grace_s))
 
     def _upload_workdir(self, spec: RunSpec) -> None:
         try:
@@ -168,20 +202,7 @@ class KubernetesRunner:
             return job.stopped, None, job.detail
         if found is None:
             return Termination.NODE_LOST, None, f"Job {job.name} disappeared (deleted outside the controller?)"
-        ending = job_ending(found, pods)
-        if ending is not None:
-            return ending
-        endings = [e for e in (pod_ending(p) for p in pods) if e is not None]
-        lost = next((e for e in endings if e[0] in (Termination.EVICTED, Termination.NODE_LOST)), None)
-        if lost is not None:
-            return lost
-        stuck = next((e for e in endings if e[0] == Termination.START_FAILED), None)
-        if stuck is None:
-            job.stuck_since_s = None
-            return None
-        now = time.monotonic()
-        job.stuck_since_s = job.stuck_since_s or now
-        return stuck if now - job.stuck_since_s >= self.settings.image_pull_grace_s else None
+        return job_ending(found, pods) or job.trouble.ending(pods, time.monotonic())
 
     def _finish(self, rollout_id: str, job: _Job, ending: Ending) -> RunResult:
         termination, exit_code, detail = ending
@@ -241,19 +262,11 @@ class KubernetesRunner:
         if job is None:
             return
         self._delete_job(job.name)
-        self._delete(self._core.delete_namespaced_secret, secret_name(rollout_id))
+        delete_if_present(self._core.delete_namespaced_secret, secret_name(rollout_id), self.settings.namespace)
 
     def _delete_job(self, name: str) -> None:
-        self._delete(self._batch.delete_namespaced_job, name, propagation_policy="Background")
-
-    def _delete(self, method: Any, name: str, **kwargs: Any) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            method(name, self.settings.namespace, _preload_content=False, **kwargs)
-        except ApiException as exc:
-            if exc.status != 404:
-                log.warning("deleting %s in %s failed: %s %s", name, self.settings.namespace, exc.status, exc.reason)
+        delete_if_present(self._batch.delete_namespaced_job, name, self.settings.namespace,
+                          propagation_policy="Background")
 
     def close(self) -> None:
         """Delete every Job and Secret this runner still holds."""

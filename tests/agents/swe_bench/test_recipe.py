@@ -1,11 +1,14 @@
 """The swe_bench recipe: what a rollout carries, the grading Job and Secret (strict schemas), grading through a
-KubeGrader against the fake API server (tests/controller/fake_kube.py), the plan's routing and the runner creating
-the two-container Job for a swe_bench rollout."""
+KubeGrader against the fake API server (tests/controller/fake_kube.py) including grading pods the cluster fails
+(image pulls, evictions, deadlines), the plan's routing and the runner creating the two-container Job for a swe_bench
+rollout."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes_validate
@@ -77,24 +80,37 @@ def test_grading_job_shape_and_limits():
         build_grading_secret(normalised(), "+" * (1024 * 1024), "n", "agents")
 
 
-def _finish_grading_job(kube: FakeKube, log: str, condition: dict) -> threading.Thread:
-    """Acts as the cluster: once the grading Job exists, give it a pod with `log` and end it."""
-    def act() -> None:
+EXITED_1 = {"phase": "Failed", "containerStatuses": [
+    {"name": "grade", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}
+PULL_FAILING = {"phase": "Pending", "containerStatuses": [
+    {"name": "grade", "state": {"waiting": {"reason": "ErrImagePull", "message": f"pull access denied for {IMAGE}"}}}]}
+
+
+def _as_cluster(kube: FakeKube, act: Callable[[str], None]) -> threading.Thread:
+    """Acts as the cluster: once the grading Job exists, `act(its name)` in a thread."""
+    def wait_then_act() -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             names = [n for n in kube.objects["jobs"] if n.startswith("harnessrl-grade-")]
             if names:
-                kube.add_pod(names[0], {"phase": "Succeeded"}, log=log)
-                kube.set_job_status(names[0], {"conditions": [condition]})
+                act(names[0])
                 return
             time.sleep(0.02)
-    thread = threading.Thread(target=act, daemon=True)
+    thread = threading.Thread(target=wait_then_act, daemon=True)
     thread.start()
     return thread
 
 
-def grader(kube: FakeKube) -> KubeGrader:
-    return KubeGrader(KubernetesSettings(namespace="agents", api_url=kube.url), poll_s=0.02)
+def _finish_grading_job(kube: FakeKube, log: str, condition: dict, pod: dict | None = None) -> threading.Thread:
+    """Acts as the cluster: once the grading Job exists, give it a pod (`pod` status) with `log` and end it."""
+    def act(name: str) -> None:
+        kube.add_pod(name, pod or {"phase": "Succeeded"}, log=log)
+        kube.set_job_status(name, {"conditions": [condition]})
+    return _as_cluster(kube, act)
+
+
+def grader(kube: FakeKube, **settings: float) -> KubeGrader:
+    return KubeGrader(KubernetesSettings(namespace="agents", api_url=kube.url, **settings), poll_s=0.02)
 
 
 def graded(tmp_path: Path, patch: str | None) -> tuple[SweBenchRecipe, GradeInput]:
@@ -125,7 +141,7 @@ def test_a_patch_that_does_not_apply_is_unresolved_with_the_reason(kube, tmp_pat
     recipe, grade_input = graded(tmp_path, "diff --git a/x b/x\n")
     recipe = SweBenchRecipe(store=recipe.store, grader=grader(kube))
     thread = _finish_grading_job(kube, ">>>>> Patch Apply Failed\nerror: corrupt patch\n",
-                                 {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"})
+                                 {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}, EXITED_1)
     grade = recipe.grade(grade_input)
     thread.join()
     assert grade.reward == 0.0 and grade.details["grading_job"] == "failed"
@@ -137,6 +153,62 @@ def test_api_errors_are_infra_errors_and_leave_nothing_behind(kube, tmp_path):
     with pytest.raises(GradingInfraError, match="403"):
         grader(kube).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 60)
     assert kube.objects["secrets"] == {} and kube.objects["jobs"] == {}
+
+
+def test_a_grading_pod_that_cannot_pull_its_image_is_an_infra_error_after_the_grace(kube):
+    thread = _as_cluster(kube, lambda name: kube.add_pod(name, PULL_FAILING))
+    started = time.monotonic()
+    with pytest.raises(GradingInfraError, match=f"could not start image {IMAGE}: ErrImagePull: pull access denied"):
+        grader(kube, image_pull_grace_s=0.3).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 5)
+    thread.join()
+    assert 0.3 <= time.monotonic() - started < 5  # not the Job's deadline plus a minute
+    assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {} and kube.objects["pods"] == {}
+
+
+def test_a_pull_error_that_clears_within_the_grace_grades_normally(kube):
+    def act(name: str) -> None:
+        pod = kube.add_pod(name, PULL_FAILING, log="graded")
+        time.sleep(0.2)
+        kube.objects["pods"][pod]["status"] = {"phase": "Succeeded"}
+        kube.set_job_status(name, {"conditions": [{"type": "Complete", "status": "True"}]})
+
+    thread = _as_cluster(kube, act)
+    run = grader(kube, image_pull_grace_s=30).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 5)
+    thread.join()
+    assert (run.ending, run.log) == ("complete", "graded")
+
+
+def test_a_grading_job_past_its_deadline_ends_as_the_deadline_with_its_log(kube):
+    killed = {"phase": "Failed", "containerStatuses": [
+        {"name": "grade", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}
+    thread = _finish_grading_job(kube, "tests still running", {"type": "Failed", "status": "True",
+                                                               "reason": "DeadlineExceeded"}, killed)
+    run = grader(kube).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 5)
+    thread.join()
+    assert (run.ending, run.log) == ("deadline", "tests still running")
+
+
+@pytest.mark.parametrize(("pod", "job_status", "words"), [
+    (None, {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]},
+     "lost its pod: Job failed (BackoffLimitExceeded) with no pod left"),
+    (None, {"conditions": [{"type": "Complete", "status": "True"}]}, "ended without a pod to read the log of"),
+    ({"phase": "Failed", "reason": "Evicted", "message": "node low on memory"}, {},
+     "lost its pod: pod evicted: node low on memory"),
+    ({"phase": "Failed", "reason": "NodeLost"}, {}, "lost its pod: pod NodeLost"),
+])
+def test_grading_jobs_the_cluster_failed_are_infra_errors(kube, pod, job_status, words):
+    def act(name: str) -> None:
+        if pod is not None:
+            kube.add_pod(name, pod)
+        kube.set_job_status(name, job_status)
+
+    thread = _as_cluster(kube, act)
+    started = time.monotonic()
+    with pytest.raises(GradingInfraError, match=re.escape(words)):
+        grader(kube).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 5)
+    thread.join()
+    assert time.monotonic() - started < 5
+    assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {}
 
 
 def test_empty_or_missing_patches_are_not_graded(tmp_path):
