@@ -65,10 +65,7 @@ def latest_train_checkpoint(tracking_uri: str, recipe: str = "swe") -> TrainChec
 
 @task(name="download-checkpoint", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=10)
 def download_checkpoint(store: CheckpointStore, checkpoint_uri: str, local_dir: Path) -> Path:
-    """The checkpoint at `checkpoint_uri`, copied under `local_dir` (reused when already there)."""
-    target = Path(local_dir) / checkpoint_uri.rstrip("/").rsplit("/", 1)[-1]
-    if (target / "config.json").is_file():
-        return target
+    """The checkpoint at `checkpoint_uri`, copied under `local_dir` (the store reuses a complete copy already there)."""
     return store.download(checkpoint_uri, local_dir)
 
 

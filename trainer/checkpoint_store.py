@@ -38,7 +38,8 @@ class CheckpointStore(Protocol):
         ...
 
     def download(self, uri: str, local_dir: Path) -> Path:
-        """Copies the checkpoint at `uri` to `local_dir/step-NNNNNN` and returns that path."""
+        """Copies the checkpoint at `uri` to `local_dir/step-NNNNNN` and returns that path; a complete copy of the same
+        checkpoint already there is returned without copying again, anything else there is refused."""
         ...
 
     def latest(self, run_id: str) -> str | None:

@@ -2,7 +2,9 @@
 
 Each run's folder has the layout of `trainer.checkpoints`, so `checkpoints.latest_checkpoint(ROOT/RUN)` reads it
 too. Uploads and downloads copy into a hidden temporary directory, fsync it and rename it into place, so a
-checkpoint directory is always complete; `latest` is replaced atomically after the rename.
+checkpoint directory is always complete; `latest` is replaced atomically after the rename. A download into a folder
+that already holds the same checkpoint (same meta file, every file present) reuses it, so a run can resume twice
+from one checkpoint.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class LocalCheckpointStore:
         run_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=run_dir))
         try:
-            _copy_files(Path(local_dir), files, staging, progress)
+            copy_files(Path(local_dir), files, staging, progress)
             shutil.rmtree(final, ignore_errors=True)  # without a meta file it is not a checkpoint, only debris
             os.rename(staging, final)
             fsync_dir(run_dir)
@@ -53,14 +55,17 @@ class LocalCheckpointStore:
         return final.as_uri()
 
     def download(self, uri: str, local_dir: Path) -> Path:
-        """Copies the checkpoint at `uri` to `local_dir/step-NNNNNN` (atomically) and returns that path."""
+        """Copies the checkpoint at `uri` to `local_dir/step-NNNNNN` (atomically) and returns that path; a complete
+        copy of the same checkpoint already there is returned as it is (see `download_into`)."""
         parsed = parse_checkpoint_uri(uri)
         if parsed.scheme != "file":
             raise CheckpointError(f"{uri!r} is not a file:// URI; download it with the store for its scheme")
         source = Path(parsed.path)
         if not (source / META_FILE).is_file():
             raise CheckpointNotFoundError(f"no complete checkpoint at {uri!r}; list(run_id) shows the available ones")
-        return _copy_into(source, checkpoint_files(source), Path(local_dir))
+        files = checkpoint_files(source)
+        return download_into(Path(local_dir) / source.name, files, (source / META_FILE).read_bytes(),
+                             lambda staging: copy_files(source, files, staging))
 
     def latest(self, run_id: str) -> str | None:
         """The URI of the run's newest uploaded checkpoint, or None before its first upload."""
@@ -92,27 +97,53 @@ def checkpoint_files(directory: Path) -> list[str]:
         raise CheckpointError(
             f"{directory} has no {META_FILE}; upload only directories written by trainer.checkpoints.save_checkpoint"
         )
+    return files_last(directory, META_FILE)
+
+
+def files_last(directory: Path, last: str | None = None) -> list[str]:
+    """The relative paths of the regular files under `directory`, sorted, with `last` (when given) moved to the end."""
     names = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
-    return [name for name in names if name != META_FILE] + [META_FILE]
+    if last is None:
+        return names
+    return [name for name in names if name != last] + [last]
 
 
-def _copy_into(source: Path, files: list[str], local_dir: Path) -> Path:
-    local_dir.mkdir(parents=True, exist_ok=True)
-    final = local_dir / source.name
-    if final.exists():
-        raise CheckpointError(f"{final} already exists; download into an empty directory or remove it first")
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=local_dir))
+def download_into(final: Path, files: list[str], meta: bytes, fill: Callable[[Path], None]) -> Path:
+    """`final` filled by `fill(staging)` in a hidden sibling directory renamed into place; when `final` already holds
+    the checkpoint whose meta file is `meta` with every one of `files`, it is returned without downloading again."""
+    if reusable_copy(final, files, meta):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
-        _copy_files(source, files, staging, None)
+        fill(staging)
         os.rename(staging, final)
-        fsync_dir(local_dir)
+        fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
 
 
-def _copy_files(source: Path, files: list[str], dest: Path, progress: ProgressFn | None) -> None:
+def reusable_copy(final: Path, files: list[str], meta: bytes) -> bool:
+    """Whether `final` holds a complete copy of the checkpoint with meta file bytes `meta` and `files`; False when
+    `final` does not exist, raises naming the fix when it holds anything else."""
+    if not final.exists():
+        return False
+    local_meta = final / META_FILE
+    if not local_meta.is_file():
+        problem = f"has no {META_FILE}, so it is not a complete checkpoint"
+    elif local_meta.read_bytes() != meta:
+        problem = f"holds another checkpoint (its {META_FILE} differs)"
+    elif missing := [name for name in files if not (final / name).is_file()]:
+        problem = f"lacks {len(missing)} of the checkpoint's files, e.g. {missing[0]}"
+    else:
+        return True
+    raise CheckpointError(f"{final} already exists but {problem}; remove it or download into another directory")
+
+
+def copy_files(source: Path, files: list[str], dest: Path, progress: ProgressFn | None = None) -> None:
+    """Copies each of `files` (relative paths) from `source` to `dest`, fsyncing every file and then `dest`."""
     for name in files:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -122,4 +153,3 @@ def _copy_files(source: Path, files: list[str], dest: Path, progress: ProgressFn
         if progress is not None:
             progress(name, target.stat().st_size)
     fsync_dir(dest)
-

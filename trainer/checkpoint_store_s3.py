@@ -3,23 +3,21 @@
 A checkpoint is the objects `PREFIX/RUN/step-NNNNNN/<relative path>`, uploaded with `fput_object` (the client
 switches to multipart above its 5 MiB part size). The meta file is uploaded last and marks the checkpoint complete;
 the small object `PREFIX/RUN/latest` (the step directory name) is written after it, so a half-uploaded checkpoint
-is never listed nor latest. URIs are `s3://BUCKET/PREFIX/RUN/step-NNNNNN`.
+is never listed nor latest. URIs are `s3://BUCKET/PREFIX/RUN/step-NNNNNN`. Downloads stage and rename like the local
+store's (`download_into`), and reuse a folder that already holds the same checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from minio import Minio
 from minio.deleteobjects import DeleteObject
 from minio.error import S3Error
 
-from trainer.checkpoint_store_local import ProgressFn, checkpoint_files
+from trainer.checkpoint_store_local import ProgressFn, checkpoint_files, download_into
 from trainer.checkpoint_uris import (
     CheckpointNotFoundError,
     check_run_id,
@@ -65,42 +63,31 @@ class S3CheckpointStore:
         return self._uri(step_key)
 
     def download(self, uri: str, local_dir: Path) -> Path:
-        """Downloads the checkpoint at `uri` to `local_dir/step-NNNNNN` (atomically) and returns that path."""
+        """Downloads the checkpoint at `uri` to `local_dir/step-NNNNNN` (atomically) and returns that path; a complete
+        copy of the same checkpoint already there is returned as it is (see `download_into`)."""
         parsed = parse_checkpoint_uri(uri)
         if parsed.scheme != "s3" or parsed.bucket != self.bucket:
             raise CheckpointError(f"{uri!r} is not in s3://{self.bucket}; download it with a store for its bucket")
         names = self._relative_names(parsed.path)
         if META_FILE not in names:
             raise CheckpointNotFoundError(f"no complete checkpoint at {uri!r}; list(run_id) shows the available ones")
-        local_dir = Path(local_dir)
-        local_dir.mkdir(parents=True, exist_ok=True)
-        final = local_dir / parsed.path.rsplit("/", 1)[-1]
-        if final.exists():
-            raise CheckpointError(f"{final} already exists; download into an empty directory or remove it first")
-        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=local_dir))
-        try:
+
+        def fill(staging: Path) -> None:
             for name in names:
                 self._client.fget_object(self.bucket, f"{parsed.path}/{name}", str(staging / name))
-            os.rename(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return final
+
+        final = Path(local_dir) / parsed.path.rsplit("/", 1)[-1]
+        return download_into(final, names, self._read(f"{parsed.path}/{META_FILE}"), fill)
 
     def latest(self, run_id: str) -> str | None:
         """The URI of the run's newest uploaded checkpoint, or None before its first upload."""
         key = self._key(check_run_id(run_id), LATEST_FILE)
         try:
-            response = self._client.get_object(self.bucket, key)
+            name = self._read(key).decode().strip()
         except S3Error as error:
             if error.code in ("NoSuchKey", "NoSuchBucket"):
                 return None
             raise
-        try:
-            name = response.read().decode().strip()
-        finally:
-            response.close()
-            response.release_conn()
         step_key = self._key(run_id, name)
         if step_of(name) is None or not self._exists(f"{step_key}/{META_FILE}"):
             raise CheckpointError(
@@ -129,6 +116,14 @@ class S3CheckpointStore:
             if not self._client.bucket_exists(self.bucket):
                 self._client.make_bucket(self.bucket)
             self._bucket_checked = True
+
+    def _read(self, key: str) -> bytes:
+        response = self._client.get_object(self.bucket, key)
+        try:
+            return response.read()
+        finally:
+            response.close()
+            response.release_conn()
 
     def _exists(self, key: str) -> bool:
         try:

@@ -3,15 +3,18 @@
 For artifacts that are not checkpoints (versioned data splits): `put_dir(local_dir, key, marker)` copies every file of
 `local_dir` to `ROOT/KEY/`, the `marker` file last, so a folder whose marker is present is complete. Roots and URIs
 follow the checkpoint store: `file:///abs/root` (a local directory) or `s3://bucket/prefix` (MinIO, S3, moto) with an
-`S3Endpoint`.
+`S3Endpoint`. `get_dir(uri, local_dir)` fills a hidden staging folder, writes SOURCE_FILE (the URI and each file's
+size) last and renames it to `local_dir`; a later `get_dir` of the same URI into that folder returns it as it is.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -19,11 +22,14 @@ from minio import Minio
 from minio.error import S3Error
 
 from trainer.checkpoint_store import S3Endpoint
+from trainer.checkpoint_store_local import copy_files, files_last
 from trainer.checkpoint_uris import CheckpointError, parse_checkpoint_uri
-from trainer.checkpoints import fsync_dir
+from trainer.checkpoints import fsync_dir, write_atomic
 
 KEY_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """One segment of a key: letters, digits, '.', '_', '-' (no '..', no slashes)."""
+SOURCE_FILE = ".object-store-source.json"
+"""Written last into each folder `get_dir` makes: `{"uri": ..., "files": {relative path: size in bytes}}`."""
 
 
 class ObjectStoreError(CheckpointError):
@@ -46,7 +52,8 @@ class DirectoryStore(Protocol):
         ...
 
     def get_dir(self, uri: str, local_dir: Path) -> Path:
-        """Downloads the folder at `uri` into the new directory `local_dir`; returns it."""
+        """Downloads the folder at `uri` into the new or empty directory `local_dir` and returns it; a complete copy
+        of the same `uri` that an earlier `get_dir` left there is returned without downloading again."""
         ...
 
 
@@ -59,11 +66,11 @@ def check_key(key: str) -> str:
 
 
 def local_files(local_dir: Path, marker: str) -> list[str]:
-    """The relative paths of `local_dir`'s files, sorted, `marker` last; raises when `marker` is missing."""
+    """The relative paths of `local_dir`'s files but SOURCE_FILE, sorted, `marker` last; raises when `marker` is
+    missing."""
     if not (local_dir / marker).is_file():
         raise ObjectStoreError(f"{local_dir} has no {marker}; write it before uploading the folder")
-    names = sorted(p.relative_to(local_dir).as_posix() for p in local_dir.rglob("*") if p.is_file())
-    return [name for name in names if name != marker] + [marker]
+    return [name for name in files_last(local_dir, marker) if name != SOURCE_FILE]
 
 
 class LocalDirectoryStore:
@@ -81,7 +88,7 @@ class LocalDirectoryStore:
         final.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
         try:
-            _copy(Path(local_dir), files, staging)
+            copy_files(Path(local_dir), files, staging)
             shutil.rmtree(final, ignore_errors=True)  # without its marker it is debris of an interrupted upload
             os.rename(staging, final)
             fsync_dir(final.parent)
@@ -99,13 +106,13 @@ class LocalDirectoryStore:
         return (self.root / check_key(key)).as_uri()
 
     def get_dir(self, uri: str, local_dir: Path) -> Path:
-        """Copies the folder at the `file://` `uri` into `local_dir`."""
+        """Copies the folder at the `file://` `uri` into `local_dir` (reused when it already holds that copy)."""
         parsed = parse_checkpoint_uri(uri)
         if parsed.scheme != "file" or not Path(parsed.path).is_dir():
             raise ObjectStoreError(f"no folder at {uri!r}; pass a file:// URI that put_dir returned")
         source = Path(parsed.path)
-        files = sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
-        return _into_new_dir(Path(local_dir), lambda staging: _copy(source, files, staging))
+        files = files_last(source)
+        return _get_into(Path(local_dir), uri, lambda staging: copy_files(source, files, staging))
 
 
 class S3DirectoryStore:
@@ -147,10 +154,12 @@ class S3DirectoryStore:
         return True
 
     def get_dir(self, uri: str, local_dir: Path) -> Path:
-        """Downloads every object under the `s3://` `uri` into `local_dir`."""
+        """Downloads every object under the `s3://` `uri` into `local_dir` (reused when it already holds that copy)."""
         parsed = parse_checkpoint_uri(uri)
         if parsed.scheme != "s3" or parsed.bucket != self.bucket:
             raise ObjectStoreError(f"{uri!r} is not in s3://{self.bucket}; use a store for its bucket")
+        if _holds_copy(Path(local_dir), uri):
+            return Path(local_dir)
         try:
             objects = list(self._client.list_objects(self.bucket, prefix=f"{parsed.path}/", recursive=True))
         except S3Error as error:
@@ -163,7 +172,7 @@ class S3DirectoryStore:
                 self._client.fget_object(self.bucket, obj.object_name,
                                          str(staging / obj.object_name[len(parsed.path) + 1:]))
 
-        return _into_new_dir(Path(local_dir), download)
+        return _get_into(Path(local_dir), uri, download)
 
 
 def directory_store_from_uri(root_uri: str, s3: S3Endpoint | None = None) -> DirectoryStore:
@@ -177,24 +186,52 @@ def directory_store_from_uri(root_uri: str, s3: S3Endpoint | None = None) -> Dir
     return S3DirectoryStore(s3, root.bucket, root.path)
 
 
-def _copy(source: Path, files: list[str], dest: Path) -> None:
-    for name in files:
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / name, dest / name)
-    fsync_dir(dest)
-
-
-def _into_new_dir(local_dir: Path, fill) -> Path:
-    if local_dir.exists() and any(local_dir.iterdir()):
-        raise ObjectStoreError(f"{local_dir} is not empty; download into a new or empty directory")
+def _get_into(local_dir: Path, uri: str, fill: Callable[[Path], None]) -> Path:
+    """`local_dir` filled by `fill(staging)` plus SOURCE_FILE, renamed into place; reused when it holds `uri`."""
+    if _holds_copy(local_dir, uri):
+        return local_dir
     local_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{local_dir.name}.tmp-", dir=local_dir.parent))
     try:
         fill(staging)
+        files = {name: (staging / name).stat().st_size for name in files_last(staging)}
+        record = json.dumps({"uri": str(parse_checkpoint_uri(uri)), "files": files}, indent=2, sort_keys=True)
+        write_atomic(staging / SOURCE_FILE, record + "\n")  # fsynced, last: the copy is complete
         if local_dir.exists():
-            local_dir.rmdir()
+            local_dir.rmdir()  # empty, checked by _holds_copy
         os.rename(staging, local_dir)
+        fsync_dir(local_dir.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return local_dir
+
+
+def _holds_copy(local_dir: Path, uri: str) -> bool:
+    """Whether `local_dir` is a complete copy of `uri` that `get_dir` made; False when it is missing or empty, raises
+    naming the fix when it holds anything else."""
+    if not local_dir.exists() or (local_dir.is_dir() and not any(local_dir.iterdir())):
+        return False
+    record = _read_record(local_dir / SOURCE_FILE)
+    if record is None:
+        problem = f"has no readable {SOURCE_FILE}, so no get_dir made it"
+    elif record["uri"] != str(parse_checkpoint_uri(uri)):
+        problem = f"holds a copy of {record['uri']!r}"
+    elif changed := [name for name, size_bytes in record["files"].items()
+                     if not (local_dir / name).is_file() or (local_dir / name).stat().st_size != size_bytes]:
+        problem = f"lacks or changed {len(changed)} of its files, e.g. {changed[0]}"
+    else:
+        return True
+    raise ObjectStoreError(f"{local_dir} is not empty and {problem}, not a complete copy of {uri!r}; remove it or "
+                           "download into a new or empty directory")
+
+
+def _read_record(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("uri"), str) or not isinstance(
+            record.get("files"), dict):
+        return None
+    return record

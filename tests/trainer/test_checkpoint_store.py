@@ -50,7 +50,7 @@ def store(request, tmp_path: Path) -> CheckpointStore:
     return store_from_uri(f"s3://{bucket}/runs/v1", request.getfixturevalue("s3_endpoint"))
 
 
-def write_checkpoint(root: Path, step: int, extra_bytes: int = 0) -> Path:
+def write_checkpoint(root: Path, step: int, extra_bytes: int = 0, created_at: float = 1.0) -> Path:
     """A real checkpoint directory from trainer.checkpoints, optionally with a large extra file."""
     tokenizer_dir = root / "tokenizer-source"
     tokenizer_dir.mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,7 @@ def write_checkpoint(root: Path, step: int, extra_bytes: int = 0) -> Path:
     parameter.sum().backward()
     optimizer.step()
     meta = checkpoints.CheckpointMeta(
-        policy_version=step + 1, step=step, optimizer_updates=step, base_model="/models/fake", created_at=1.0
+        policy_version=step + 1, step=step, optimizer_updates=step, base_model="/models/fake", created_at=created_at
     )
     path = checkpoints.save_checkpoint(root / "local", FakeModel(step), optimizer, meta, tokenizer_dir)
     if extra_bytes:
@@ -150,9 +150,35 @@ def test_missing_checkpoints_duplicates_and_bad_inputs_are_refused(store, tmp_pa
         store.upload(tmp_path, "run", 4)
     with pytest.raises(CheckpointError, match="run id '../x'"):
         store.upload(tmp_path / "local" / "step-000003", "../x", 4)
-    store.download(uri, tmp_path / "out")
-    with pytest.raises(CheckpointError, match="already exists; download into an empty directory"):
+
+
+def test_downloading_the_same_checkpoint_twice_reuses_the_first_copy(store, tmp_path):
+    """A run that crashes twice resumes twice from one checkpoint into the same folder."""
+    source = write_checkpoint(tmp_path, step=3)
+    uri = store.upload(source, "run", 3)
+    first = store.download(uri, tmp_path / "resume")
+    (first / "sentinel.txt").write_text("left by the first download")
+    second = store.download(uri, tmp_path / "resume")
+    assert second == first == tmp_path / "resume" / "step-000003"
+    assert (second / "sentinel.txt").is_file()  # not downloaded again
+    assert {k: v for k, v in tree(second).items() if k != "sentinel.txt"} == tree(source)
+    assert [p.name for p in (tmp_path / "resume").iterdir()] == ["step-000003"]  # no staging left
+
+
+def test_a_folder_holding_another_or_a_partial_checkpoint_is_refused_with_the_fix(store, tmp_path):
+    uri = store.upload(write_checkpoint(tmp_path / "a", step=3), "run", 3)
+    other = store.upload(write_checkpoint(tmp_path / "b", step=3, created_at=2.0), "other-run", 3)
+    copy = store.download(uri, tmp_path / "out")
+    with pytest.raises(CheckpointError, match=r"step-000003 already exists but holds another checkpoint.*remove it"):
+        store.download(other, tmp_path / "out")
+    (copy / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="lacks 1 of the checkpoint's files, e.g. model.safetensors"):
         store.download(uri, tmp_path / "out")
+    (tmp_path / "foreign" / "step-000003").mkdir(parents=True)
+    (tmp_path / "foreign" / "step-000003" / "notes.txt").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match=f"has no {checkpoints.META_FILE}.*download into another directory"):
+        store.download(uri, tmp_path / "foreign")
+    assert [p.name for p in (tmp_path / "foreign" / "step-000003").iterdir()] == ["notes.txt"]  # left as it was
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from agents.swe.splits import (
     read_splits,
     write_splits,
 )
-from trainer.object_store import ObjectStoreError, directory_store_from_uri
+from trainer.object_store import SOURCE_FILE, ObjectStoreError, directory_store_from_uri, local_files
 
 TRAIN = [{"instance_id": f"t{i}", "problem_statement": f"bug {i} ✓", "FAIL_TO_PASS": ["a::b"], "PASS_TO_PASS": [],
           "base_commit": None, "source": "swe-smith"} for i in range(5)]
@@ -57,8 +57,37 @@ def test_published_splits_round_trip_exactly(store, tmp_path):
     back = fetch_splits(store, uri, tmp_path / "fetched")
     assert back.train == TRAIN and back.val == VAL
     assert back.manifest == manifest
-    with pytest.raises(ObjectStoreError, match="not empty"):
+
+
+def test_fetching_the_same_splits_twice_reuses_the_first_copy(store, tmp_path):
+    """A resumed train-swe run fetches its `splits:` source again into `run_dir/splits`."""
+    folder, _ = write_splits(tmp_path / "local", TRAIN, VAL, **RECIPE)
+    uri = publish_splits(folder, store)
+    first = fetch_splits(store, uri, tmp_path / "run" / "splits")
+    (tmp_path / "run" / "splits" / "sentinel.txt").write_text("left by the first fetch")
+    assert store.get_dir(uri, tmp_path / "run" / "splits") == tmp_path / "run" / "splits"
+    assert fetch_splits(store, uri, tmp_path / "run" / "splits") == first
+    assert (tmp_path / "run" / "splits" / "sentinel.txt").is_file()  # not downloaded again
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["splits"]  # no staging left
+    assert SOURCE_FILE not in local_files(tmp_path / "run" / "splits", MANIFEST_FILE)  # never uploaded back
+
+
+def test_a_folder_holding_other_splits_or_other_files_is_refused_with_the_fix(store, tmp_path):
+    uri = publish_splits(write_splits(tmp_path / "a", TRAIN, VAL, **RECIPE)[0], store)
+    other = publish_splits(write_splits(tmp_path / "b", TRAIN, VAL, **{**RECIPE, "seed": 4})[0], store)
+    fetch_splits(store, uri, tmp_path / "fetched")
+    with pytest.raises(ObjectStoreError, match=r"fetched is not empty and holds a copy of .*remove it or download"):
+        fetch_splits(store, other, tmp_path / "fetched")
+    (tmp_path / "fetched" / TRAIN_FILE).write_text("half")
+    with pytest.raises(ObjectStoreError, match=f"lacks or changed 1 of its files, e.g. {TRAIN_FILE}"):
         fetch_splits(store, uri, tmp_path / "fetched")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("not a split")
+    with pytest.raises(ObjectStoreError, match=f"foreign is not empty and has no readable {SOURCE_FILE}"):
+        fetch_splits(store, uri, tmp_path / "foreign")
+    assert [p.name for p in (tmp_path / "foreign").iterdir()] == ["notes.txt"]  # left as it was
+    (tmp_path / "empty").mkdir()
+    assert fetch_splits(store, uri, tmp_path / "empty").train == TRAIN  # an empty folder is filled
 
 
 def test_altered_or_incomplete_folders_are_refused(tmp_path, store):
