@@ -144,11 +144,9 @@ def common_rules(recipe: str) -> list[Rule]:
 
 def recipe_rules(recipe: str) -> list[Rule]:
     """The recipe's suite: the common rules and the fields its harness and grader read."""
-    from agents.registry import RECIPE_MODULES
-
-    if recipe not in RECIPE_MODULES:
-        raise KeyError(f"no expectation suite for recipe {recipe!r}; known recipes: "
-                       f"{', '.join(sorted(RECIPE_MODULES))}")
+    if recipe not in RECIPE_RULES:
+        raise KeyError(f"no expectation suite for recipe {recipe!r}; recipes with one: "
+                       f"{', '.join(sorted(RECIPE_RULES))} (a new recipe adds its rules to RECIPE_RULES)")
     return common_rules(recipe) + RECIPE_RULES[recipe]()
 
 
@@ -188,10 +186,18 @@ def _swe_rules() -> list[Rule]:
             Rule("patch_non_empty", "patch", "text", "patch is a non-empty string", required=False)]
 
 
+def _swe_bench_rules() -> list[Rule]:
+    """The rollout input of `agents.swe_bench.recipe.rollout_input`: the hidden fields stay in the store."""
+    return [*required_field("problem_statement", "text"), *required_field("image", "text"),
+            *required_field("store", "text"),
+            Rule("base_commit_non_empty", "base_commit", "text", "base_commit is a non-empty string", required=False)]
+
+
 RECIPE_RULES: dict[str, Callable[[], list[Rule]]] = {
     "instruction_following": _instruction_rules,
     "search": _search_rules,
     "swe": _swe_rules,
+    "swe_bench": _swe_bench_rules,
 }
 
 

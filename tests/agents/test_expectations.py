@@ -7,9 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from agents.expectations import SHOWN_IDS, DataValidationError, recipe_rules, require_valid, validate_rows
-from agents.registry import get_recipe
+from agents.expectations import (
+    SHOWN_IDS,
+    DataValidationError,
+    common_rules,
+    recipe_rules,
+    require_valid,
+    validate_rows,
+)
+from agents.registry import RECIPE_MODULES, get_recipe
 from agents.swe.recipe import rollout_input
+from agents.swe_bench.recipe import rollout_input as bench_rollout_input
 from tests.agents.support import drop_everywhere as _drop_everywhere
 from tests.agents.support import set_value as _set
 
@@ -28,8 +36,15 @@ def swe_rows(count: int = 3) -> list[dict]:
     return [rollout_input(instance, Path("/tmp/store")) for instance in instances]
 
 
+def swe_bench_rows(count: int = 3) -> list[dict]:
+    instances = [{"instance_id": f"astropy__astropy-{i}", "problem_statement": f"separability {i} is wrong",
+                  "source": "swe-bench-verified", "base_commit": None if i == 0 else f"{i:040x}"}
+                 for i in range(count)]
+    return [bench_rollout_input(instance, Path("/tmp/store")) for instance in instances]
+
+
 @pytest.mark.parametrize(("recipe", "rows"), [("instruction_following", if_rows(50)), ("search", search_rows(50)),
-                                              ("swe", swe_rows())])
+                                              ("swe", swe_rows()), ("swe_bench", swe_bench_rows())])
 def test_generated_tasks_pass_their_recipe_suite(recipe, rows):
     report = validate_rows([{**row, "recipe": recipe} for row in rows], recipe)
     assert report.success, report.to_markdown()
@@ -67,13 +82,17 @@ BAD_ROWS = [
     ("swe", _set(1, "FAIL_TO_PASS", []), "FAIL_TO_PASS_non_empty", "local__tinymath.0000.bug__1",
      "FAIL_TO_PASS is a non-empty list"),
     ("swe", _drop_everywhere("store"), "store_exists", "local__tinymath.0000.bug__0", "column store is present"),
+    ("swe_bench", _set(1, "image", ""), "image_non_empty", "astropy__astropy-1", "image is a non-empty string"),
+    ("swe_bench", _set(2, "base_commit", " "), "base_commit_non_empty", "astropy__astropy-2",
+     "base_commit is a non-empty string"),
 ]
 
 
 @pytest.mark.parametrize(("recipe", "mutate", "rule", "row_id", "words"), BAD_ROWS,
                          ids=[f"{case[0]}-{case[2]}" for case in BAD_ROWS])
 def test_each_kind_of_bad_row_is_caught_naming_the_row_and_the_rule(recipe, mutate, rule, row_id, words):
-    rows = {"instruction_following": if_rows, "search": search_rows, "swe": swe_rows}[recipe]()
+    rows = {"instruction_following": if_rows, "search": search_rows, "swe": swe_rows,
+            "swe_bench": swe_bench_rows}[recipe]()
     mutate(rows)
     report = validate_rows(rows, recipe)
     failed = {r.name: r for r in report.failures()}
@@ -115,6 +134,12 @@ def test_the_error_pickles_with_its_report():
     rows[0]["prompt"] = ""
     error = pickle.loads(pickle.dumps(DataValidationError(validate_rows(rows, "instruction_following"))))
     assert error.report.failures()[0].name == "prompt_non_empty" and "if-0-00000" in str(error)
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPE_MODULES))
+def test_every_registered_recipe_has_a_suite(recipe):
+    own = {rule.name for rule in recipe_rules(recipe)} - {rule.name for rule in common_rules(recipe)}
+    assert own, f"{recipe}'s suite checks none of the fields its harness reads"
 
 
 def test_unknown_recipes_have_no_suite():
