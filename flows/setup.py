@@ -17,6 +17,7 @@ from harnessrl.services import ServiceSettings
 from trainer.backends.base import Backend
 from trainer.backends.torch import OptimizerConfig
 from trainer.checkpoint_store import CheckpointStore, S3Endpoint, store_from_uri
+from trainer.checkpoints import model_dir
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import FeedConfig
 from trainer.samples import SampleLimits
@@ -62,7 +63,7 @@ def fresh_plan(config: RunConfig, name: str, base_model: Path) -> RunPlan:
 
 def resumed_plan(plan: RunPlan, checkpoint: Path, state: LoopState) -> RunPlan:
     """The same run continuing from a downloaded checkpoint."""
-    return RunPlan(plan.name, plan.run_dir, plan.base_model, checkpoint, state, checkpoint)
+    return RunPlan(plan.name, plan.run_dir, plan.base_model, model_dir(checkpoint), state, checkpoint)
 
 
 def checkpoint_store(config: RunConfig) -> CheckpointStore:

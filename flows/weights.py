@@ -11,7 +11,7 @@ from flows.setup import checkpoint_store
 from harnessrl.models import resolve_model
 from tasks.evaluation import download_checkpoint
 from trainer.checkpoint_store import CheckpointStore, parse_checkpoint_uri
-from trainer.checkpoints import read_meta
+from trainer.checkpoints import model_dir, read_meta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +28,7 @@ def resolve_weights(config: RunConfig, checkpoint_uri: str | None, model: str | 
     """The checkpoint downloaded through the checkpoint store, or the model resolved (prepared or fetched)."""
     if checkpoint_uri:
         path = download_checkpoint(store_for_checkpoint(config, checkpoint_uri), checkpoint_uri, run_dir / "checkpoint")
-        return Weights(path, read_meta(path).policy_version, model_label(checkpoint_uri=checkpoint_uri),
+        return Weights(model_dir(path), read_meta(path).policy_version, model_label(checkpoint_uri=checkpoint_uri),
                        checkpoint_uri)
     assert model is not None
     return Weights(resolve_model(model), 0, model_label(model=model), None)

@@ -178,11 +178,21 @@ def prune_checkpoints(root: Path, keep: int) -> list[Path]:
 
 
 def step_root(path: Path) -> Path:
-    """The `step-NNNNNN` directory a backend's returned checkpoint path lies in (itself for the torch backend, the
-    parent of `huggingface/` for the verl backend): what is uploaded and resumed from."""
+    """The `step-NNNNNN` directory a backend's returned checkpoint path lies in (itself for the torch backend, an
+    ancestor of `verl/huggingface/` for the verl backend): what is uploaded and resumed from."""
     path = Path(path)
-    for candidate in (path, path.parent):
+    for candidate in (path, *path.parents):
         if candidate.name.startswith("step-"):
             return candidate
     raise CheckpointError(f"{path} is not inside a step-NNNNNN checkpoint directory; save with a backend's "
                           "save_checkpoint(root)")
+
+
+VERL_MODEL_DIR = Path("verl") / "huggingface"
+"""Where a verl checkpoint keeps its HF model, under the step directory."""
+
+
+def model_dir(root: Path) -> Path:
+    """The HF model directory of the step checkpoint `root`: the root itself (torch backend) or `verl/huggingface/`
+    (verl backend): what an engine serves."""
+    return Path(root) / VERL_MODEL_DIR if (Path(root) / VERL_MODEL_DIR).is_dir() else Path(root)

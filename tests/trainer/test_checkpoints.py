@@ -121,3 +121,38 @@ def test_prune_keeps_the_newest_and_the_latest(tmp_path):
     removed = prune_checkpoints(tmp_path, keep=1)
     assert [p.name for p in removed] == ["step-000001", "step-000002"]
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-000003"]
+
+
+class FakeVerlWorkers:
+    """What verl's worker group writes on save: its state and the HF model under `verl/huggingface/`."""
+
+    def save_checkpoint(self, path: str, global_step: int) -> None:
+        hf = Path(path) / "huggingface"
+        hf.mkdir(parents=True)
+        (hf / "config.json").write_text("{}")
+        (Path(path) / f"model_world_size_1_rank_0_step_{global_step}.pt").write_bytes(b"state")
+
+
+def test_a_verl_checkpoint_is_published_pruned_and_served_like_a_torch_one(tmp_path):
+    """The verl layout goes through the same machinery: step root with the meta file (upload, prune, resume) and the
+    HF directory an engine serves."""
+    from trainer.backends.verl import VerlBackend, VerlBackendConfig
+    from trainer.checkpoint_store_local import LocalCheckpointStore
+    from trainer.checkpoints import model_dir, prune_checkpoints, read_meta, step_root
+
+    backend = VerlBackend(VerlBackendConfig(model_path=tmp_path / "base"))
+    backend.workers = FakeVerlWorkers()
+    saved = []
+    for step in (1, 2):
+        backend.step = step
+        hf_dir, version = backend.save_checkpoint(tmp_path / "local")
+        saved.append(hf_dir)
+    assert (hf_dir / "config.json").is_file() and step_root(hf_dir) == tmp_path / "local" / "step-000002"
+    assert read_meta(step_root(hf_dir)).step == 2
+
+    uri = LocalCheckpointStore(tmp_path / "store").upload(step_root(hf_dir), "run", 2)
+    downloaded = LocalCheckpointStore(tmp_path / "store").download(uri, tmp_path / "resume")
+    assert model_dir(downloaded) == downloaded / "verl" / "huggingface"
+    assert (model_dir(downloaded) / "config.json").is_file() and read_meta(downloaded).step == 2
+
+    assert prune_checkpoints(tmp_path / "local", keep=1) == [step_root(saved[0])]

@@ -196,7 +196,7 @@ class VerlBackend:
         self.workers.reset()
         resume = self.config.resume_from
         if resume is not None:
-            meta = checkpoints.read_meta(Path(resume) / "huggingface")
+            meta = checkpoints.read_meta(Path(resume))
             self.workers.load_checkpoint(str(Path(resume) / "verl"), del_local_after_load=False)
             self.step, self.optimizer_updates, self._version = meta.step, meta.optimizer_updates, meta.policy_version
 
@@ -251,18 +251,17 @@ class VerlBackend:
         return {key: _as_float(value) for key, value in tu.get(output, "metrics").items()}
 
     def save_checkpoint(self, directory: Path) -> tuple[Path, int]:
-        """Writes `directory/step-NNNNNN/{verl,huggingface}`; returns the HF directory and the policy version."""
+        """Writes `directory/step-NNNNNN/` (verl's state in `verl/`, the HF model in `verl/huggingface/`, the meta file
+        at the top); returns the HF directory and the policy version."""
         if self.workers is None:
             raise RuntimeError("VerlBackend.save_checkpoint before load(); call load() first")
         root = Path(directory) / checkpoints.checkpoint_name(self.step)
         if root.exists():
             raise checkpoints.CheckpointError(f"checkpoint {root} already exists; save into another root")
         self.workers.save_checkpoint(str(root / "verl"), global_step=self.step)
-        hf_dir = root / "verl" / "huggingface"
         meta = checkpoints.meta_now(self._version, self.step, self.optimizer_updates, self.config.model_path)
-        (hf_dir / checkpoints.META_FILE).write_text(meta.model_dump_json(indent=2))
-        (root / "huggingface").symlink_to(hf_dir.relative_to(root), target_is_directory=True)
-        return root / "huggingface", self._version
+        checkpoints.write_atomic(root / checkpoints.META_FILE, meta.model_dump_json(indent=2))
+        return checkpoints.model_dir(root), self._version
 
 
 def _as_float(value: Any) -> float:
