@@ -23,7 +23,7 @@ from gateway.client import GatewayClient
 from gateway.records import EventKind, RolloutMode
 from tasks.tracking import MlflowTracker
 from trainer.checkpoint_store import CheckpointStore
-from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed
+from trainer.rollout_feed import FeedClient, FeedConfig, run_once
 from trainer.rollout_groups import FinishedGroup
 
 REPORT_ARTIFACT_KEY = "swe-bench-verified-report"
@@ -88,17 +88,15 @@ def run_rollouts(client: FeedClient, tasks: Sequence[dict[str, Any]], id_prefix:
                  task_overrides: dict[str, Any] | None = None) -> tuple[list[FinishedGroup], list[str]]:
     """Each task once in val mode (groups of 1); the finished groups and the ids of tasks without a verdict after
     `timeout_s` (reported as infra failures instead of failing the whole evaluation)."""
-    config = FeedConfig(1, id_prefix, RolloutMode.VAL, max_attempts=max_attempts, task_overrides=task_overrides)
-    feed = RolloutFeed(client, config, iter(enumerate(tasks)))
-    submitted = feed.submit(len(tasks), policy_version)
-    with tqdm(total=submitted, desc=f"evaluate {id_prefix}", unit="instance", leave=False) as bar:
-        try:
-            feed.wait_for(submitted, timeout_s, on_poll=lambda ready: bar.update(ready - bar.n))
-        except TimeoutError as error:
-            print(f"evaluation rollouts: {error}; the unfinished instances are reported as infra failures")
-    groups = feed.take(feed.ready)
-    finished = {str(group.task["id"]) for group in groups}
-    return groups, [str(t["id"]) for t in tasks if str(t["id"]) not in finished]
+    config = FeedConfig(1, id_prefix, RolloutMode.VAL, max_attempts=max_attempts, task_overrides=task_overrides,
+                        fetch_calls=False)
+    with tqdm(total=len(tasks), desc=f"evaluate {id_prefix}", unit="instance", leave=False) as bar:
+        groups, unfinished = run_once(client, config, tasks, policy_version, timeout_s,
+                                      on_poll=lambda ready: bar.update(ready - bar.n))
+    if unfinished:
+        print(f"evaluation rollouts: {len(unfinished)} instances unfinished after {timeout_s:.0f} s; they are "
+              "reported as infra failures")
+    return groups, unfinished
 
 
 @task(name="collect-outcomes", cache_policy=NO_CACHE, persist_result=False)
