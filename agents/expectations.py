@@ -93,13 +93,13 @@ def require_valid(report: ValidationReport) -> ValidationReport:
 
 @dataclass(frozen=True)
 class Rule:
-    """One check of one column."""
+    """One check of one column; a value rule is skipped when no row has the column and passes null values
+    (`exists` and `not_null` rules make a column required)."""
 
     name: str  # short name, e.g. "prompt_non_empty"
     column: str  # the task field ('' for a table rule)
     kind: str  # rows | exists | not_null | unique | text | list | integer | between | in_set | custom | row
     rule: str  # the rule in words
-    required: bool = True  # False: checked only when the column is present
     min_value: float | None = None  # "between": smallest allowed value
     max_value: float | None = None  # "between": largest allowed value
     allowed: tuple[Any, ...] = ()  # "in_set": allowed values
@@ -125,9 +125,9 @@ def integer_field(column: str, min_value: float | None = None, max_value: float 
     if required:
         rules.append(Rule(f"{column}_exists", column, "exists", f"column {column} is present"))
         rules.append(Rule(f"{column}_not_null", column, "not_null", f"{column} is set in every row"))
-    rules.append(Rule(f"{column}_integer", column, "integer", f"{column} is an integer", required))
+    rules.append(Rule(f"{column}_integer", column, "integer", f"{column} is an integer"))
     if bounds:
-        rules.append(Rule(f"{column}_range", column, "between", f"{column} is {bounds}", required,
+        rules.append(Rule(f"{column}_range", column, "between", f"{column} is {bounds}",
                           min_value=min_value, max_value=max_value))
     return rules
 
@@ -137,7 +137,7 @@ def common_rules(recipe: str) -> list[Rule]:
     return [Rule("has_rows", "", "rows", "there is at least one row"),
             *required_field("id", "text"),
             Rule("id_unique", "id", "unique", "id is unique"),
-            Rule("recipe_matches", "recipe", "in_set", f"recipe is {recipe!r}", required=False, allowed=(recipe,)),
+            Rule("recipe_matches", "recipe", "in_set", f"recipe is {recipe!r}", allowed=(recipe,)),
             *integer_field("max_tokens", min_value=1),
             *integer_field("step_limit", min_value=1)]
 
@@ -180,17 +180,16 @@ def _search_rules() -> list[Rule]:
 
 def _swe_rules() -> list[Rule]:
     return [*required_field("problem_statement", "text"), *required_field("store", "text"),
-            Rule("repo_non_empty", "repo", "text", "repo is a non-empty string", required=False),
-            Rule("FAIL_TO_PASS_non_empty", "FAIL_TO_PASS", "list", "FAIL_TO_PASS is a non-empty list",
-                 required=False),
-            Rule("patch_non_empty", "patch", "text", "patch is a non-empty string", required=False)]
+            Rule("repo_non_empty", "repo", "text", "repo is a non-empty string"),
+            Rule("FAIL_TO_PASS_non_empty", "FAIL_TO_PASS", "list", "FAIL_TO_PASS is a non-empty list"),
+            Rule("patch_non_empty", "patch", "text", "patch is a non-empty string")]
 
 
 def _swe_bench_rules() -> list[Rule]:
     """The rollout input of `agents.swe_bench.recipe.rollout_input`: the hidden fields stay in the store."""
     return [*required_field("problem_statement", "text"), *required_field("image", "text"),
             *required_field("store", "text"),
-            Rule("base_commit_non_empty", "base_commit", "text", "base_commit is a non-empty string", required=False)]
+            Rule("base_commit_non_empty", "base_commit", "text", "base_commit is a non-empty string")]
 
 
 RECIPE_RULES: dict[str, Callable[[], list[Rule]]] = {

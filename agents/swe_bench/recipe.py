@@ -33,7 +33,6 @@ from controller.config import KubernetesSettings, load_controller_config
 NAME = "swe_bench"
 INSTANCES_FILE = "instances.jsonl"
 CONFIG_ENV = "HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG"
-HIDDEN_KEYS = ("fix_patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS", "bug_patch")
 
 
 def write_store(instances: Iterable[Mapping[str, Any]], store: Path) -> Path:
