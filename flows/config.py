@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harnessrl.settings_file import read_settings
 from trainer.advantages import AdvantageConfig
 from trainer.losses import LossConfig
 
@@ -219,10 +220,7 @@ def load_run_config(profile: str | Path, overrides: Mapping[str, Any] | None = N
                     recipe: str | None = None) -> RunConfig:
     """Reads a profile, applies `overrides` (dotted keys) and `recipe` (when given), validates."""
     path = profile_path(profile)
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of run settings, got {type(data).__name__}")
-    data = apply_overrides(data, overrides or {})
+    data = apply_overrides(read_settings(path, {}, "run settings"), overrides or {})
     if recipe is not None:
         if data.get("recipe", recipe) != recipe:
             raise ValueError(f"profile {path.name} is for recipe {data['recipe']!r}, not {recipe!r}; "

@@ -6,15 +6,14 @@ import json
 import uuid
 from pathlib import Path
 
+import mlflow
 import pytest
 
+from tasks.tracking import MlflowTracker, find_run_id
+from tests.services import MlflowServerProcess
+from trainer.tracking import MAX_TAG_VALUE_CHARS, TRUNCATION_MARKER, Tracker
+
 pytestmark = pytest.mark.slow
-
-mlflow = pytest.importorskip("mlflow")
-
-from tasks.tracking import MlflowTracker, find_run_id  # noqa: E402
-from tests.services import MlflowServerProcess  # noqa: E402
-from trainer.tracking import MAX_TAG_VALUE_CHARS, TRUNCATION_MARKER, Tracker  # noqa: E402
 
 CONFIG = {"recipe": "swe", "algorithm": {"estimator": "grpo", "lr": 1e-6, "groups": [4, 8]},
           "work_dir": Path("/runs/a")}

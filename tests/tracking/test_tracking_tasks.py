@@ -6,10 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mlflow")
-pytest.importorskip("prefect")
-
-from tasks.tracking import (  # noqa: E402
+from tasks.tracking import (
     MlflowTracker,
     default_artifact_location,
     end_tracking,
@@ -19,8 +16,8 @@ from tasks.tracking import (  # noqa: E402
     trajectory_artifact_file,
     ui_command,
 )
-from tests.services import MlflowServerProcess  # noqa: E402
-from tests.tracking.support import USER, make_call, make_rollout  # noqa: E402
+from tests.services import MlflowServerProcess
+from tests.tracking.support import USER, make_call, make_rollout
 
 
 def test_ui_command() -> None:
