@@ -13,6 +13,7 @@ from agents.expectations import ValidationReport, require_valid, validate_rows
 from agents.swe.evaluation import rollout_tasks
 from agents.swe.splits import SplitStore, fetch_splits
 from agents.task_data import load_task_rows
+from tasks.retries import io_failure
 
 
 def report_artifact_key(recipe: str) -> str:
@@ -20,7 +21,7 @@ def report_artifact_key(recipe: str) -> str:
     return f"data-validation-{recipe.replace('_', '-').lower()}"
 
 
-@task(name="load-tasks", retries=2, retry_delay_seconds=10)
+@task(name="load-tasks", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10)
 def load_tasks(source: str, recipe: str, count: int | None, seed: int, cache_dir: Path) -> list[dict[str, Any]]:
     """The task rows of `source` ("generated", a local file or directory, or a hub id[:split])."""
     return load_task_rows(source, recipe=recipe, count=count, seed=seed, cache_dir=cache_dir)
@@ -36,7 +37,7 @@ def validate_tasks(rows: list[dict[str, Any]], recipe: str) -> ValidationReport:
     return require_valid(report)
 
 
-@task(name="load-swe-splits", retries=2, retry_delay_seconds=10, cache_policy=NO_CACHE)
+@task(name="load-swe-splits", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10, cache_policy=NO_CACHE)
 def load_swe_splits(store: SplitStore, uri: str, local_dir: Path, swe_store: Path) -> tuple[list[dict], list[dict]]:
     """The train and val rollout tasks of a versioned SWE split (written by `prepare-swe-data`): each instance as the
     `swe` recipe's rollout input (no fix, no tests), its repository in the generated store `swe_store`."""

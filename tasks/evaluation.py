@@ -21,6 +21,7 @@ from agents.swe.instances import Source
 from agents.swe.predictions import Prediction, write_predictions
 from gateway.client import GatewayClient
 from gateway.records import EventKind, RolloutMode
+from tasks.retries import io_failure
 from tasks.tracking import MlflowTracker
 from trainer.checkpoint_store import CheckpointStore
 from trainer.rollout_feed import FeedClient, FeedConfig, run_once
@@ -57,19 +58,22 @@ def find_latest_checkpoint(tracking_uri: str, recipe: str = "swe") -> TrainCheck
                            run.info.experiment_id)
 
 
-@task(name="find-latest-checkpoint", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+@task(name="find-latest-checkpoint", cache_policy=NO_CACHE, persist_result=False,
+      retries=2, retry_condition_fn=io_failure, retry_delay_seconds=5)
 def latest_train_checkpoint(tracking_uri: str, recipe: str = "swe") -> TrainCheckpoint | None:
     """The latest checkpoint of the `recipe` training runs (see `find_latest_checkpoint`)."""
     return find_latest_checkpoint(tracking_uri, recipe)
 
 
-@task(name="download-checkpoint", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=10)
+@task(name="download-checkpoint", cache_policy=NO_CACHE, persist_result=False,
+      retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10)
 def download_checkpoint(store: CheckpointStore, checkpoint_uri: str, local_dir: Path) -> Path:
     """The checkpoint at `checkpoint_uri`, copied under `local_dir` (the store reuses a complete copy already there)."""
     return store.download(checkpoint_uri, local_dir)
 
 
-@task(name="load-swe-instances", retries=2, retry_delay_seconds=10, cache_policy=NO_CACHE, persist_result=False)
+@task(name="load-swe-instances", cache_policy=NO_CACHE, persist_result=False,
+      retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10)
 def load_instances(source: str, kind: Source, cache_dir: Path, split: str | None, limit: int | None,
                    store: Path) -> list[dict[str, Any]]:
     """Normalised instances of `source` ("generated": the SWE store `store`, a local file, or a hub id)."""

@@ -10,12 +10,14 @@ from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
 from gateway.records import RolloutMode
+from tasks.retries import io_failure
 from trainer.group_batch import reward_metrics
 from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed, run_once
 from trainer.rollout_groups import FinishedGroup
 
 
-@task(name="submit-groups", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+@task(name="submit-groups", cache_policy=NO_CACHE, persist_result=False,
+      retries=2, retry_condition_fn=io_failure, retry_delay_seconds=5)
 def fill_in_flight(feed: RolloutFeed, target_groups: int, policy_version: int) -> int:
     """Creates groups until `target_groups` are in flight; returns how many were created."""
     return feed.fill(target_groups, policy_version)

@@ -30,6 +30,7 @@ from agents.swe.expectations import validate_swe_rows
 from agents.swe.instances import Source
 from agents.swe.splits import SplitManifest, SplitStore, publish_splits, write_splits
 from gateway.records import FailureKind, RolloutMode, RolloutState
+from tasks.retries import io_failure
 from trainer.rollout_feed import FeedClient, FeedConfig, run_once
 from trainer.rollout_groups import FinishedGroup
 
@@ -42,7 +43,7 @@ def validation_artifact_key(kind: str) -> str:
     return f"swe-data-validation-{kind}"
 
 
-@task(name="load-swe-rows", retries=2, retry_delay_seconds=10, **NO_TASK)
+@task(name="load-swe-rows", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10, **NO_TASK)
 def load_swe_rows(source: str, kind: Source, cache_dir: Path, split: str | None, limit: int | None,
                   store: Path | None) -> list[dict[str, Any]]:
     """The raw rows of `source` in the dataset's own columns ("generated": the SWE store `store`)."""
@@ -144,7 +145,7 @@ def select_splits(outcomes: Mapping[str, Sequence[float]], k: int, n_mixed: int,
     return split
 
 
-@task(name="write-swe-splits", retries=2, retry_delay_seconds=10, **NO_TASK)
+@task(name="write-swe-splits", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10, **NO_TASK)
 def write_versioned_splits(directory: Path, store: SplitStore, train: list[dict[str, Any]],
                            val: list[dict[str, Any]], manifest_fields: dict[str, Any]) -> tuple[str, SplitManifest]:
     """Writes the split folder under `directory` and publishes it to `store`; returns its URI and manifest."""

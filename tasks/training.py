@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from tasks.retries import io_failure
 from trainer.advantages import AdvantageConfig
 from trainer.backends.base import Backend
 from trainer.checkpoint_store import CheckpointStore
@@ -55,7 +56,8 @@ def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, gro
     return result
 
 
-@task(name="publish-checkpoint", cache_policy=NO_CACHE, persist_result=False, retries=3, retry_delay_seconds=10)
+@task(name="publish-checkpoint", cache_policy=NO_CACHE, persist_result=False,
+      retries=3, retry_condition_fn=io_failure, retry_delay_seconds=10)
 def publish_checkpoint(store: CheckpointStore, checkpoint: Path, run_name: str, step: int, state: LoopState) -> str:
     """Saves the loop state in the checkpoint's step directory, uploads that directory, returns its URI."""
     root = step_root(checkpoint)
@@ -63,7 +65,8 @@ def publish_checkpoint(store: CheckpointStore, checkpoint: Path, run_name: str, 
     return store.upload(root, run_name, step)
 
 
-@task(name="find-resume-point", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+@task(name="find-resume-point", cache_policy=NO_CACHE, persist_result=False,
+      retries=2, retry_condition_fn=io_failure, retry_delay_seconds=5)
 def find_resume_point(store: CheckpointStore, run_name: str, local_dir: Path) -> tuple[Path, LoopState] | None:
     """The run's last uploaded checkpoint, downloaded, with its loop state (None: a fresh run)."""
     uri = store.latest(run_name)
