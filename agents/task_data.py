@@ -153,8 +153,9 @@ def _generated_dataset(recipe: str, count: int | None, seed: int, cache_dir: Pat
 
     if count is None:
         raise TaskDataError(f"generated tasks need a count (how many to generate) for recipe {recipe!r}; pass count")
-    rows = get_recipe(recipe).generate(count, seed)
-    path = write_task_rows(rows, cache_dir / "generated" / f"{recipe}-seed{seed}-n{count}.jsonl")
+    path = cache_dir / "generated" / f"{recipe}-seed{seed}-n{count}.jsonl"
+    if not path.is_file():  # generation is deterministic in (recipe, count, seed): a resumed run reads its file
+        write_task_rows(get_recipe(recipe).generate(count, seed), path)
     return _local_dataset(path, cache_dir)
 
 

@@ -45,6 +45,14 @@ def test_generated_rows_round_trip_exactly(recipe, tmp_path):
     assert list((tmp_path / "generated").glob("*.jsonl")), "generated rows go through a JSONL file"
 
 
+def test_generated_rows_are_read_back_not_generated_again(tmp_path, monkeypatch):
+    """A resumed run (same cache folder) reads its generated file: a SWE recipe would download and test again."""
+    first = load_task_rows("generated", recipe="search", count=5, seed=1, cache_dir=tmp_path)
+    recipe = get_recipe("search")
+    monkeypatch.setattr(type(recipe), "generate", lambda *_: pytest.fail("generated again"))
+    assert load_task_rows("generated", recipe="search", count=5, seed=1, cache_dir=tmp_path) == first
+
+
 def test_generated_swe_rows_round_trip_exactly(swe_store, tmp_path, monkeypatch):
     project, store = swe_store
     monkeypatch.setattr(swe_recipe, "RECIPE", SweRecipe(store=store, source=str(project)))
