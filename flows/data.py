@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from agents.swe.instances import Source, normalize_rows
 from agents.swe.recipe import SweRecipe
 from agents.swe.splits import SplitManifest
 from flows.config import RunConfig, load_run_config
-from flows.setup import fresh_plan, s3_endpoint, service_settings
+from flows.setup import RunPlan, fresh_plan, run_folder, run_name, s3_endpoint, service_settings
 from flows.weights import Weights, resolve_weights
 from harnessrl.services import RunServices
 from tasks.swe_data import (
@@ -108,15 +107,15 @@ def prepare_swe_data(source: str = "generated", kind: Source = "swe-smith", spli
 
 def prepare(config: RunConfig, params: DataParams, checkpoint_uri: str | None, model: str | None) -> dict[str, Any]:
     """The pipeline; returns the summary."""
-    name = config.name or f"swe-data-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-    run_dir = config.resolve(config.work_dir) / name
-    weights = resolve_weights(config, checkpoint_uri, model, run_dir)
+    name = run_name(config, prefix="swe-data")
+    weights = resolve_weights(config, checkpoint_uri, model, run_folder(config, name))
+    plan = fresh_plan(config, name, weights.path, weights.policy_version)
     tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, name,
                             tags={"pipeline": "prepare-swe-data", "source": params.source, "kind": params.kind,
                                   "model": weights.label, "checkpoint_uri": weights.checkpoint_uri or "none"})
     tracker.log_params({**config.model_dump(mode="json"), "data": _jsonable(params)})
     try:
-        summary = run_pipeline(config, params, weights, name, run_dir, tracker)
+        summary = run_pipeline(config, params, weights, plan, tracker)
     except BaseException:
         tracker.end("FAILED")
         raise
@@ -126,10 +125,10 @@ def prepare(config: RunConfig, params: DataParams, checkpoint_uri: str | None, m
     return summary
 
 
-def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, name: str, run_dir: Path,
+def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, plan: RunPlan,
                  tracker: MlflowTracker) -> dict[str, Any]:
     """load → validate → normalise → clean → probe → select → write; everything counted in `tracker`."""
-    raw = load_swe_rows(params.source, params.kind, run_dir / "data", params.split, params.limit, params.store)
+    raw = load_swe_rows(params.source, params.kind, plan.run_dir / "data", params.split, params.limit, params.store)
     report = validate_swe_data(raw, params.kind)
     tracker.log_text(report.to_markdown(), "data/validation.md")
     tracker.log_dict(report.model_dump(mode="json"), "data/validation.json")
@@ -140,14 +139,14 @@ def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, name: 
     if not candidates:
         raise ValueError(f"no instance of {params.source} survived cleaning ({step_counts(steps)}); see "
                          "data/dropped.json in the MLflow run for each reason")
-    probe = run_probes(config, params, weights, name, run_dir, candidates)
+    probe = run_probes(config, params, weights, plan.name, plan.run_dir, candidates)
     tracker.log_dict({"k": params.k, "outcomes": probe.outcomes, "unfinished": probe.unfinished},
                      "data/probe_outcomes.json")
     selected = select_splits(probe.outcomes, params.k, params.n_mixed, params.n_unsolved, params.n_heldout,
                              params.seed, params.pass_threshold)
     by_id = {row["instance_id"]: row for row in candidates}
     fields = manifest_fields(params, steps, probe, selected, weights)
-    uri, manifest = write_versioned_splits(run_dir / "splits", splits_store(config, params.splits_store),
+    uri, manifest = write_versioned_splits(plan.run_dir / "splits", splits_store(config, params.splits_store),
                                            [by_id[i] for i in selected.train], [by_id[i] for i in selected.val],
                                            fields)
     counts = {"rows_loaded": len(raw), **{f"{step}/{key}": value for step, c in fields["steps"].items()
@@ -158,7 +157,7 @@ def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, name: 
     tracker.set_tags({"splits_uri": uri, "splits_version": manifest.version})
     publish_summary(summary_markdown(params, manifest, uri))
     return {"splits_uri": uri, "version": manifest.version, "n_train": manifest.n_train, "n_val": manifest.n_val,
-            "counts": counts, "mlflow_run_id": tracker.run_id, "run_name": name}
+            "counts": counts, "mlflow_run_id": tracker.run_id, "run_name": plan.name}
 
 
 def clean(rows: list[dict[str, Any]], params: DataParams) -> list[StepResult]:
@@ -196,8 +195,7 @@ def run_probes(config: RunConfig, params: DataParams, weights: Weights, name: st
         raise ValueError(f"{len(candidates)} candidates need registry images, but the probes run the SWE recipe in "
                          "the local sandbox and the Kubernetes runner has no per-instance images yet; probe "
                          "generated tasks with environment='local'")
-    settings = dataclasses.replace(service_settings(config, fresh_plan(config, name, weights.path)), run_dir=run_dir,
-                                   policy_version=weights.policy_version)
+    settings = service_settings(config, fresh_plan(config, name, weights.path, weights.policy_version))
     r = config.rollout
     with RunServices(settings) as services:
         assert services.admin is not None

@@ -18,7 +18,6 @@ evaluate a base model on purpose with `model=...`).
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from agents.swe.recipe import SweRecipe
 from agents.swe_bench.recipe import write_store
 from agents.task_data import GENERATED
 from flows.config import RunConfig, load_run_config
-from flows.setup import fresh_plan, service_settings
+from flows.setup import fresh_plan, run_folder, run_name, service_settings
 from flows.weights import Weights, resolve_weights
 from harnessrl.services import RunServices
 from tasks.evaluation import (
@@ -104,8 +103,8 @@ def kind_of(source: str) -> Source:
 def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, source: str, kind: Source,
              split: str | None, limit: int | None, extra_tags: dict[str, str] | None = None) -> dict[str, Any]:
     """The evaluation (see the module docstring); returns the summary."""
-    name = config.name or f"swe-eval-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-    run_dir = config.resolve(config.work_dir) / name
+    name = run_name(config, prefix="swe-eval")
+    run_dir = run_folder(config, name)
     weights = resolve_weights(config, checkpoint_uri, model, run_dir)
     store = SweRecipe().store
     instances = load_instances(source, kind, run_dir / "data", split, limit, store)
@@ -119,7 +118,7 @@ def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, s
     tracker.log_params({**config.model_dump(mode="json"), "eval": {"source": source, "kind": kind, "split": split,
                                                                    "limit": limit}})
     try:
-        outcomes = run_local(config, plan, weights, name, run_dir) if plan.local or plan.kubernetes else []
+        outcomes = run_local(config, plan, weights, name) if plan.local or plan.kubernetes else []
         outcomes = ordered([*outcomes, *plan.not_runnable], instances)
         report = build_report(outcomes, model=weights.label, source=source, checkpoint_uri=weights.checkpoint_uri)
         files = publish_evaluation(tracker, report, predictions_of(outcomes, weights.label), run_dir / "evaluation")
@@ -132,16 +131,14 @@ def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, s
             **{key: str(path) for key, path in files.items()}}
 
 
-def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: str,
-              run_dir: Path) -> list[InstanceOutcome]:
+def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: str) -> list[InstanceOutcome]:
     """One val-mode rollout per local instance (and per Kubernetes one: `swe_bench` recipe, its hidden fields in
     the run's swe_bench store) against services serving `weights`; an outcome per instance."""
-    run_plan = fresh_plan(config, name, weights.path)
-    settings = dataclasses.replace(service_settings(config, run_plan), run_dir=run_dir,
-                                   policy_version=weights.policy_version)
+    run_plan = fresh_plan(config, name, weights.path, weights.policy_version)
+    settings = service_settings(config, run_plan)
     tasks = rollout_tasks(plan.local, SweRecipe().store)
     if plan.kubernetes:
-        bench_store = run_dir / BENCH_STORE_DIR
+        bench_store = run_plan.run_dir / BENCH_STORE_DIR
         write_store(plan.kubernetes, bench_store)
         tasks += bench_rollout_tasks(plan.kubernetes, bench_store)
         settings = dataclasses.replace(settings, controller_args=without_recipe(settings.controller_args))

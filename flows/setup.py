@@ -47,18 +47,24 @@ class RunPlan:
         return self.run_dir / "checkpoints"
 
 
-def run_name(config: RunConfig, now_s: float | None = None) -> str:
-    """The configured name, or `{recipe}-{UTC timestamp}`."""
+def run_name(config: RunConfig, now_s: float | None = None, prefix: str | None = None) -> str:
+    """The configured name, or `{prefix}-{UTC timestamp}` (prefix: the recipe, `_` as `-`, unless given)."""
     if config.name:
         return config.name
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now_s if now_s is not None else time.time()))
-    return f"{config.recipe.replace('_', '-')}-{stamp}"
+    return f"{prefix or config.recipe.replace('_', '-')}-{stamp}"
 
 
-def fresh_plan(config: RunConfig, name: str, base_model: Path) -> RunPlan:
-    """A run that starts from the base model."""
-    state = LoopState(run_name=name, iteration=0, next_task=0, policy_version=0)
-    return RunPlan(name, config.resolve(config.work_dir) / name, base_model, base_model, state)
+def run_folder(config: RunConfig, name: str) -> Path:
+    """The local folder of run `name`: under work_dir (relative: the project root)."""
+    return config.resolve(config.work_dir) / name
+
+
+def fresh_plan(config: RunConfig, name: str, base_model: Path, policy_version: int = 0) -> RunPlan:
+    """A run that starts from `base_model`, whose weights are `policy_version` (0: the base policy; a checkpoint's
+    version when a flow serves one without training)."""
+    state = LoopState(run_name=name, iteration=0, next_task=0, policy_version=policy_version)
+    return RunPlan(name, run_folder(config, name), base_model, base_model, state)
 
 
 def resumed_plan(plan: RunPlan, checkpoint: Path, state: LoopState) -> RunPlan:

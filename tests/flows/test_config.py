@@ -12,6 +12,7 @@ from flows.config import PROFILES_DIR, apply_overrides, load_run_config
 from flows.setup import (
     fresh_plan,
     in_flight_target,
+    run_folder,
     run_name,
     service_settings,
     task_stream,
@@ -84,6 +85,18 @@ def test_run_name_plan_and_services_from_config(tmp_path):
     from trainer.engines.embedded import EmbeddedEngine
 
     assert EmbeddedEngine("/m", num_threads=threads).environment()["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_flow_names_its_run_and_serves_a_checkpoint_version(tmp_path):
+    config = load_run_config("swe-local", {"work_dir": str(tmp_path)}, recipe="swe")
+    assert run_name(config, now_s=0, prefix="swe-eval") == "swe-eval-19700101-000000"
+    assert run_name(load_run_config("swe-local", {"name": "mine"}), prefix="swe-eval") == "mine"
+    assert run_folder(config, "e1") == tmp_path / "e1"
+    plan = fresh_plan(config, "e1", Path("/ckpt/model"), policy_version=7)
+    assert plan.run_dir == run_folder(config, "e1") and plan.state.policy_version == 7
+    settings = service_settings(config, plan)
+    assert (settings.run_dir, settings.policy_version, settings.model_path) == (tmp_path / "e1", 7,
+                                                                                Path("/ckpt/model"))
 
 
 def test_schedules_of_validation_uploads_and_task_order():
