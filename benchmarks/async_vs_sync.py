@@ -9,7 +9,7 @@ gateway process, TorchBackend) and the controller's Reconciler in a thread, runn
 calls with log-normal "tool" time between them, seeded per task and member, so both schedules see identical
 durations). The loop is the training flow's iteration without Prefect and MLflow: fill the in-flight groups (the
 ONLY difference: `flows.setup.in_flight_target`, one batch for sync, `max_inflight_groups` for async) -> wait for
-`batch_groups` complete groups -> drop_stale -> build_group_batch -> collocated_update. Prints a table; JSON to
+`batch_groups` complete groups -> the flow's tasks (fill_in_flight, build_batch, update_policy). Prints a table; JSON to
 benchmarks/results/.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from heavy_tail_harness import harness_sleeps_s
 from heavy_tail_recipe import HeavyTailRecipe
-from schedule_metrics import call_intervals, device_shares, lag_summary, rollout_lags, spread_summary
+from schedule_metrics import call_intervals, device_shares, lag_summary, spread_summary
 
 from controller.config import ControllerConfig
 from controller.reconcile import Reconciler
@@ -50,12 +50,10 @@ from flows.setup import (
 from gateway.client import GatewayClient
 from harnessrl.models import resolve_model
 from harnessrl.services import RunServices
+from tasks.rollouts import fill_in_flight
+from tasks.training import build_batch, update_policy
 from trainer.backends.base import Backend
-from trainer.checkpoints import prune_checkpoints
-from trainer.collocation import collocated_update
-from trainer.group_batch import build_group_batch
 from trainer.rollout_feed import RolloutFeed
-from trainer.rollout_groups import drop_stale
 
 RESULTS_DIR = Path(__file__).parent / "results"
 PHASES = ("rollout_s", "batch_s", "drain_s", "update_s", "checkpoint_s", "weight_sync_s")
@@ -145,14 +143,14 @@ def run_loop(config: RunConfig, plan: RunPlan, services: RunServices, backend: B
             raise RuntimeError(f"{len(records)} iterations gave only {len(update_intervals)} updates: the batches "
                                f"had no signal; last rollout errors: {errors[-3:]}")
         version, began = backend.policy_version, time.perf_counter()
-        feed.fill(in_flight_target(config), version)
+        fill_in_flight.fn(feed, in_flight_target(config), version)
         feed.wait_for(r.batch_groups, r.wait_timeout_s, on_poll=lambda _ready: _check_alive(controller))
         groups = feed.take(r.batch_groups)
         waited = time.perf_counter()
-        split = drop_stale(groups, version, r.max_version_lag)
-        batch = build_group_batch(split.kept, config.advantage_config(), sample_limits(config), r.pass_threshold)
+        batch, split = build_batch.fn(groups, version, r.max_version_lag, config.advantage_config(),
+                                      sample_limits(config), r.pass_threshold)
         built = time.perf_counter()
-        lags += rollout_lags(groups, version)
+        lags += split.lags
         errors += [rollout.error for g in groups for rollout in g.rollouts if rollout.error]
         dropped += split.dropped_rollouts
         record = {"version": version, "rollout_s": waited - began, "batch_s": built - waited,
@@ -161,10 +159,9 @@ def run_loop(config: RunConfig, plan: RunPlan, services: RunServices, backend: B
         if not batch.no_signal:
             assert batch.batch is not None
             update_began = time.time()
-            update = collocated_update(services.admin, services.engine, backend, batch.batch, plan.checkpoint_root,
-                                       config.gateway.model_name, r.drain_timeout_s)
+            update = update_policy.fn(services.admin, services.engine, backend, batch, plan.checkpoint_root,
+                                      config.gateway.model_name, r.drain_timeout_s, config.checkpoints.keep_local)
             update_intervals.append((update_began, time.time()))
-            prune_checkpoints(plan.checkpoint_root, config.checkpoints.keep_local)
             record.update(drain_s=update.drain_s, update_s=update.update_s, checkpoint_s=update.checkpoint_s,
                           weight_sync_s=update.weight_sync_s, samples=len(batch.batch.samples))
         record["iteration_s"] = time.perf_counter() - began

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from gateway.records import CallRecord
-from trainer.rollout_groups import FinishedGroup, min_call_version, version_lag_R
 
 Interval = tuple[float, float]
 
@@ -43,17 +42,6 @@ def device_shares(updates: Sequence[Interval], calls: Sequence[Interval], start_
     busy_s = union_length_s([*updates, *calls], start_s, end_s)
     return {"update_share": update_s / wall_s, "generating_share": (busy_s - update_s) / wall_s,
             "idle_share": 1.0 - busy_s / wall_s}
-
-
-def rollout_lags(groups: Iterable[FinishedGroup], current_version: int) -> list[int]:
-    """Each rollout's lag (versions between its oldest call and `current_version`), as `drop_stale` computes it."""
-    lags = []
-    for group in groups:
-        for rollout in group.rollouts:
-            oldest = min_call_version(rollout, group.calls.get(rollout.id, ()))
-            if oldest is not None:
-                lags.append(int(version_lag_R(np.array([oldest]), current_version)[0]))
-    return lags
 
 
 def lag_summary(lags: Sequence[int]) -> dict[str, object]:

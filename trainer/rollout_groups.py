@@ -80,10 +80,18 @@ class StalenessSplit:
     """Groups with their stale members removed (groups left empty are omitted)."""
     dropped_rollouts: int
     """Rollouts dropped as too stale."""
-    lag_mean: float
-    """Mean lag over all rollouts with calls."""
-    lag_max: int
-    """Largest lag seen."""
+    lags: tuple[int, ...]
+    """The lag of every rollout with calls (kept or dropped), in group order."""
+
+    @property
+    def lag_mean(self) -> float:
+        """Mean lag over all rollouts with calls."""
+        return float(np.mean(self.lags)) if self.lags else 0.0
+
+    @property
+    def lag_max(self) -> int:
+        """Largest lag seen."""
+        return max(self.lags, default=0)
 
     def as_metrics(self) -> dict[str, float]:
         """Flat metrics for the tracker."""
@@ -106,6 +114,4 @@ def drop_stale(groups: Sequence[FinishedGroup], current_version: int, max_versio
         if members:
             kept.append(FinishedGroup(group.group_id, group.task, members,
                                       {r.id: group.calls.get(r.id, ()) for r in members}, group.submitted_version))
-    lags = lag_R[has_calls_R]
-    return StalenessSplit(tuple(kept), int(stale.sum()), float(lags.mean()) if lags.size else 0.0,
-                          int(lags.max()) if lags.size else 0)
+    return StalenessSplit(tuple(kept), int(stale.sum()), tuple(int(lag) for lag in lag_R[has_calls_R]))
