@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from mlflow import MlflowClient
 
 from flows.config import DEFAULT_TRACKING_URI, load_run_config
+from tasks.tracking import find_run_id
 
 METRICS = ("rollout/reward_mean", "rollout/reward_std", "rollout/pass_rate", "val/reward_mean",
            "advantages/groups_with_signal", "loss/approx_kl_k3", "time/iteration_s")
@@ -54,15 +55,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     uri = args.tracking_uri or load_run_config("if-local").tracking_uri()
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(args.experiment)
-    if experiment is None:
-        raise SystemExit(f"no experiment {args.experiment!r} at {uri}")
     for name in args.runs:
-        found = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{name}'",
-                                   order_by=["attributes.start_time DESC"], max_results=1)
-        if not found:
-            raise SystemExit(f"no run named {name!r} in {args.experiment!r}")
-        print(table(name, history(client, found[0].info.run_id)))
+        run_id = find_run_id(uri, args.experiment, name)
+        if run_id is None:
+            raise SystemExit(f"no run named {name!r} in experiment {args.experiment!r} at {uri}")
+        print(table(name, history(client, run_id)))
         print()
 
 
