@@ -17,7 +17,6 @@ evaluate a base model on purpose with `model=...`).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -135,13 +134,12 @@ def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: s
     """One val-mode rollout per local instance (and per Kubernetes one: `swe_bench` recipe, its hidden fields in
     the run's swe_bench store) against services serving `weights`; an outcome per instance."""
     run_plan = fresh_plan(config, name, weights.path, weights.policy_version)
-    settings = service_settings(config, run_plan)
+    settings = service_settings(config, run_plan, pin_recipe=False)  # each task names swe or swe_bench
     tasks = rollout_tasks(plan.local, SweRecipe().store)
     if plan.kubernetes:
         bench_store = run_plan.run_dir / BENCH_STORE_DIR
         write_store(plan.kubernetes, bench_store)
         tasks += bench_rollout_tasks(plan.kubernetes, bench_store)
-        settings = dataclasses.replace(settings, controller_args=without_recipe(settings.controller_args))
     repos = {instance["instance_id"]: instance["repo"] for instance in (*plan.local, *plan.kubernetes)}
     r = config.rollout
     with RunServices(settings) as services:
@@ -151,15 +149,6 @@ def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: s
         outcomes = collect_outcomes(services.admin, groups, repos)
     reason = f"no verdict within rollout.wait_timeout_s={r.wait_timeout_s:g} s"
     return outcomes + [no_verdict(instance_id, repos[instance_id], reason) for instance_id in unfinished]
-
-
-def without_recipe(controller_args: tuple[str, ...]) -> tuple[str, ...]:
-    """The controller options without `--recipe NAME`: each rollout's input names its recipe (swe or swe_bench)."""
-    args = list(controller_args)
-    while "--recipe" in args:
-        index = args.index("--recipe")
-        del args[index:index + 2]
-    return tuple(args)
 
 
 def ordered(outcomes: list[InstanceOutcome], instances: list[dict[str, Any]]) -> list[InstanceOutcome]:

@@ -114,11 +114,14 @@ def build_backend(config: RunConfig, plan: RunPlan) -> Backend:
                                            dtype=b.dtype))
 
 
-def service_settings(config: RunConfig, plan: RunPlan) -> ServiceSettings:
-    """What `RunServices` starts for this run."""
+def service_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) -> ServiceSettings:
+    """What `RunServices` starts for this run. `pin_recipe`: the controller runs every rollout with the config's
+    recipe (`--recipe`); False when each rollout's input names its own recipe (evaluation mixes swe and swe_bench)."""
     c = config.controller
     controller_args = ("--runner", c.runner, "--concurrency", str(c.concurrency),
-                       "--harness-timeout-s", str(c.harness_timeout_s), "--recipe", config.recipe)
+                       "--harness-timeout-s", str(c.harness_timeout_s))
+    if pin_recipe:
+        controller_args += ("--recipe", config.recipe)
     return ServiceSettings(
         run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
         model_name=config.gateway.model_name, engine_kind=config.engine.kind, engine_url=config.engine.url,
