@@ -51,10 +51,12 @@ from tasks.training import (
     token_decoder,
     update_policy,
 )
+from trainer.backends.base import Backend
 from trainer.checkpoint_store import CheckpointStore
 from trainer.collocation import UpdateResult
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import RolloutFeed
+from trainer.tracking import Tracker
 
 log = logging.getLogger(__name__)
 SPLITS_PREFIX = "splits:"
@@ -128,7 +130,7 @@ def plan_run(config: RunConfig, store: CheckpointStore) -> RunPlan:
     return resumed_plan(plan, checkpoint, state)
 
 
-def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, backend, tracker,
+def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, backend: Backend, tracker: Tracker,
                    store: CheckpointStore, train_rows: list[dict], val_rows: list[dict],
                    summary: dict[str, Any]) -> None:
     """The iterations of the loop (see the module docstring)."""
@@ -178,8 +180,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, back
         upload(plan, store, tracker, feed, last_update, summary["iterations"], summary)
 
 
-def upload(plan: RunPlan, store: CheckpointStore, tracker, feed: RolloutFeed, update: UpdateResult, iteration: int,
-           summary: dict[str, Any]) -> None:
+def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: RolloutFeed, update: UpdateResult,
+           iteration: int, summary: dict[str, Any]) -> None:
     """Publishes the update's checkpoint with the loop's position (what a resume starts from) and tags the run."""
     state = LoopState(run_name=plan.name, iteration=iteration, next_task=feed.next_task, open_tasks=feed.open_tasks,
                       policy_version=update.policy_version, tracking_run_id=tracker.run_id)

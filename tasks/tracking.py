@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from gateway.records import CallRecord, Rollout
 from trainer.tracking import (
     MAX_TAG_VALUE_CHARS,
+    Tracker,
     check_artifact_file,
     check_status,
     flatten_params,
@@ -165,22 +166,7 @@ def trajectory_artifact_file(step: int, mode: str = "train", suffix: str = "md")
 
 
 @task(cache_policy=NO_CACHE, persist_result=False)
-def start_tracking(tracking_uri: str, experiment: str, run_name: str | None, tags: Mapping[str, str],
-                   params: Mapping[str, Any], run_id: str | None = None) -> MlflowTracker:
-    """Start (or resume, given `run_id`) a run and log the config as params (a resumed run keeps its values)."""
-    tracker = MlflowTracker(tracking_uri, experiment, run_name, tags, run_id=run_id)
-    tracker.log_params(params)
-    return tracker
-
-
-@task(cache_policy=NO_CACHE, persist_result=False)
-def log_step_metrics(tracker: MlflowTracker, metrics: Mapping[str, float], step: int) -> None:
-    """Log one step's metrics."""
-    tracker.log_metrics(metrics, step)
-
-
-@task(cache_policy=NO_CACHE, persist_result=False)
-def log_trajectories(tracker: MlflowTracker, items: Iterable[tuple[Rollout, Sequence[CallRecord]]], step: int,
+def log_trajectories(tracker: Tracker, items: Iterable[tuple[Rollout, Sequence[CallRecord]]], step: int,
                      mode: str = "train", max_chars_per_message: int = 2000) -> list[str]:
     """Log rendered trajectories as markdown and JSON artifacts of step `step`; returns the two artifact paths."""
     items = list(items)
@@ -189,9 +175,3 @@ def log_trajectories(tracker: MlflowTracker, items: Iterable[tuple[Rollout, Sequ
     tracker.log_text(render_trajectories(items, max_chars_per_message), markdown_file)
     tracker.log_dict(trajectories_json(items, max_chars_per_message), json_file)
     return [markdown_file, json_file]
-
-
-@task(cache_policy=NO_CACHE, persist_result=False)
-def end_tracking(tracker: MlflowTracker, status: str = "FINISHED") -> None:
-    """Close the run."""
-    tracker.end(status)

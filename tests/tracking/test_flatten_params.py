@@ -1,4 +1,4 @@
-"""flatten_params: dotted keys, leaf rendering, truncation, collisions; the Tracker seam's MemoryTracker."""
+"""flatten_params: dotted keys, leaf rendering, truncation, collisions."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from pydantic import BaseModel
 from trainer.tracking import (
     MAX_PARAM_VALUE_CHARS,
     TRUNCATION_MARKER,
-    MemoryTracker,
-    Tracker,
     flatten_params,
     truncate_value,
 )
@@ -79,37 +77,3 @@ def test_truncate_value_edges() -> None:
 def test_colliding_dotted_keys_are_an_error() -> None:
     with pytest.raises(ValueError, match="'a.b' appears twice"):
         flatten_params({"a.b": 1, "a": {"b": 2}})
-
-
-def test_memory_tracker_records_everything() -> None:
-    tracker = MemoryTracker()
-    assert isinstance(tracker, Tracker)
-    tracker.log_params({"algo": {"lr": 0.1}})
-    tracker.log_params({"algo": {"lr": 0.1}})  # same value again is fine (a resumed run)
-    tracker.log_metrics({"loss": 2, "reward": 0.5}, step=0)
-    tracker.log_metrics({"loss": 1.5}, step=1)
-    tracker.log_text("# hi", "trajectories/step-000001.md")
-    tracker.log_dict({"k": [1, 2]}, "trajectories/step-000001.json")
-    tracker.set_tags({"recipe": "swe"})
-    tracker.end("FAILED")
-    assert tracker.params == {"algo.lr": "0.1"}
-    assert tracker.history("loss") == [(0, 2.0), (1, 1.5)]
-    assert tracker.history("reward") == [(0, 0.5)]
-    assert tracker.texts == {"trajectories/step-000001.md": "# hi"}
-    assert tracker.dicts == {"trajectories/step-000001.json": {"k": [1, 2]}}
-    assert tracker.tags == {"recipe": "swe"} and tracker.status == "FAILED"
-
-
-@pytest.mark.parametrize(("call", "match"), [
-    (lambda t: t.log_params({"algo": {"lr": 0.2}}), "keeps its first value"),
-    (lambda t: t.log_metrics({"loss": "low"}, 0), "non-numeric"),
-    (lambda t: t.log_text("x", "/abs.md"), "relative path"),
-    (lambda t: t.log_dict({}, "../up.json"), "relative path"),
-    (lambda t: t.end("DONE"), "not one of"),
-    (lambda t: t.history("nope"), "never logged"),
-])
-def test_memory_tracker_refuses_what_mlflow_refuses(call, match) -> None:
-    tracker = MemoryTracker()
-    tracker.log_params({"algo": {"lr": 0.1}})
-    with pytest.raises((ValueError, KeyError), match=match):
-        call(tracker)

@@ -9,10 +9,7 @@ import pytest
 from tasks.tracking import (
     MlflowTracker,
     default_artifact_location,
-    end_tracking,
-    log_step_metrics,
     log_trajectories,
-    start_tracking,
     trajectory_artifact_file,
     ui_command,
 )
@@ -47,7 +44,8 @@ def test_sqlite_store_keeps_artifacts_beside_the_database(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_tasks_pass_a_tracker_through_a_flow(mlflow_server: MlflowServerProcess, prefect_api: None) -> None:
+def test_log_trajectories_task_takes_the_tracker_inside_a_flow(mlflow_server: MlflowServerProcess,
+                                                                prefect_api: None) -> None:
     from mlflow import MlflowClient
     from prefect import flow
 
@@ -56,11 +54,11 @@ def test_tasks_pass_a_tracker_through_a_flow(mlflow_server: MlflowServerProcess,
 
     @flow
     def tracked(tracking_uri: str) -> tuple[str, list[str]]:
-        tracker = start_tracking(tracking_uri, "prefect-tasks", "flow-run", {"recipe": "swe"}, {"a": {"b": 1}})
-        for step in range(2):
-            log_step_metrics(tracker, {"loss": 1.0 - step}, step)
-        paths = log_trajectories(tracker, items, step=1)
-        end_tracking(tracker)
+        with MlflowTracker(tracking_uri, "prefect-tasks", "flow-run", {"recipe": "swe"}) as tracker:
+            tracker.log_params({"a": {"b": 1}})
+            for step in range(2):
+                tracker.log_metrics({"loss": 1.0 - step}, step)
+            paths = log_trajectories(tracker, items, step=1)
         return tracker.run_id, paths
 
     run_id, paths = tracked(mlflow_server.url)
