@@ -1,14 +1,14 @@
 """Flow `evaluate-swe-verified`: a model or checkpoint on SWE-bench instances, graded with SWE-bench's resolved rule.
 
-weights (a checkpoint downloaded from the checkpoint store, a prepared model name or an HF directory, or the latest
-checkpoint of the train-swe runs) → instances (SWE-bench Verified from the hub by default; "generated" for the local
-store) → where each runs (`agents.swe.evaluation.plan_evaluation`: the local sandbox for instances of the generated
-store; instances needing an official SWE-bench image as Kubernetes Jobs of the `swe_bench` recipe when
-`controller.runner` is kubernetes, else reported as not runnable here, with the reason) → engine,
-gateway and controller serving those weights → one val-mode rollout per local instance (no training; the calls stay
-recorded) → outcomes from each rollout's state and reward event (the agent's diff is the grade's `model_patch`) →
-predictions JSONL (SWE-bench's format, re-gradable by its harness) and the report → MLflow (experiment of the profile,
-`swe-bench-verified`; run tagged with the model and checkpoint) and a Prefect markdown artifact.
+instances (SWE-bench Verified from the hub by default; "generated" for the local store) → where each runs
+(`agents.swe.evaluation.plan_evaluation`: the local sandbox for instances of the generated store; instances needing
+an official SWE-bench image as Kubernetes Jobs of the `swe_bench` recipe when `controller.runner` is kubernetes, else
+reported as not runnable here, with the reason) → the weights, only when an instance runs (a checkpoint downloaded
+from the checkpoint store, a prepared model name or an HF directory, or the latest checkpoint of the train-swe runs)
+→ engine, gateway and controller serving those weights → one val-mode rollout per local instance (no training; the
+calls stay recorded) → outcomes from each rollout's state and reward event (the agent's diff is the grade's
+`model_patch`) → predictions JSONL (SWE-bench's format, re-gradable by its harness) and the report → MLflow (experiment
+of the profile, `swe-bench-verified`; run tagged with the model and checkpoint) and a Prefect markdown artifact.
 
 Nightly (`latest_checkpoint=True`) with no train-swe checkpoint yet: the flow says so, publishes that as the report
 artifact and ends without an MLflow run (evaluating the unchanged base model every night would repeat one result;
@@ -37,6 +37,7 @@ from agents.swe.evaluation_report import (
     predictions_of,
 )
 from agents.swe.instances import Source
+from agents.swe.predictions import model_label
 from agents.swe.recipe import SweRecipe
 from agents.swe_bench.recipe import write_store
 from agents.task_data import GENERATED
@@ -104,23 +105,25 @@ def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, s
     """The evaluation (see the module docstring); returns the summary."""
     name = run_name(config, prefix="swe-eval")
     run_dir = run_folder(config, name)
-    weights = resolve_weights(config, checkpoint_uri, model, run_dir)
     store = SweRecipe().store
     instances = load_instances(source, kind, run_dir / "data", split, limit, store)
     plan = plan_evaluation(instances, store, config.controller.runner)
     print(f"{len(instances)} instances of {source}: {len(plan.local)} run in the local sandbox, "
           f"{len(plan.kubernetes)} as Kubernetes Jobs in their SWE-bench image, {len(plan.not_runnable)} not "
           "runnable here")
-    tags = {"evaluation": EVALUATION_TAG, "model": weights.label, "checkpoint_uri": weights.checkpoint_uri or "none",
+    runnable = bool(plan.local or plan.kubernetes)  # else no weights are fetched: nothing would serve them
+    weights = resolve_weights(config, checkpoint_uri, model, run_dir) if runnable else None
+    label = model_label(model=model, checkpoint_uri=checkpoint_uri)  # weights.label, known without the download
+    tags = {"evaluation": EVALUATION_TAG, "model": label, "checkpoint_uri": checkpoint_uri or "none",
             "source": source, **(extra_tags or {})}
     tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, name, tags=tags)
     tracker.log_params({**config.model_dump(mode="json"), "eval": {"source": source, "kind": kind, "split": split,
                                                                    "limit": limit}})
     try:
-        outcomes = run_local(config, plan, weights, name) if plan.local or plan.kubernetes else []
+        outcomes = run_local(config, plan, weights, name) if weights is not None else []
         outcomes = ordered([*outcomes, *plan.not_runnable], instances)
-        report = build_report(outcomes, model=weights.label, source=source, checkpoint_uri=weights.checkpoint_uri)
-        files = publish_evaluation(tracker, report, predictions_of(outcomes, weights.label), run_dir / "evaluation")
+        report = build_report(outcomes, model=label, source=source, checkpoint_uri=checkpoint_uri)
+        files = publish_evaluation(tracker, report, predictions_of(outcomes, label), run_dir / "evaluation")
     except BaseException:
         tracker.end("FAILED")
         raise

@@ -1,7 +1,8 @@
 """The evaluation flow end to end on generated tasks with the tiny model: a checkpoint found as the latest train-swe
 checkpoint in MLflow, downloaded from the checkpoint store, served by the embedded engine, one val-mode rollout per
 instance, predictions JSONL and report on disk and in MLflow; the gold patches graded through the same path resolve.
-Also: SWE-bench Verified rows are reported as not runnable here, and a nightly run without a checkpoint ends plainly.
+Also: SWE-bench Verified rows are reported as not runnable here (without fetching the weights nothing would serve),
+and a nightly run without a checkpoint ends plainly.
 """
 
 from __future__ import annotations
@@ -134,6 +135,26 @@ def test_swe_bench_instances_are_reported_as_not_runnable_here(prefect_api, tiny
     assert "swebench/sweb.eval.x86_64.astropy_1776_astropy-12900:latest" in reason and "no cluster" in reason
     assert Path(summary["predictions"]).read_text() == "", "instances not run have no prediction"
     assert report["checkpoint_uri"] is None and report["model"] == str(tiny_model_dir)
+
+
+def test_nothing_runnable_fetches_no_weights(prefect_api, tiny_model_dir, tmp_path, empty_store, monkeypatch):
+    import flows.evaluate
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("the weights were resolved though no instance runs here")
+
+    monkeypatch.setattr(flows.evaluate, "resolve_weights", no_download)
+    uri = "file:///nowhere/swe-gone/step-000004"
+    summary = flows.evaluate.evaluate_swe_verified(checkpoint_uri=uri,
+                                                   source=str(verified_file(tmp_path / "verified.jsonl")),
+                                                   overrides=overrides(tmp_path, tiny_model_dir))
+    report = summary["report"]
+    assert (report["total"], report["not_runnable"], report["checkpoint_uri"]) == (2, 2, uri)
+    assert report["model"] == "harnessrl/swe-gone/step-000004"
+    from mlflow import MlflowClient
+
+    tags = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(summary["mlflow_run_id"]).data.tags
+    assert (tags["model"], tags["checkpoint_uri"]) == ("harnessrl/swe-gone/step-000004", uri)
 
 
 def test_nightly_without_a_train_checkpoint_ends_plainly(prefect_api, tiny_model_dir, tmp_path):
