@@ -10,7 +10,8 @@ in its mirror repository) → drop instances with more than `max_tests` tests
 first) → train/val JSONL + manifest, named by their content hash, in the object store → counts to MLflow + Prefect.
 
 Probes run where the SWE recipe runs: the local sandbox, on instances of the generated store. Probing instances that
-need a registry image is refused with the reason (the Kubernetes runner has no per-instance images yet).
+need a registry image is refused with the reason before any row is loaded (the Kubernetes runner has no per-instance
+images yet).
 """
 
 from __future__ import annotations
@@ -96,8 +97,7 @@ def prepare_swe_data(source: str = "generated", kind: Source = "swe-smith", spli
     `checkpoint_uri`, else `model`, else the profile's engine.model. Returns the splits' URI, version and counts."""
     if model and checkpoint_uri:
         raise ValueError("prepare-swe-data probes with one policy: pass model or checkpoint_uri, not both")
-    if environment not in ("local", "registry"):
-        raise ValueError(f"environment={environment!r}: use 'local' (the generated store) or 'registry' (images)")
+    require_probe_environment(environment, "the tasks")  # before any row is loaded or any registry is asked
     config = load_run_config(profile, overrides, recipe="swe")
     params = DataParams(source, kind, split, limit, n_mixed, n_unsolved, n_heldout, k, seed, pass_threshold,
                         max_tests, environment, registry_url, Path(store) if store else SweRecipe().store,
@@ -163,7 +163,13 @@ def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, plan: 
 def clean(rows: list[dict[str, Any]], params: DataParams) -> list[StepResult]:
     """The cleaning steps in order, each on the previous one's kept rows."""
     first = clean_empty_statements(rows)
-    second = clean_missing_environment(first.kept, environment_backend(params))
+    backend = environment_backend(params)
+    try:
+        second = clean_missing_environment(first.kept, backend)
+    finally:
+        close = getattr(backend, "close", None)  # the registry's HTTP connections
+        if close is not None:
+            close()
     return [first, second, clean_too_many_tests(second.kept, params.max_tests)]
 
 
@@ -191,16 +197,24 @@ def choose_environment(environment: str, kind: Source, store: Path, registry_url
 def run_probes(config: RunConfig, params: DataParams, weights: Weights, name: str, run_dir: Path,
                candidates: list[dict[str, Any]]) -> ProbeResult:
     """k val-mode rollouts per candidate against services serving `weights` (local sandbox only)."""
-    if params.environment != "local":
-        raise ValueError(f"{len(candidates)} candidates need registry images, but the probes run the SWE recipe in "
-                         "the local sandbox and the Kubernetes runner has no per-instance images yet; probe "
-                         "generated tasks with environment='local'")
+    require_probe_environment(params.environment, f"{len(candidates)} candidates")
     settings = service_settings(config, fresh_plan(config, name, weights.path, weights.policy_version))
     r = config.rollout
     with RunServices(settings) as services:
         assert services.admin is not None
         return probe_difficulty(services.admin, rollout_tasks(candidates, params.store), params.k, f"{name}-probe",
                                 weights.policy_version, r.wait_timeout_s, r.max_attempts, r.task_overrides or None)
+
+
+def require_probe_environment(environment: str, what: str) -> None:
+    """Probes run the SWE recipe in the local sandbox: "local" passes; "registry" and unknown environments raise
+    naming the fix (`what`: the instances that would be probed, for the message)."""
+    if environment not in ("local", "registry"):
+        raise ValueError(f"environment={environment!r}: use 'local' (the generated store) or 'registry' (images)")
+    if environment != "local":
+        raise ValueError(f"environment={environment!r}: {what} need registry images, but the probes run the SWE "
+                         "recipe in the local sandbox and the Kubernetes runner has no per-instance images yet; "
+                         "probe generated tasks with environment='local'")
 
 
 def manifest_fields(params: DataParams, steps: list[StepResult], probe: ProbeResult, selected: DifficultySplit,
