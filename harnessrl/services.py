@@ -22,7 +22,11 @@ import httpx
 
 from gateway.client import GatewayClient
 from trainer.engines.base import Engine
-from trainer.engines.server_process import ServerProcess, free_port, with_repo_on_path
+from trainer.engines.server_process import ServerProcess, free_port, stop_process_group, with_repo_on_path
+
+CONTROLLER_STOP_GRACE_S = 30.0
+"""How long the controller and its harness processes get to exit on SIGTERM before they are killed."""
+LOG_TAIL_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -157,31 +161,33 @@ class RunServices:
         command = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", f"sqlite:///{db}"]
         self._gateway.start(command, self._env(), startup_timeout_s=60.0)
 
+    def controller_command(self) -> list[str]:
+        """The rollout controller's command line."""
+        return [sys.executable, "-m", "controller.cli", "run", "--gateway", self.gateway_url,
+                "--work-dir", str(self.settings.run_dir / "work"),
+                "--logs-dir", str(self.settings.run_dir / "harness-logs"), *self.settings.controller_args]
+
     def _start_controller(self) -> None:
-        command = [sys.executable, "-m", "controller.cli", "run", "--gateway", self.gateway_url,
-                   "--work-dir", str(self.settings.run_dir / "work"),
-                   "--logs-dir", str(self.settings.run_dir / "harness-logs"), *self.settings.controller_args]
         log = (self.logs_dir / "controller.log").open("ab")
-        self._controller = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                                            start_new_session=True)
+        # Its own process group, which stop() ends whole: the controller's harness processes are in it.
+        self._controller = subprocess.Popen(self.controller_command(), stdout=log, stderr=subprocess.STDOUT,
+                                            env=self._env(), start_new_session=True)
         log.close()
 
     def check_alive(self) -> None:
-        """Raises naming the service and its log when a process this run started has exited."""
+        """Raises naming the service and quoting its log when a process this run started has exited."""
         if self._controller is not None and self._controller.poll() is not None:
-            tail = (self.logs_dir / "controller.log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"the controller exited with code {self._controller.returncode}; "
-                               f"{self.logs_dir / 'controller.log'} ends with:\n{tail}")
+            log_path = self.logs_dir / "controller.log"
+            tail = log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+            raise RuntimeError(exited_message("controller", self._controller.returncode, log_path, tail))
+        if self._gateway is not None and (code := self._gateway.exit_code()) is not None:
+            raise RuntimeError(exited_message("gateway", code, self._gateway.log_path,
+                                              self._gateway.log_tail(LOG_TAIL_CHARS)))
 
     def stop(self) -> None:
-        """Stops the controller, the gateway and the engine that this object started."""
+        """Stops the controller (its whole process group), the gateway and the engine that this object started."""
         if self._controller is not None:
-            self._controller.terminate()
-            try:
-                self._controller.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._controller.kill()
-                self._controller.wait()
+            stop_process_group(self._controller, CONTROLLER_STOP_GRACE_S)
             self._controller = None
         if self.admin is not None:
             self.admin.close()
@@ -192,3 +198,9 @@ class RunServices:
         if self.engine is not None and self._started_engine:
             self.engine.stop()
             self._started_engine = False
+
+
+def exited_message(service: str, exit_code: int, log_path: Path, log_tail: str) -> str:
+    """The error for a service process of this run that has exited."""
+    return (f"the {service} this run started exited with code {exit_code}; the run cannot continue without it "
+            f"(read {log_path} for the cause, then restart the run); the log ends with:\n{log_tail}")

@@ -1,9 +1,10 @@
-"""Real service processes for tests in any folder: an MLflow tracking server on a free port."""
+"""Real service processes for tests in any folder: an MLflow tracking server on a free port, process-state probes."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,3 +56,22 @@ class MlflowServerProcess:
     def stop(self) -> None:
         """SIGTERM to the server's process group, SIGKILL to what is left after the grace period."""
         self._server.stop()
+
+
+def process_gone(pid: int) -> bool:
+    """True once `pid` has exited (a zombie waiting for init to reap it counts as gone; Linux /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+def wait_for_file(path: Path, timeout_s: float = 10.0) -> str:
+    """The stripped text of `path` once a process has written it (a pid file, a marker)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.05)
+    raise TimeoutError(f"{path} not written within {timeout_s} s")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.services import process_gone, wait_for_file
 from trainer.engines.server_process import ServerProcess, free_port, stop_process_group
 
 SERVER = """
@@ -27,24 +28,6 @@ class Health(http.server.BaseHTTPRequestHandler):
 print("serving", flush=True)
 http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 """
-
-
-def process_gone(pid: int) -> bool:
-    """True once `pid` has exited (a zombie waiting for init to reap it counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state == "Z"
-
-
-def wait_for_file(path: Path, timeout_s: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().strip()
-        time.sleep(0.05)
-    raise TimeoutError(f"{path} not written within {timeout_s} s")
 
 
 @pytest.fixture
