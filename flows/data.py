@@ -139,7 +139,7 @@ def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, plan: 
     if not candidates:
         raise ValueError(f"no instance of {params.source} survived cleaning ({step_counts(steps)}); see "
                          "data/dropped.json in the MLflow run for each reason")
-    probe = run_probes(config, params, weights, plan.name, plan.run_dir, candidates)
+    probe = run_probes(config, params, plan, candidates)
     tracker.log_dict({"k": params.k, "outcomes": probe.outcomes, "unfinished": probe.unfinished},
                      "data/probe_outcomes.json")
     selected = select_splits(probe.outcomes, params.k, params.n_mixed, params.n_unsolved, params.n_heldout,
@@ -194,16 +194,16 @@ def choose_environment(environment: str, kind: Source, store: Path, registry_url
     return images
 
 
-def run_probes(config: RunConfig, params: DataParams, weights: Weights, name: str, run_dir: Path,
+def run_probes(config: RunConfig, params: DataParams, plan: RunPlan,
                candidates: list[dict[str, Any]]) -> ProbeResult:
-    """k val-mode rollouts per candidate against services serving `weights` (local sandbox only)."""
+    """k val-mode rollouts per candidate against services serving the plan's weights (local sandbox only)."""
     require_probe_environment(params.environment, f"{len(candidates)} candidates")
-    settings = service_settings(config, fresh_plan(config, name, weights.path, weights.policy_version))
     r = config.rollout
-    with RunServices(settings) as services:
+    with RunServices(service_settings(config, plan)) as services:
         assert services.admin is not None
-        return probe_difficulty(services.admin, rollout_tasks(candidates, params.store), params.k, f"{name}-probe",
-                                weights.policy_version, r.wait_timeout_s, r.max_attempts, r.task_overrides or None)
+        return probe_difficulty(services.admin, rollout_tasks(candidates, params.store), params.k,
+                                f"{plan.name}-probe", plan.state.policy_version, r.wait_timeout_s, r.max_attempts,
+                                r.task_overrides or None)
 
 
 def require_probe_environment(environment: str, what: str) -> None:

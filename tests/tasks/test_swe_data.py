@@ -97,7 +97,7 @@ def test_flow_helpers_refuse_unsupported_setups(tmp_path, monkeypatch):
                         "http://127.0.0.1:9", tmp_path, "file://x")
     assert type(environment_backend(params)).__name__ == "AllOf"  # swe-smith: image and branch
     with pytest.raises(ValueError, match="Kubernetes runner has no per-instance images"):
-        run_probes(config, params, None, "n", tmp_path, [row("a")])
+        run_probes(config, params, None, [row("a")])
     assert splits_store(config, "file://data/splits").root == config.resolve(Path("data/splits"))
     for name in ("HARNESSRL_S3_ENDPOINT", "HARNESSRL_S3_ACCESS_KEY", "HARNESSRL_S3_SECRET_KEY"):
         monkeypatch.delenv(name, raising=False)
