@@ -13,7 +13,6 @@ from mlflow import MlflowClient
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from tqdm.auto import tqdm
 
 from agents.swe.datasets import load_swe_dataset
 from agents.swe.evaluation_report import EvaluationReport, InstanceOutcome, outcome_from_rollout
@@ -22,9 +21,10 @@ from agents.swe.predictions import Prediction, write_predictions
 from gateway.client import GatewayClient
 from gateway.records import EventKind, RolloutMode
 from tasks.retries import io_failure
+from tasks.rollouts import one_pass
 from tasks.tracking import MlflowTracker
 from trainer.checkpoint_store import CheckpointStore
-from trainer.rollout_feed import FeedClient, FeedConfig, run_once
+from trainer.rollout_feed import FeedClient, FeedConfig
 from trainer.rollout_groups import FinishedGroup
 
 REPORT_ARTIFACT_KEY = "swe-bench-verified-report"
@@ -94,13 +94,7 @@ def run_rollouts(client: FeedClient, tasks: Sequence[dict[str, Any]], id_prefix:
     `timeout_s` (reported as infra failures instead of failing the whole evaluation)."""
     config = FeedConfig(1, id_prefix, RolloutMode.VAL, max_attempts=max_attempts, task_overrides=task_overrides,
                         fetch_calls=False)
-    with tqdm(total=len(tasks), desc=f"evaluate {id_prefix}", unit="instance", leave=False) as bar:
-        groups, unfinished = run_once(client, config, tasks, policy_version, timeout_s,
-                                      on_poll=lambda ready: bar.update(ready - bar.n))
-    if unfinished:
-        print(f"evaluation rollouts: {len(unfinished)} instances unfinished after {timeout_s:.0f} s; they are "
-              "reported as infra failures")
-    return groups, unfinished
+    return one_pass(client, config, tasks, policy_version, timeout_s, "instance", "they are reported as infra failures")
 
 
 @task(name="collect-outcomes", cache_policy=NO_CACHE, persist_result=False)

@@ -34,6 +34,18 @@ def collect_groups(feed: RolloutFeed, groups: int, timeout_s: float, label: str)
     return feed.take(groups), time.perf_counter() - started
 
 
+def one_pass(client: FeedClient, config: FeedConfig, tasks: Sequence[dict], policy_version: int, timeout_s: float,
+             unit: str, unfinished_note: str) -> tuple[list[FinishedGroup], list[str]]:
+    """`trainer.rollout_feed.run_once` with a progress bar; prints how many tasks did not finish and `unfinished_note`
+    (what happens to them)."""
+    with tqdm(total=len(tasks), desc=config.id_prefix, unit=unit, leave=False) as bar:
+        groups, unfinished = run_once(client, config, tasks, policy_version, timeout_s,
+                                      on_poll=lambda ready: bar.update(ready - bar.n))
+    if unfinished:
+        print(f"{config.id_prefix}: {len(unfinished)} {unit}s unfinished after {timeout_s:.0f} s; {unfinished_note}")
+    return groups, unfinished
+
+
 @task(name="validate-policy", cache_policy=NO_CACHE, persist_result=False)
 def run_validation(client: FeedClient, val_rows: Sequence[dict], id_prefix: str, group_size: int,
                    policy_version: int, timeout_s: float, pass_threshold: float, max_attempts: int = 3,
@@ -42,8 +54,7 @@ def run_validation(client: FeedClient, val_rows: Sequence[dict], id_prefix: str,
     whose group did not finish within `timeout_s`: they are left out, not fatal) and the groups."""
     config = FeedConfig(group_size, id_prefix, RolloutMode.VAL, max_attempts=max_attempts,
                         task_overrides=task_overrides, fetch_calls=False)
-    with tqdm(total=len(val_rows), desc=f"validate {id_prefix}", unit="group", leave=False) as bar:
-        groups, unfinished = run_once(client, config, val_rows, policy_version, timeout_s,
-                                      on_poll=lambda ready: bar.update(ready - bar.n))
+    groups, unfinished = one_pass(client, config, val_rows, policy_version, timeout_s, "task",
+                                  "they are left out of the validation metrics")
     metrics = reward_metrics([r for g in groups for r in g.rollouts], pass_threshold, "val")
     return {**metrics, "val/unfinished_tasks": float(len(unfinished))}, groups

@@ -14,7 +14,6 @@ from typing import Any
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from tqdm.auto import tqdm
 
 from agents.expectations import ValidationReport
 from agents.swe.cleaning import (
@@ -31,7 +30,8 @@ from agents.swe.instances import Source
 from agents.swe.splits import SplitManifest, SplitStore, publish_splits, write_splits
 from gateway.records import FailureKind, RolloutMode, RolloutState
 from tasks.retries import io_failure
-from trainer.rollout_feed import FeedClient, FeedConfig, run_once
+from tasks.rollouts import one_pass
+from trainer.rollout_feed import FeedClient, FeedConfig
 from trainer.rollout_groups import FinishedGroup
 
 SHOWN_DROPS = 5  # dropped ids quoted in a step's log line
@@ -123,12 +123,8 @@ def probe_difficulty(client: FeedClient, tasks: Sequence[dict[str, Any]], k: int
     config = FeedConfig(k, id_prefix, RolloutMode.VAL, max_attempts=max_attempts, task_overrides=task_overrides,
                         fetch_calls=False)
     print(f"probing {len(tasks)} tasks x {k} rollouts in val mode")
-    with tqdm(total=len(tasks), desc=f"probe {id_prefix}", unit="task", leave=False) as bar:
-        groups, unfinished = run_once(client, config, tasks, policy_version, timeout_s,
-                                      on_poll=lambda ready: bar.update(ready - bar.n))
-    if unfinished:
-        print(f"difficulty probes: {len(unfinished)} tasks unfinished after {timeout_s:.0f} s; they are left out of "
-              "the selection")
+    groups, unfinished = one_pass(client, config, tasks, policy_version, timeout_s, "task",
+                                  "they are left out of the selection")
     outcomes, stats = probe_outcomes(groups)
     stats["probe/unfinished_tasks"] = float(len(unfinished))
     print(f"probes: {len(outcomes)} tasks finished, {len(unfinished)} unfinished; {stats}")
