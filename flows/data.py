@@ -40,7 +40,7 @@ from agents.swe.instances import Source, normalize_rows
 from agents.swe.recipe import SweRecipe
 from agents.swe.splits import SplitManifest
 from flows.config import RunConfig, load_run_config
-from flows.setup import RunPlan, fresh_plan, run_folder, run_name, s3_endpoint, service_settings
+from flows.setup import RunPlan, fresh_plan, run_folder, run_name, service_settings, splits_store
 from flows.weights import Weights, resolve_weights
 from harnessrl.services import RunServices
 from tasks.swe_data import (
@@ -56,7 +56,6 @@ from tasks.swe_data import (
     write_versioned_splits,
 )
 from tasks.tracking import MlflowTracker, ui_command
-from trainer.object_store import DirectoryStore, directory_store_from_uri
 
 DEFAULT_PROFILE = "swe-data-local"
 DEFAULT_SPLITS_STORE = "file://data/splits"
@@ -230,14 +229,6 @@ def manifest_fields(params: DataParams, steps: list[StepResult], probe: ProbeRes
                        "policy_version": weights.policy_version, "pass_threshold": params.pass_threshold,
                        "max_tests": params.max_tests, "environment": params.environment, "split": params.split,
                        "limit": params.limit}}
-
-
-def splits_store(config: RunConfig, root: str) -> DirectoryStore:
-    """The splits' object store: relative file:// roots resolve against the project root; s3:// roots use the
-    checkpoint store's endpoint settings (checkpoints.s3_endpoint or $HARNESSRL_S3_*)."""
-    if root.startswith("file://"):
-        return directory_store_from_uri(config.resolve(Path(root.removeprefix("file://"))).as_uri())
-    return directory_store_from_uri(root, s3_endpoint(config, f"splits_store={root!r}"))
 
 
 def summary_markdown(params: DataParams, manifest: SplitManifest, uri: str) -> str:

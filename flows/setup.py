@@ -19,6 +19,7 @@ from trainer.backends.torch import OptimizerConfig
 from trainer.checkpoint_store import CheckpointStore, S3Endpoint, store_from_uri
 from trainer.checkpoints import model_dir
 from trainer.loop_state import LoopState
+from trainer.object_store import DirectoryStore, directory_store_from_uri
 from trainer.rollout_feed import FeedConfig
 from trainer.samples import SampleLimits
 from trainer.scheduling import ScheduleConfig
@@ -76,9 +77,21 @@ def checkpoint_store(config: RunConfig) -> CheckpointStore:
     """The configured store; relative file:// roots resolve against the project root."""
     root = config.checkpoints.store
     if root.startswith("file://"):
-        path = Path(root.removeprefix("file://"))
-        return store_from_uri(f"file://{config.resolve(path)}")
+        return store_from_uri(local_root(config, root))
     return store_from_uri(root, s3_endpoint(config, f"checkpoints.store={root!r}"))
+
+
+def splits_store(config: RunConfig, root: str) -> DirectoryStore:
+    """The SWE splits' object store at `root`: relative file:// roots resolve against the project root; s3:// roots
+    use the checkpoint store's endpoint settings (checkpoints.s3_endpoint or $HARNESSRL_S3_*)."""
+    if root.startswith("file://"):
+        return directory_store_from_uri(local_root(config, root))
+    return directory_store_from_uri(root, s3_endpoint(config, f"splits_store={root!r}"))
+
+
+def local_root(config: RunConfig, root: str) -> str:
+    """A file:// store root with a relative path resolved against the project root."""
+    return config.resolve(Path(root.removeprefix("file://"))).as_uri()
 
 
 def s3_endpoint(config: RunConfig, what: str) -> S3Endpoint:

@@ -19,9 +19,9 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm.auto import trange
 
 from agents.swe.datasets import default_store
+from agents.swe.splits import split_store_root
 from agents.task_data import split_rows
 from flows.config import RunConfig, load_run_config
-from flows.data import splits_store
 from flows.reporting import no_signal_message, summary_lines, throughput_metrics, trajectory_items
 from flows.setup import (
     RunPlan,
@@ -34,6 +34,7 @@ from flows.setup import (
     run_name,
     sample_limits,
     service_settings,
+    splits_store,
     task_stream,
     upload_due,
     validation_due,
@@ -110,7 +111,7 @@ def load_rows(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]
     data = config.data
     if data.source.startswith(SPLITS_PREFIX):
         uri = data.source.removeprefix(SPLITS_PREFIX)
-        store = splits_store(config, uri.rsplit("/", 2)[0])
+        store = splits_store(config, split_store_root(uri))
         train_rows, val_rows = load_swe_splits(store, uri, plan.run_dir / "splits", default_store())
         return train_rows[:data.train_tasks], val_rows[:data.val_tasks]
     rows = load_tasks(data.source, recipe=config.recipe, count=data.train_tasks + data.val_tasks, seed=data.seed,

@@ -135,6 +135,16 @@ def publish_splits(folder: Path, store: SplitStore) -> str:
     return store.put_dir(folder, key, MANIFEST_FILE)
 
 
+def split_store_root(uri: str) -> str:
+    """The store root of a published split's URI (`ROOT/<name>/<version>`, as `publish_splits` returns it)."""
+    parts = uri.rstrip("/").rsplit("/", 2)
+    root = parts[0]
+    if len(parts) != 3 or "://" not in root or not all(parts[1:]):
+        raise ValueError(f"{uri!r} is not a published split's URI (ROOT/<name>/<version>, e.g. "
+                         "file:///data/splits/swe-smith/v-1a2b3c or s3://bucket/splits/swe-smith/v-1a2b3c)")
+    return root
+
+
 def fetch_splits(store: SplitStore, uri: str, local_dir: Path) -> Splits:
     """Downloads the split at `uri` into the new directory `local_dir` and reads it (hashes checked)."""
     return read_splits(store.get_dir(uri, Path(local_dir)))

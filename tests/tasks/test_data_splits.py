@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.swe.splits import publish_splits, write_splits
+from agents.swe.splits import publish_splits, split_store_root, write_splits
 from flows.config import load_run_config
-from flows.data import splits_store
+from flows.setup import splits_store
 from tasks.data import load_swe_splits
 
 
@@ -25,7 +25,7 @@ def test_split_rows_become_swe_rollout_inputs_without_fix_or_tests(tmp_path):
     root = f"file://{tmp_path / 'splits'}"
     uri = publish_splits(folder, splits_store(config, root))
     assert uri.endswith(f"swe-smith/{manifest.version}")
-    store = splits_store(config, uri.rsplit("/", 2)[0])  # what the train flow does with data.source splits:URI
+    store = splits_store(config, split_store_root(uri))  # what the train flow does with data.source splits:URI
     train, val = load_swe_splits.fn(store, uri, tmp_path / "fetched", Path("/swe-store"))
     assert [t["id"] for t in train] == ["repo.bug__0", "repo.bug__1"] and [t["id"] for t in val] == ["repo.bug__2"]
     assert train[0] == {"id": "repo.bug__0", "problem_statement": "bug 0", "store": "/swe-store", "recipe": "swe"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agents.swe.splits import read_splits
-from gateway.records import FailureKind, RolloutState
+from gateway.records import FailureKind
 from tasks.swe_data import (
     clean_empty_statements,
     clean_missing_environment,
@@ -17,20 +17,14 @@ from tasks.swe_data import (
     write_versioned_splits,
 )
 from tests.agents.swe.test_cleaning import row
-from tests.trainer.loop_support import FakeGateway, rollout
+from tests.trainer.loop_support import FakeGateway, group
 from trainer.object_store import directory_store_from_uri
-from trainer.rollout_groups import FinishedGroup
-
-
-def group(task_id: str, *members) -> FinishedGroup:
-    rollouts = tuple(members)
-    return FinishedGroup(f"g-{task_id}", {"id": task_id}, rollouts, {r.id: () for r in rollouts}, 0)
 
 
 def test_probe_outcomes_count_failed_rollouts_as_unsolved():
-    groups = [group("a", rollout("a0", "g-a", 1.0), rollout("a1", "g-a", 0.0)),
-              group("b", rollout("b0", "g-b", None, state=RolloutState.FAILED, failure_kind=FailureKind.INFRA),
-                    rollout("b1", "g-b", None, state=RolloutState.FAILED, failure_kind=FailureKind.AGENT))]
+    groups = [group("g-a", {"a0": 1.0, "a1": 0.0}, task={"id": "a"}),
+              group("g-b", {"b0": None, "b1": None}, failures={"b0": FailureKind.INFRA, "b1": FailureKind.AGENT},
+                    task={"id": "b"})]
     outcomes, stats = probe_outcomes(groups)
     assert outcomes == {"a": [1.0, 0.0], "b": [0.0, 0.0]}
     assert stats == {"probe/rollouts": 4.0, "probe/failed_rollouts": 2.0, "probe/infra_failures": 1.0}
@@ -90,7 +84,8 @@ def test_splits_task_writes_and_publishes(tmp_path):
 
 def test_flow_helpers_refuse_unsupported_setups(tmp_path, monkeypatch):
     from flows.config import load_run_config
-    from flows.data import DataParams, environment_backend, prepare_swe_data, run_probes, splits_store
+    from flows.data import DataParams, environment_backend, prepare_swe_data, run_probes
+    from flows.setup import splits_store
 
     config = load_run_config("swe-data-local", recipe="swe")
     params = DataParams("generated", "swe-smith", None, None, 1, 1, 1, 2, 0, 1.0, 200, "registry",

@@ -15,6 +15,7 @@ from agents.swe.splits import (
     fetch_splits,
     publish_splits,
     read_splits,
+    split_store_root,
     write_splits,
 )
 from trainer.object_store import SOURCE_FILE, ObjectStoreError, directory_store_from_uri, local_files
@@ -104,3 +105,13 @@ def test_altered_or_incomplete_folders_are_refused(tmp_path, store):
         store.put_dir(folder, "x/../y", MANIFEST_FILE)
     with pytest.raises(SplitError, match="in both train and val"):
         write_splits(tmp_path / "overlap", TRAIN, TRAIN[:1], **RECIPE)
+
+
+def test_the_store_root_of_a_published_split(tmp_path):
+    store = directory_store_from_uri((tmp_path / "store").as_uri())
+    folder, _ = write_splits(tmp_path / "out", TRAIN, VAL, **RECIPE)
+    uri = publish_splits(folder, store)
+    assert split_store_root(uri) == (tmp_path / "store").as_uri()
+    assert split_store_root("s3://bucket/splits/swe-smith/v-1/") == "s3://bucket/splits"
+    with pytest.raises(ValueError, match="not a published split's URI"):
+        split_store_root("swe-smith/v-1")
