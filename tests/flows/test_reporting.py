@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from flows.reporting import no_signal_message, summary_lines, throughput_metrics
 from gateway.records import RolloutState
-from tests.trainer.loop_support import call, rollout
+from tests.trainer.loop_support import call, group, rollout
 from trainer.rollout_groups import FinishedGroup, drop_stale
-
-
-def group(gid: str, rewards: list[float], version: int) -> FinishedGroup:
-    members = tuple(rollout(f"{gid}-{i}", gid, reward) for i, reward in enumerate(rewards))
-    return FinishedGroup(gid, {}, members, {r.id: (call(r.id, 0, version, [5, 6]),) for r in members}, version)
 
 
 def test_all_stale_is_reported_as_staleness_not_as_the_model():

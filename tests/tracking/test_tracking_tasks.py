@@ -14,7 +14,8 @@ from tasks.tracking import (
     ui_command,
 )
 from tests.services import MlflowServerProcess
-from tests.tracking.support import USER, make_call, make_rollout
+from tests.tracking.support import USER
+from tests.trainer.loop_support import call, rollout
 
 
 def test_ui_command() -> None:
@@ -49,8 +50,7 @@ def test_log_trajectories_task_takes_the_tracker_inside_a_flow(mlflow_server: Ml
     from mlflow import MlflowClient
     from prefect import flow
 
-    rollout = make_rollout("r1", 1.0)
-    items = [(rollout, [make_call(0, [USER], "fixed")])]
+    items = [(rollout("r1", reward=1.0), [call("r1", messages=[USER], response_text="fixed")])]
 
     @flow
     def tracked(tracking_uri: str) -> tuple[str, list[str]]:

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from gateway.records import CallStatus, FailureKind, Rollout, RolloutState
-from tests.tracking.support import SYSTEM, USER, make_call, make_rollout
+from tests.tracking.support import SYSTEM, USER
+from tests.trainer.loop_support import call, rollout
 from trainer.trajectories import (
     Message,
     render_trajectories,
@@ -20,15 +21,15 @@ from trainer.trajectories import (
 
 def test_last_call_of_the_final_attempt_and_its_answer() -> None:
     calls = [
-        make_call(0, [SYSTEM, USER], "old attempt", attempt=1),
-        make_call(1, [SYSTEM, USER], "first", attempt=2),
-        make_call(0, [SYSTEM, USER], "zeroth", attempt=2),
-        make_call(2, [SYSTEM, USER, {"role": "assistant", "content": "first"},
-                      {"role": "user", "content": [{"type": "text", "text": "output: 3"},
-                                                   {"type": "image_url", "image_url": {"url": "x"}}]}],
-                  "done", attempt=2),
+        call(seq=0, messages=[SYSTEM, USER], response_text="old attempt", attempt=1),
+        call(seq=1, messages=[SYSTEM, USER], response_text="first", attempt=2),
+        call(seq=0, messages=[SYSTEM, USER], response_text="zeroth", attempt=2),
+        call(seq=2, messages=[SYSTEM, USER, {"role": "assistant", "content": "first"},
+                              {"role": "user", "content": [{"type": "text", "text": "output: 3"},
+                                                           {"type": "image_url", "image_url": {"url": "x"}}]}],
+             response_text="done", attempt=2),
     ]
-    trajectory = to_trajectory(make_rollout(attempt=2), calls)
+    trajectory = to_trajectory(rollout(attempt=2), calls)
     assert trajectory.n_calls == 3 and trajectory.attempt == 2
     assert [(m.role, m.content) for m in trajectory.messages] == [
         ("system", "You solve tasks."), ("user", "Fix the bug."), ("assistant", "first"),
@@ -40,23 +41,25 @@ def test_tool_calls_in_history_and_in_a_non_streamed_answer() -> None:
     history = [USER, {"role": "assistant", "content": None, "tool_calls": [tool_call]},
                {"role": "tool", "tool_call_id": "c1", "content": "a.py"}]
     raw = json.dumps({"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [tool_call]}}]})
-    call = make_call(0, history, None, response_raw=raw, finish_reason="tool_calls")
-    messages = to_trajectory(make_rollout(), [call]).messages
+    answered = call(messages=history, response_text=None, response_raw=raw, finish_reason="tool_calls")
+    messages = to_trajectory(rollout(), [answered]).messages
     assert messages[1].content == '[tool call] bash({"cmd": "ls"})'
     assert messages[2] == Message("tool", "a.py")
     assert messages[3].content == '[tool call] bash({"cmd": "ls"})'
-    streamed = make_call(0, [USER], None, stream=True, response_raw="data: {}", finish_reason="tool_calls")
-    assert to_trajectory(make_rollout(), [streamed]).messages[-1].content == "[no text; finish_reason=tool_calls]"
+    streamed = call(messages=[USER], response_text=None, stream=True, response_raw="data: {}",
+                    finish_reason="tool_calls")
+    assert to_trajectory(rollout(), [streamed]).messages[-1].content == "[no text; finish_reason=tool_calls]"
 
 
 def test_error_call_completion_prompt_and_no_calls() -> None:
-    error_call = make_call(0, [USER], None, status=CallStatus.ERROR, http_status=502, error="upstream closed")
-    assert to_trajectory(make_rollout(), [error_call]).messages[-1].content == "HTTP 502: upstream closed"
-    completion = make_call(0, [], "42", kind="completion", request={"model": "tiny", "prompt": "6*7="})
-    assert [(m.role, m.content) for m in to_trajectory(make_rollout(), [completion]).messages] == [
+    error_call = call(messages=[USER], response_text=None, status=CallStatus.ERROR, http_status=502,
+                      error="upstream closed")
+    assert to_trajectory(rollout(), [error_call]).messages[-1].content == "HTTP 502: upstream closed"
+    completion = call(response_text="42", kind="completion", request={"model": "tiny", "prompt": "6*7="})
+    assert [(m.role, m.content) for m in to_trajectory(rollout(), [completion]).messages] == [
         ("prompt", "6*7="), ("answer", "42")]
-    failed = make_rollout(reward=None, state=RolloutState.FAILED, failure_kind=FailureKind.INFRA,
-                          error="image pull failed")
+    failed = rollout(reward=None, state=RolloutState.FAILED, failure_kind=FailureKind.INFRA,
+                     error="image pull failed")
     trajectory = to_trajectory(failed, [])
     assert trajectory.messages == () and trajectory.failure_kind == "infra" and trajectory.state == "failed"
     markdown = render_trajectories([(failed, [])])
@@ -66,7 +69,7 @@ def test_error_call_completion_prompt_and_no_calls() -> None:
 
 def test_calls_of_another_rollout_are_refused() -> None:
     with pytest.raises(ValueError, match="belongs to rollout 'r2'"):
-        to_trajectory(make_rollout(), [make_call(0, [USER], "x", rollout_id="r2")])
+        to_trajectory(rollout(), [call("r2", messages=[USER])])
 
 
 def test_long_messages_keep_head_and_tail() -> None:
@@ -74,15 +77,15 @@ def test_long_messages_keep_head_and_tail() -> None:
     cut = truncate_middle(text, 100)
     assert cut.startswith("HEAD") and cut.endswith("TAIL") and "[... 4908 chars omitted ...]" in cut
     assert truncate_middle("short", 100) == "short"
-    trajectory = to_trajectory(make_rollout(), [make_call(0, [{"role": "user", "content": text}], text)],
+    trajectory = to_trajectory(rollout(), [call(messages=[{"role": "user", "content": text}], response_text=text)],
                                max_chars_per_message=100)
     assert all(len(m.content) < 200 for m in trajectory.messages)
 
 
 def test_markdown_fences_survive_backticks_and_json_round_trips() -> None:
     answer = "```python\nprint(1)\n```"
-    items = [(make_rollout("r1", 1.0), [make_call(0, [SYSTEM, USER], answer)]),
-             (make_rollout("r2", 0.0), [make_call(0, [USER], "no idea", rollout_id="r2")])]
+    items = [(rollout("r1", reward=1.0), [call("r1", messages=[SYSTEM, USER], response_text=answer)]),
+             (rollout("r2", reward=0.0), [call("r2", messages=[USER], response_text="no idea")])]
     markdown = render_trajectories(items)
     assert markdown.startswith("# Trajectories\n")
     assert "## `r1`: reward 1 (succeeded)" in markdown and "## `r2`: reward 0 (succeeded)" in markdown
@@ -96,7 +99,7 @@ def test_markdown_fences_survive_backticks_and_json_round_trips() -> None:
 
 
 def rollouts_with(rewards: list[float | None]) -> list[Rollout]:
-    return [make_rollout(f"r{i}", reward) for i, reward in enumerate(rewards)]
+    return [rollout(f"r{i}", reward=reward) for i, reward in enumerate(rewards)]
 
 
 def test_sample_shows_both_ends_of_the_reward_range() -> None:

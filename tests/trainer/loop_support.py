@@ -1,28 +1,57 @@
-"""Hand-built gateway records and a fake gateway for tests of the training loop's pieces."""
+"""Hand-built gateway records, finished groups and a fake gateway for tests of the training loop and its readers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.records import CallRecord, FinishedPage, Rollout, RolloutCreated, RolloutSpec, RolloutState
+from trainer.rollout_groups import FinishedGroup
 
 PROMPT = [1, 504, 2116]
 
 
-def rollout(rid: str, group: str, reward: float | None = 1.0, *, state: RolloutState = RolloutState.SUCCEEDED,
-            failure_kind: str | None = None, attempt: int = 1, seq: int = 1) -> Rollout:
-    return Rollout(id=rid, group_id=group, input={}, mode="train", state=state, attempt=attempt, max_attempts=3,
-                   failure_kind=failure_kind, reward=reward, created_at=0.0, finished_at=1.0, finished_seq=seq)
+def rollout(rollout_id: str = "r1", group_id: str = "g1", reward: float | None = 1.0, **fields: Any) -> Rollout:
+    """A finished train rollout (succeeded, first attempt); any Rollout field can be overridden by keyword."""
+    values: dict[str, Any] = dict(id=rollout_id, group_id=group_id, input={}, mode="train",
+                                  state=RolloutState.SUCCEEDED, attempt=1, max_attempts=3, reward=reward,
+                                  created_at=0.0, finished_at=1.0, finished_seq=1)
+    return Rollout(**{**values, **fields})
 
 
-def call(rid: str, seq: int, version: int, response: list[int], *, attempt: int = 1, status: str = "ok",
-         prompt: list[int] | None = None) -> CallRecord:
-    return CallRecord(id=seq, rollout_id=rid, attempt=attempt, seq=seq, kind="chat", stream=False, model="policy",
-                      upstream=None, status=status, http_status=200, error=None,
-                      request={"messages": [{"role": "user", "content": "hi"}]}, response_raw=None, response_id=None,
-                      prompt_token_ids=prompt or PROMPT, response_token_ids=response,
-                      response_logprobs=[-0.5] * len(response), response_text="x", finish_reason="stop", n_choices=1,
-                      policy_version=version, latency_ms=1.0, created_at=0.0)
+def call(rollout_id: str = "r1", seq: int = 0, version: int = 0, response: Sequence[int] = (2,), *,
+         prompt: Sequence[int] = PROMPT, messages: list[dict[str, Any]] | None = None, **fields: Any) -> CallRecord:
+    """An ok chat call of `rollout_id` answered by policy `version` with the tokens `response` (one logprob each);
+    `messages` is the request's history; any CallRecord field can be overridden by keyword."""
+    values: dict[str, Any] = dict(
+        id=seq, rollout_id=rollout_id, attempt=1, seq=seq, kind="chat", stream=False, model="policy", upstream=None,
+        status="ok", http_status=200, error=None,
+        request={"model": "policy", "messages": messages or [{"role": "user", "content": "hi"}]},
+        response_raw=None, response_id=None, prompt_token_ids=list(prompt), response_token_ids=list(response),
+        response_logprobs=[-0.5] * len(response), response_text="x", finish_reason="stop", n_choices=1,
+        policy_version=version, latency_ms=1.0, created_at=0.0)
+    return CallRecord(**{**values, **fields})
+
+
+def group(group_id: str, rewards: Mapping[str, float | None] | Sequence[float | None], *,
+          failures: Mapping[str, str] | None = None, versions: Mapping[str, Sequence[int]] | None = None,
+          calls: Callable[[str], tuple[CallRecord, ...]] | None = None, task: dict[str, Any] | None = None,
+          version: int = 0) -> FinishedGroup:
+    """A finished group submitted at policy `version`: one member per reward (keyed by id; a list names them
+    `<group_id>-<i>`), failed with the kind in `failures` where listed. Each member's calls are `calls(id)`, or by
+    default one call per version in `versions[id]` (`version` when not listed), each answering two tokens."""
+    by_id = rewards if isinstance(rewards, Mapping) else {f"{group_id}-{i}": r for i, r in enumerate(rewards)}
+    failures, versions = failures or {}, versions or {}
+    members = tuple(rollout(rid, group_id, reward, failure_kind=failures.get(rid),
+                            state=RolloutState.FAILED if rid in failures else RolloutState.SUCCEEDED)
+                    for rid, reward in by_id.items())
+
+    def one_call_per_version(rid: str) -> tuple[CallRecord, ...]:
+        return tuple(call(rid, i, v, [5, 6]) for i, v in enumerate(versions.get(rid, (version,))))
+
+    calls_of = calls or one_call_per_version
+    return FinishedGroup(group_id, task or {}, members, {rid: calls_of(rid) for rid in by_id}, version)
 
 
 @dataclass
@@ -46,7 +75,7 @@ class FakeGateway:
 
     def finish(self, rid: str, reward: float, versions=(0,)) -> None:
         spec = next(s for s in self.created if s.id == rid)
-        self.finished_log.append(rollout(rid, spec.group_id, reward, seq=len(self.finished_log) + 1))
+        self.finished_log.append(rollout(rid, spec.group_id, reward, finished_seq=len(self.finished_log) + 1))
         self.call_log[rid] = [call(rid, i, v, [10 + i, 11 + i]) for i, v in enumerate(versions)]
 
     def finished(self, after=0, limit=100, wait_s=0.0):

@@ -7,14 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.trainer.loop_support import call, rollout
+from tests.trainer.loop_support import call, group, rollout
 from trainer.rollout_groups import FinishedGroup, drop_stale, min_call_version, stale_R, version_lag_R
-
-
-def group(gid: str, versions_by_member: dict[str, tuple[int, ...]]) -> FinishedGroup:
-    members = tuple(rollout(rid, gid) for rid in versions_by_member)
-    calls = {rid: tuple(call(rid, i, v, [5]) for i, v in enumerate(vs)) for rid, vs in versions_by_member.items()}
-    return FinishedGroup(gid, {}, members, calls, 0)
 
 
 @pytest.mark.parametrize(("versions", "current", "max_lag", "kept", "dropped"), [
@@ -24,7 +18,7 @@ def group(gid: str, versions_by_member: dict[str, tuple[int, ...]]) -> FinishedG
     ({"a": (0,), "b": (0,)}, 3, 2, [], 2),              # the whole group goes
 ])
 def test_drop_stale_table(versions, current, max_lag, kept, dropped):
-    split = drop_stale([group("g", versions)], current, max_lag)
+    split = drop_stale([group("g", dict.fromkeys(versions, 1.0), versions=versions)], current, max_lag)
     assert [r.id for g in split.kept for r in g.rollouts] == kept
     assert split.dropped_rollouts == dropped
     assert all(set(g.calls) == {r.id for r in g.rollouts} for g in split.kept)
@@ -32,7 +26,8 @@ def test_drop_stale_table(versions, current, max_lag, kept, dropped):
 
 def test_lag_statistics_and_rollouts_without_calls():
     no_calls = FinishedGroup("g2", {}, (rollout("c", "g2"),), {"c": ()}, 0)
-    split = drop_stale([group("g", {"a": (1, 3), "b": (3,)}), no_calls], 3, 5)
+    lagging = group("g", {"a": 1.0, "b": 1.0}, versions={"a": (1, 3), "b": (3,)})
+    split = drop_stale([lagging, no_calls], 3, 5)
     assert split.lag_max == 2 and split.lag_mean == pytest.approx(1.0)  # c has no calls: no lag recorded
     assert split.as_metrics()["staleness/dropped_rollouts"] == 0.0
     assert [g.group_id for g in split.kept] == ["g", "g2"]
