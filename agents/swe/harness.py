@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +53,30 @@ def build_model(task: dict[str, Any], config: dict[str, Any]):
 
 def build_environment(sandbox: Sandbox, timeout_s: int):
     """mini-swe-agent's local environment, with every command run through the sandbox."""
+    return sandboxed_environment(lambda command, _cwd, limit_s: sandbox.run(command, limit_s), str(sandbox.cwd),
+                                 timeout_s)
+
+
+def sandboxed_environment(run: Callable[[str, str, int], Any], cwd: str, timeout_s: int):
+    """mini-swe-agent's environment (LocalEnvironment's interface and submit rule) whose commands go through
+    `run(command, cwd, timeout_s)` (a result with output, returncode and timed_out). Its template variables leave
+    out this process's environment: the rollout's API key lives there."""
     from minisweagent.environments.local import LocalEnvironment
+    from minisweagent.utils.serialize import recursive_merge
 
     class SandboxedEnvironment(LocalEnvironment):
         def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
-            result = sandbox.run(action.get("command", ""), timeout or timeout_s)
-            info = f"The command timed out after {timeout or timeout_s} s and was killed." if result.timed_out else ""
+            limit = timeout or self.config.timeout
+            result = run(action.get("command", ""), cwd or self.config.cwd, limit)
+            info = f"The command timed out after {limit} s and was killed." if result.timed_out else ""
             output = {"output": result.output, "returncode": result.returncode, "exception_info": info}
             self._check_finished(output)
             return output
 
-    return SandboxedEnvironment(cwd=str(sandbox.cwd), timeout=timeout_s)
+        def get_template_vars(self, **kwargs) -> dict[str, Any]:
+            return recursive_merge(self.config.model_dump(), platform.uname()._asdict(), kwargs)
+
+    return SandboxedEnvironment(cwd=cwd, timeout=timeout_s)
 
 
 def run_agent(task: dict[str, Any], workdir: Path, shim_dir: Path) -> dict[str, Any]:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import itertools
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from agents.swe.harness import sandboxed_environment
 from controller.sandbox_channel import KILL_GRACE_S, READY_FILE, SANDBOX_DIR_ENV
 
 TIMEOUT_CODES = (124, 137)  # `timeout` after SIGTERM; SIGKILL
@@ -86,21 +85,5 @@ def _read(path: Path) -> str:
 
 
 def build_environment(client: SandboxClient, cwd: str, timeout_s: int):
-    """mini-swe-agent's environment whose commands run in the sandbox (LocalEnvironment's interface and submit
-    rule); its template variables leave out this process's environment (the rollout key lives there)."""
-    from minisweagent.environments.local import LocalEnvironment
-    from minisweagent.utils.serialize import recursive_merge
-
-    class SandboxEnvironment(LocalEnvironment):
-        def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
-            limit = timeout or self.config.timeout
-            result = client.run(action.get("command", ""), cwd or self.config.cwd, limit)
-            info = f"The command timed out after {limit} s and was killed." if result.timed_out else ""
-            output = {"output": result.output, "returncode": result.returncode, "exception_info": info}
-            self._check_finished(output)
-            return output
-
-        def get_template_vars(self, **kwargs) -> dict[str, Any]:
-            return recursive_merge(self.config.model_dump(), platform.uname()._asdict(), kwargs)
-
-    return SandboxEnvironment(cwd=cwd, timeout=timeout_s)
+    """mini-swe-agent's environment whose commands run in the sandbox container (see `sandboxed_environment`)."""
+    return sandboxed_environment(client.run, cwd, timeout_s)
