@@ -1,9 +1,13 @@
-"""Helpers for recipe tests: call records as the gateway stores them, mutations of task rows."""
+"""Helpers for recipe tests: call records as the gateway stores them, mutations of task rows, the check that a
+validation report caught a bad row."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
+from agents.expectations import DataValidationError, ValidationReport, require_valid
 from gateway.records import CallRecord
 
 
@@ -23,9 +27,28 @@ def set_value(index: int, key: str, value) -> Callable[[list[dict]], None]:
     return mutate
 
 
+def duplicate_value(index: int, key: str, source: int) -> Callable[[list[dict]], None]:
+    """A mutation of a list of rows: row `index`'s `key` set to row `source`'s (a duplicate)."""
+    def mutate(rows: list[dict]) -> None:
+        rows[index][key] = rows[source][key]
+    return mutate
+
+
 def drop_everywhere(key: str) -> Callable[[list[dict]], None]:
     """A mutation of a list of rows: `key` removed from every row."""
     def mutate(rows: list[dict]) -> None:
         for row in rows:
             del row[key]
     return mutate
+
+
+def assert_caught(report: ValidationReport, rule: str, row_id: str, words: str) -> None:
+    """`report` fails `rule`, and its failure, and the error require_valid raises, name `row_id` and the rule's
+    `words`."""
+    failed = {r.name: r for r in report.failures()}
+    assert not report.success and rule in failed, report.to_markdown()
+    assert row_id in failed[rule].unexpected_ids
+    assert words in failed[rule].message and row_id in failed[rule].message
+    with pytest.raises(DataValidationError) as raised:
+        require_valid(report)
+    assert words in str(raised.value) and row_id in str(raised.value)

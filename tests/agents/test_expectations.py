@@ -18,6 +18,7 @@ from agents.expectations import (
 from agents.registry import RECIPE_MODULES, get_recipe
 from agents.swe.recipe import rollout_input
 from agents.swe_bench.recipe import rollout_input as bench_rollout_input
+from tests.agents.support import assert_caught, duplicate_value
 from tests.agents.support import drop_everywhere as _drop_everywhere
 from tests.agents.support import set_value as _set
 
@@ -53,14 +54,10 @@ def test_generated_tasks_pass_their_recipe_suite(recipe, rows):
     assert require_valid(report) is report
 
 
-def _duplicate_id(rows: list[dict]) -> None:
-    rows[4]["id"] = rows[2]["id"]
-
-
 # (recipe, how the rows are broken, rule that must fail, row id it must name, words of the rule)
 BAD_ROWS = [
     ("instruction_following", _drop_everywhere("prompt"), "prompt_exists", "if-0-00000", "column prompt is present"),
-    ("instruction_following", _duplicate_id, "id_unique", "if-0-00002", "id is unique"),
+    ("instruction_following", duplicate_value(4, "id", 2), "id_unique", "if-0-00002", "id is unique"),
     ("instruction_following", _set(3, "prompt", "   "), "prompt_non_empty", "if-0-00003",
      "prompt is a non-empty string"),
     ("instruction_following", _set(1, "prompt", None), "prompt_not_null", "if-0-00001", "prompt is set in every row"),
@@ -95,13 +92,7 @@ def test_each_kind_of_bad_row_is_caught_naming_the_row_and_the_rule(recipe, muta
             "swe_bench": swe_bench_rows}[recipe]()
     mutate(rows)
     report = validate_rows(rows, recipe)
-    failed = {r.name: r for r in report.failures()}
-    assert not report.success and rule in failed, report.to_markdown()
-    assert row_id in failed[rule].unexpected_ids
-    assert words in failed[rule].message and row_id in failed[rule].message
-    with pytest.raises(DataValidationError) as raised:
-        require_valid(report)
-    assert words in str(raised.value) and row_id in str(raised.value)
+    assert_caught(report, rule, row_id, words)
     assert f"| {words} |" in report.to_markdown()
 
 

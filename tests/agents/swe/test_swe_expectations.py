@@ -7,9 +7,10 @@ import copy
 
 import pytest
 
-from agents.expectations import DataValidationError, require_valid
+from agents.expectations import require_valid
 from agents.swe.datasets import load_raw_swe_rows
 from agents.swe.expectations import REQUIRED_COLUMNS, TESTS_STAT, count_tests, swe_rules, validate_swe_rows
+from tests.agents.support import assert_caught, duplicate_value
 from tests.agents.support import drop_everywhere as _drop_everywhere
 from tests.agents.support import set_value as _set
 from tests.agents.swe.test_datasets import SMITH_ROWS, VERIFIED_ROWS, write_rows
@@ -50,10 +51,6 @@ def test_count_tests_reads_lists_and_json_text_and_skips_what_does_not_parse():
                                  TESTS_STAT: {"min": 0, "max": 3, "mean": 1.5, "rows": 2}}
 
 
-def _duplicate_id(rows: list[dict]) -> None:
-    rows[1]["instance_id"] = rows[0]["instance_id"]
-
-
 def _no_image_nor_repo(rows: list[dict]) -> None:
     rows[1]["image_name"] = None
     rows[1]["repo"] = ""
@@ -66,8 +63,8 @@ BAD_ROWS = [
     ("swe-bench-verified", _drop_everywhere("environment_setup_commit"), "environment_setup_commit_exists", V[1],
      "column environment_setup_commit is present"),
     ("swe-smith", _drop_everywhere("FAIL_TO_PASS"), "FAIL_TO_PASS_exists", S[0], "column FAIL_TO_PASS is present"),
-    ("swe-bench-verified", _duplicate_id, "instance_id_unique", V[0], "instance_id is unique"),
-    ("swe-smith", _duplicate_id, "instance_id_unique", S[0], "instance_id is unique"),
+    ("swe-bench-verified", duplicate_value(1, "instance_id", 0), "instance_id_unique", V[0], "instance_id is unique"),
+    ("swe-smith", duplicate_value(1, "instance_id", 0), "instance_id_unique", S[0], "instance_id is unique"),
     ("swe-smith", _set(1, "instance_id", None), "instance_id_not_null", "row 1", "instance_id is set in every row"),
     ("swe-bench-verified", _set(0, "instance_id", " "), "instance_id_non_empty", "row 0",
      "instance_id is a non-empty string"),
@@ -92,14 +89,7 @@ BAD_ROWS = [
 def test_each_kind_of_bad_row_is_caught_naming_the_row_and_the_rule(kind, mutate, rule, row_id, words):
     rows = rows_of(kind)
     mutate(rows)
-    report = validate_swe_rows(rows, kind)
-    failed = {r.name: r for r in report.failures()}
-    assert not report.success and rule in failed, report.to_markdown()
-    assert row_id in failed[rule].unexpected_ids
-    assert words in failed[rule].message and row_id in failed[rule].message
-    with pytest.raises(DataValidationError) as raised:
-        require_valid(report)
-    assert words in str(raised.value) and row_id in str(raised.value)
+    assert_caught(validate_swe_rows(rows, kind), rule, row_id, words)
 
 
 @pytest.mark.parametrize(("kind", "statement", "rule"), [("swe-smith", "  \n", "problem_statement_non_empty"),
