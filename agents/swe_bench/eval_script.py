@@ -6,7 +6,9 @@ here is a minimal equivalent of SWE-bench's for its Python repositories: activat
 apply the model patch the way SWE-bench's harness does (`git apply`, then `--reject`, then `patch --fuzz=5`), reset
 the files the test patch touches to the base commit, apply the test patch, and run the test files it touches with
 the repository's runner (pytest -rA; Django's runtests.py; SymPy's bin/test), between SWE-bench's log markers and
-with the test command's exit status recorded after them. The log is read with `swebench`'s own pieces: its
+with the test command's exit status recorded after them. A test patch that does not apply is marked
+`TEST_PATCH_FAIL` (distinct from SWE-bench's `APPLY_PATCH_FAIL` of the model patch: it is the instance's or the
+grading's fault, not the model's). The log is read with `swebench`'s own pieces: its
 per-repository parser (`MAP_REPO_TO_PARSER_PY`, pytest's elsewhere) through `get_logs_eval` (markers, apply
 failures, exit-status cross-check), and its `test_passed` / `test_maintained` (SWE-bench's matching of truncated
 parametrised ids) to fill the outcomes that `agents.swe.grader.is_resolved` judges.
@@ -27,6 +29,7 @@ from agents.swe.testrun import TestRun
 
 GRADE_DIR = "/var/run/harnessrl-grade"  # where the grading Job mounts model.patch, test.patch and eval.sh
 REPO_DIR = "/testbed"
+TEST_PATCH_FAIL = ">>>>> Test Patch Apply Failed"  # the script's marker for a test patch that does not apply
 NON_TEST_SUFFIXES = (".json", ".png", ".csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
 PYTEST = "pytest --no-header -rA --tb=no -p no:cacheprovider"
 DJANGO = "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1"
@@ -38,7 +41,9 @@ class LogVerdict:
     """What the grading log says."""
 
     resolved: bool  # SWE-bench's rule on the parsed outcomes
-    parsed: bool  # the log had test output (False: the patch did not apply, or the tests never ran)
+    parsed: bool  # the log had test output (False: a patch did not apply, or the tests never ran)
+    model_patch_applied: bool  # False: the script's model-patch step printed SWE-bench's APPLY_PATCH_FAIL
+    test_patch_applied: bool  # False: the test patch did not apply (TEST_PATCH_FAIL; not the model's fault)
     outcomes: dict[str, str]  # FAIL_TO_PASS / PASS_TO_PASS id -> passed | failed | skipped
     broken: dict[str, list[str]]  # fail_to_pass_failed / pass_to_pass_failed
 
@@ -81,7 +86,7 @@ def eval_script(instance: Mapping[str, Any]) -> str:
         f"patch --batch --fuzz=5 -p1 -i {model}; then echo '{APPLY_PATCH_PASS}'; "
         f"else echo '{APPLY_PATCH_FAIL}'; exit 1; fi",
         reset,
-        f"git apply --verbose {tests} || {{ echo '{APPLY_PATCH_FAIL} (test patch)'; exit 1; }}",
+        f"git apply --verbose {tests} || {{ echo '{TEST_PATCH_FAIL}'; exit 1; }}",
         f"echo '{START_TEST_OUTPUT}'",
         runner_command(str(instance["repo"]), files),
         "code=$?",
@@ -102,7 +107,7 @@ def parser_name(repo: str) -> str:
 
 def read_log(instance: Mapping[str, Any], log: str) -> LogVerdict:
     """The grading log judged with SWE-bench's rule for the instance's FAIL_TO_PASS / PASS_TO_PASS."""
-    from swebench.harness.constants import FAIL_ONLY_REPOS, EvalType
+    from swebench.harness.constants import APPLY_PATCH_FAIL, FAIL_ONLY_REPOS, START_TEST_OUTPUT, EvalType
     from swebench.harness.grading import get_logs_eval, test_maintained, test_passed
     from swebench.types import TestSpec
 
@@ -119,4 +124,6 @@ def read_log(instance: Mapping[str, Any], log: str) -> LogVerdict:
     outcomes = {test: "passed" if test_passed(test, status_map) else
                 "skipped" if test_maintained(test, status_map) else "failed" for test in dict.fromkeys(f2p + p2p)}
     resolved, broken = is_resolved(TestRun(outcomes=outcomes), f2p, p2p)
-    return LogVerdict(resolved and parsed, parsed, outcomes, broken)
+    setup = log.split(START_TEST_OUTPUT, 1)[0]  # the patch steps' output (the tests' own output cannot fake them)
+    return LogVerdict(resolved and parsed, parsed, APPLY_PATCH_FAIL not in setup, TEST_PATCH_FAIL not in setup,
+                      outcomes, broken)

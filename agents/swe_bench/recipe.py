@@ -7,8 +7,10 @@ FAIL_TO_PASS / PASS_TO_PASS) stay in `<store>/instances.jsonl` on the controller
 Harness: mini-swe-agent in the `sandbox` container (`agents.swe_bench.harness`). Grader: the agent's `model.patch`
 (its `git diff` taken in the sandbox, returned with the working directory) graded in a fresh grading Job of the
 instance image (`kube_grading`, `eval_script`): reward 1.0 iff resolved by SWE-bench's rule. An empty patch is not
-run (0.0, as in SWE-bench). Grading Jobs use the `kubernetes` section of the controller config named by
-$HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG (the agent Jobs' namespace and cluster), else the default settings.
+run (0.0, as in SWE-bench); a model patch that does not apply is 0.0 with its `patch_error`; a test patch that does
+not apply raises GradingInfraError (the instance's or the grading's fault, so the rollout fails as infra). Grading
+Jobs use the `kubernetes` section of the controller config named by $HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG (the
+agent Jobs' namespace and cluster), else the default settings.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from agents.swe.grader import MAX_MODEL_PATCH_CHARS
 from agents.swe_bench.eval_script import read_log
 from agents.swe_bench.grading_job import GradingInputTooLarge, grading_name
 from agents.swe_bench.harness import PATCH_ERROR_FILE, PATCH_FILE
+from agents.swe_bench.kube_grading import GradingInfraError, KubeGrader
 from controller.config import KubernetesSettings, load_controller_config
 
 NAME = "swe_bench"
@@ -112,17 +115,19 @@ class SweBenchRecipe:
         except GradingInputTooLarge as error:
             return Grade(0.0, {**details, "resolved": False, "error": str(error)})
         verdict = read_log(instance, run.log)
+        if not verdict.test_patch_applied:
+            raise GradingInfraError(f"the test patch of instance {instance['instance_id']!r} does not apply in image "
+                                    f"{graded.task['image']} (not the model's patch); check the instance's test_patch "
+                                    f"and base_commit against its image. The grading log's tail:\n{run.log[-2000:]}")
         details |= {"resolved": verdict.resolved, **verdict.broken, "grading_job": run.ending}
         if not verdict.parsed:
-            details["patch_error" if ">>>>> Patch Apply Failed" in run.log else "error"] = (
+            details["error" if verdict.model_patch_applied else "patch_error"] = (
                 f"no test results in the grading log (Job {run.ending}); its tail:\n{run.log[-2000:]}")
         return Grade(1.0 if verdict.resolved else 0.0, details)
 
     def _grader(self) -> Any:
         if self.grader is not None:
             return self.grader
-        from agents.swe_bench.kube_grading import KubeGrader
-
         object.__setattr__(self, "grader", KubeGrader(grading_settings()))
         return self.grader
 

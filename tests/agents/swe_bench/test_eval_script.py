@@ -4,9 +4,11 @@ recorded SWE-bench-style logs back into outcomes with swebench's parsers and SWE
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from agents.swe_bench import eval_script as script_module
 from agents.swe_bench.eval_script import eval_script, parser_name, read_log, runner_command, touched_files
 
 TEST_PATCH = """\
@@ -145,3 +147,76 @@ def test_a_django_log_is_read_with_djangos_parser():
     assert verdict.outcomes == {f2p[0]: "failed", p2p[0]: "passed", p2p[1]: "skipped"}
     fixed = DJANGO_LOG.replace("... FAIL", "... ok").replace("Exit Code: 1", "Exit Code: 0")
     assert read_log(instance("django/django", f2p, p2p), fixed).resolved
+
+
+MODULE = "pkg/mod.py"
+TESTS = "tests/test_mod.py"
+MODEL_PATCH = f"""\
+diff --git a/{MODULE} b/{MODULE}
+--- a/{MODULE}
++++ b/{MODULE}
+@@ -1 +1 @@
+-x = 1
++x = 2
+"""
+
+
+def _test_patch(context: str) -> str:
+    return f"""\
+diff --git a/{TESTS} b/{TESTS}
+--- a/{TESTS}
++++ b/{TESTS}
+@@ -1 +1,2 @@
+ {context}
++y = 3
+"""
+
+
+def _run_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_patch: str, test_patch: str) -> str:
+    """The grading script run on a one-commit repository (the tests never start: a patch fails); its log."""
+    repo, grade = tmp_path / "testbed", tmp_path / "grade"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / MODULE).write_text("x = 1\n")
+    (repo / TESTS).write_text("x = 1\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1"}
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run(["git", *argv], cwd=repo, env=env, check=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    grade.mkdir()
+    (grade / "model.patch").write_text(model_patch)
+    (grade / "test.patch").write_text(test_patch)
+    monkeypatch.setattr(script_module, "REPO_DIR", str(repo))
+    monkeypatch.setattr(script_module, "GRADE_DIR", str(grade))
+    script = eval_script({"repo": "someone/unknown", "base_commit": base, "test_patch": test_patch})
+    run = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    return run.stdout + run.stderr
+
+
+def _generated_instance() -> dict:
+    return {"instance_id": "someone__unknown-1", "repo": "someone/unknown", "version": "1.0",
+            "FAIL_TO_PASS": [f"{TESTS}::test_x"], "PASS_TO_PASS": []}
+
+
+def test_a_model_patch_that_does_not_apply_is_the_models(tmp_path, monkeypatch):
+    log = _run_script(tmp_path, monkeypatch, MODEL_PATCH.replace("-x = 1", "-x = 9"), _test_patch("x = 1"))
+    verdict = read_log(_generated_instance(), log)
+    assert not verdict.model_patch_applied and verdict.test_patch_applied
+    assert not verdict.parsed and not verdict.resolved
+
+
+def test_a_test_patch_that_does_not_apply_is_told_apart_from_the_models(tmp_path, monkeypatch):
+    log = _run_script(tmp_path, monkeypatch, MODEL_PATCH, _test_patch("x = 9"))
+    verdict = read_log(_generated_instance(), log)
+    assert verdict.model_patch_applied and not verdict.test_patch_applied
+    assert not verdict.parsed and not verdict.resolved
+
+
+def test_markers_printed_by_the_tests_do_not_count_as_patch_failures():
+    faked = pytest_log().replace(">>>>> End Test Output",
+                                 f"{script_module.TEST_PATCH_FAIL}\n>>>>> Patch Apply Failed\n>>>>> End Test Output")
+    verdict = read_log(instance(), faked)
+    assert verdict.model_patch_applied and verdict.test_patch_applied

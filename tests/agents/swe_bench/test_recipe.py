@@ -17,6 +17,7 @@ import pytest
 from agents.recipe import GradeInput
 from agents.registry import get_recipe
 from agents.swe.evaluation import bench_rollout_tasks
+from agents.swe_bench.eval_script import TEST_PATCH_FAIL
 from agents.swe_bench.grading_job import (
     GradingInputTooLarge,
     build_grading_job,
@@ -28,8 +29,8 @@ from agents.swe_bench.recipe import SweBenchRecipe, write_store
 from controller.config import KubernetesSettings
 from controller.manifests import job_name
 from controller.runners.kubernetes import KubernetesRunner
+from tests.agents.swe_bench.test_eval_script import SEP, pytest_log
 from tests.agents.swe_bench.test_eval_script import instance as bench_instance
-from tests.agents.swe_bench.test_eval_script import pytest_log
 from tests.controller.fake_kube import FakeKube
 from tests.controller.test_kubernetes_runner import MemoryArtifacts
 from tests.controller.test_manifests import K8S_VERSIONS
@@ -145,7 +146,19 @@ def test_a_patch_that_does_not_apply_is_unresolved_with_the_reason(kube, tmp_pat
     grade = recipe.grade(grade_input)
     thread.join()
     assert grade.reward == 0.0 and grade.details["grading_job"] == "failed"
-    assert "corrupt patch" in grade.details["patch_error"]
+    assert "corrupt patch" in grade.details["patch_error"] and "error" not in grade.details
+
+
+def test_a_test_patch_that_does_not_apply_is_an_infra_error_not_the_models(kube, tmp_path):
+    recipe, grade_input = graded(tmp_path, "diff --git a/x b/x\n")
+    recipe = SweBenchRecipe(store=recipe.store, grader=grader(kube))
+    log = f">>>>> Applied Patch\nerror: patch failed: {SEP}:1\n{TEST_PATCH_FAIL}\n"
+    thread = _finish_grading_job(kube, log, {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"},
+                                 EXITED_1)
+    with pytest.raises(GradingInfraError, match=f"test patch of instance 'astropy__astropy-12907' does not apply "
+                                                 f"in image {re.escape(IMAGE)} \\(not the model's patch\\)"):
+        recipe.grade(grade_input)
+    thread.join()
 
 
 def test_api_errors_are_infra_errors_and_leave_nothing_behind(kube, tmp_path):
