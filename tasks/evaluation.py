@@ -38,7 +38,6 @@ class TrainCheckpoint:
     checkpoint_uri: str  # the run's `checkpoint_uri` tag
     run_id: str  # the MLflow run id
     run_name: str  # the MLflow run name
-    experiment_id: str  # the run's experiment
 
 
 def find_latest_checkpoint(tracking_uri: str, recipe: str = "swe") -> TrainCheckpoint | None:
@@ -54,8 +53,7 @@ def find_latest_checkpoint(tracking_uri: str, recipe: str = "swe") -> TrainCheck
     if not runs:
         return None
     run = runs[0]
-    return TrainCheckpoint(run.data.tags["checkpoint_uri"], run.info.run_id, run.info.run_name or "",
-                           run.info.experiment_id)
+    return TrainCheckpoint(run.data.tags["checkpoint_uri"], run.info.run_id, run.info.run_name or "")
 
 
 @task(name="find-latest-checkpoint", cache_policy=NO_CACHE, persist_result=False,
