@@ -4,7 +4,6 @@ tests/flows/test_deployment.py starts everything for real."""
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import socket
 import subprocess
@@ -15,18 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.deploy.services_module import services
 from tests.deploy.support import REPO
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("harnessrl_services", REPO / "deploy" / "services.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-services = _module()
+from tests.flows.test_prefect_yaml import EXPECTED
 
 
 @pytest.fixture()
@@ -37,10 +27,11 @@ def config(tmp_path):
 
 def test_local_deployments_are_those_of_the_process_pool_in_prefect_yaml():
     project = yaml.safe_load((REPO / "prefect.yaml").read_text())
-    assert services.pool_deployments(project, "harnessrl-process") == \
-        ["train-swe/default", "train-if/default", "train-search/default", "evaluate-swe-verified/nightly",
-         "evaluate-swe-verified/manual", "prepare-swe-data/default"]
-    assert services.pool_deployments(project, "harnessrl-kubernetes") == ["train-swe/kubernetes"]
+    pools = dict.fromkeys(pool for pool, _, _ in EXPECTED.values())
+    assert list(pools) == ["harnessrl-process", "harnessrl-kubernetes"]
+    for pool in pools:
+        on_pool = [f"{flow}/{name}" for (flow, name), (where, _, _) in EXPECTED.items() if where == pool]
+        assert services.pool_deployments(project, pool) == on_pool, f"the deployments of {pool}, in file order"
     with pytest.raises(ValueError, match="'nope'"):
         services.pool_deployments(project, "nope")
 

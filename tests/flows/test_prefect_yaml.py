@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from tests.deploy.dockerfile import parse
+from tests.deploy.services_module import services
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT_YAML = ROOT / "prefect.yaml"
-EXPECTED = {  # (flow, deployment) -> (work pool, pool type, profile)
+EXPECTED = {  # (flow, deployment) -> (work pool, pool type, profile), in prefect.yaml's order
     ("train-swe", "default"): ("harnessrl-process", "process", "swe-local"),
     ("train-swe", "kubernetes"): ("harnessrl-kubernetes", "kubernetes", "swe-gpu"),
     ("train-if", "default"): ("harnessrl-process", "process", "if-local"),
@@ -45,8 +46,11 @@ def flows(project) -> dict:
 
 
 def key(deployment: dict) -> tuple[str, str]:
-    """(flow name, deployment name); the flow name as `prefect deploy --name flow/deployment` derives it."""
-    return deployment["entrypoint"].rsplit(":", 1)[-1].replace("_", "-"), deployment["name"]
+    """(flow name, deployment name), as `make services` names what it deploys (`prefect deploy --name flow/name`):
+    deploy/services.py's pool_deployments on this one deployment."""
+    (name,) = services.pool_deployments({"deployments": [deployment]}, deployment["work_pool"]["name"])
+    flow, _, deployment_name = name.partition("/")
+    return flow, deployment_name
 
 
 def pool_variables(pool_type: str) -> set[str]:
