@@ -12,13 +12,13 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from agents.swe.generator import INSTANCES_FILE
 from agents.swe.instances import SOURCES, Source, normalize_rows
 from agents.task_data import GENERATED, TaskDataError, load_source_rows, write_task_rows
 
 HUB = "hub"  # a source naming the kind's default hub dataset
 HUB_IDS: dict[str, str] = {"swe-smith": "SWE-bench/SWE-smith", "swe-bench-verified": "SWE-bench/SWE-bench_Verified"}
 DEFAULT_SPLITS: dict[str, str] = {"swe-smith": "train", "swe-bench-verified": "test"}
-STORE_FILE = "instances.jsonl"
 
 
 class SweDatasetError(TaskDataError):
@@ -60,7 +60,7 @@ def default_store() -> Path:
 def stage_store(store: Path, cache_dir: Path) -> Path:
     """The store's instances written (task_data's encoding, so values survive Arrow) as a JSONL file under
     `cache_dir`, named by the content's digest; raises naming the store when it holds no instances."""
-    path = Path(store) / STORE_FILE
+    path = Path(store) / INSTANCES_FILE
     if not path.is_file() or not path.read_text(encoding="utf-8").strip():
         raise SweDatasetError(f"no generated SWE instances in {path}; generate them first (SweRecipe(store=...)"
                               f".generate(count, seed), or agents.swe.generator.generate) or set HARNESSRL_SWE_STORE")

@@ -16,7 +16,7 @@ from typing import Any
 
 from agents.swe.environments import LocalStoreEnvironment, instance_image
 from agents.swe.evaluation_report import InstanceOutcome, not_runnable, outcome_from_grade
-from agents.swe.generator import load_instances
+from agents.swe.generator import INSTANCES_FILE, load_instances
 from agents.swe.grader import grade_patch
 from agents.swe.predictions import Prediction
 from agents.swe.recipe import rollout_input
@@ -87,7 +87,7 @@ def grade_predictions(store: Path, predictions: Iterable[Prediction], *,
     for prediction in predictions:
         instance = stored.get(prediction.instance_id)
         if instance is None:
-            raise KeyError(f"prediction for {prediction.instance_id!r}: not in {store / 'instances.jsonl'}; grade "
+            raise KeyError(f"prediction for {prediction.instance_id!r}: not in {store / INSTANCES_FILE}; grade "
                            "predictions of generated instances only (SWE-bench's harness grades the others)")
         if not prediction.model_patch.strip():
             details: Mapping[str, Any] = {"model_patch": ""}

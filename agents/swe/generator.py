@@ -33,6 +33,7 @@ TEST_CONFIG_FILES = ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
 NOT_SOURCE = ("setup.py", "docs/*", "doc/*", "examples/*", "benchmarks/*", "*.egg-info/*")
 SWE_SMITH_FIELDS = ("instance_id", "repo", "patch", "FAIL_TO_PASS", "PASS_TO_PASS", "created_at", "image_name",
                     "base_commit", "problem_statement")
+INSTANCES_FILE = "instances.jsonl"  # the store's instances, one JSON object a line
 SHOWN_FAILURES = 5  # failing tests quoted in a problem statement
 # A fixed identity and date make the base commit (and so every instance id) reproducible.
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "harnessrl", "GIT_AUTHOR_EMAIL": "harnessrl@localhost",
@@ -178,7 +179,7 @@ def _try_bug(base: Base, work: Path, relative: str, mutation: Mutation, passing_
 
 def write_instances(store: Path, instances: list[dict[str, Any]]) -> Path:
     """Add instances to `<store>/instances.jsonl` (an instance id already there is replaced)."""
-    path = store / "instances.jsonl"
+    path = store / INSTANCES_FILE
     kept = {i["instance_id"]: i for i in load_instances(store)}
     kept.update({i["instance_id"]: {k: i[k] for k in SWE_SMITH_FIELDS} for i in instances})
     path.write_text("".join(json.dumps(i, sort_keys=False) + "\n" for i in kept.values()), encoding="utf-8")
@@ -187,7 +188,7 @@ def write_instances(store: Path, instances: list[dict[str, Any]]) -> Path:
 
 def load_instances(store: Path) -> list[dict[str, Any]]:
     """The instances in `<store>/instances.jsonl` ([] when there are none)."""
-    path = store / "instances.jsonl"
+    path = store / INSTANCES_FILE
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -198,7 +199,7 @@ def find_instance(store: Path, instance_id: str) -> dict[str, Any]:
     for instance in load_instances(store):
         if instance["instance_id"] == instance_id:
             return instance
-    raise KeyError(f"instance {instance_id!r} is not in {store / 'instances.jsonl'}; generate it first")
+    raise KeyError(f"instance {instance_id!r} is not in {store / INSTANCES_FILE}; generate it first")
 
 
 def base_path(store: Path, instance: dict[str, Any]) -> Path:

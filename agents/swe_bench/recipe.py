@@ -26,6 +26,7 @@ from typing import Any
 
 from agents.recipe import Grade, GradeInput
 from agents.swe.environments import instance_image
+from agents.swe.generator import INSTANCES_FILE, load_instances
 from agents.swe.grader import MAX_MODEL_PATCH_CHARS
 from agents.swe_bench.eval_script import read_log
 from agents.swe_bench.grading_job import GradingInputTooLarge, grading_name
@@ -34,7 +35,6 @@ from agents.swe_bench.kube_grading import GradingInfraError, KubeGrader
 from controller.config import KubernetesSettings, load_controller_config
 
 NAME = "swe_bench"
-INSTANCES_FILE = "instances.jsonl"
 CONFIG_ENV = "HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG"
 
 
@@ -52,8 +52,7 @@ def load_store(store: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"no {path}: the swe_bench store is written by the evaluation flow "
                                 "(agents.swe_bench.recipe.write_store) on the controller's machine")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {row["instance_id"]: row for row in rows}
+    return {row["instance_id"]: row for row in load_instances(Path(store))}
 
 
 def rollout_input(instance: Mapping[str, Any], store: Path) -> dict[str, Any]:
