@@ -35,33 +35,30 @@ class TaskDataError(ValueError):
 
 def load_task_rows(source: str, *, recipe: str, count: int | None, seed: int, cache_dir: Path) -> Rows:
     """The first `count` rows (None: all) of `source`, each with "recipe" set (kept when the row has one)."""
-    if count is not None and count < 0:
-        raise TaskDataError(f"count must be >= 0 or None (all rows), got {count}")
-    cache_dir = Path(cache_dir)
+    _check_count(count)
     if source == GENERATED:
-        dataset = _generated_dataset(recipe, count, seed, cache_dir)
-    elif _looks_local(source):
-        dataset = _local_dataset(Path(source), cache_dir)
-    else:
-        dataset = _hub_dataset(source, cache_dir)
-    if count is not None:
-        dataset = dataset.select(range(min(count, len(dataset))))
-    return [{**row, "recipe": recipe} if row.get("recipe") is None else row for row in decode_rows(dataset.to_list())]
+        source = str(_generated_file(recipe, count, seed, Path(cache_dir)))
+    rows = load_source_rows(source, cache_dir=cache_dir, count=count)
+    return [{**row, "recipe": recipe} if row.get("recipe") is None else row for row in rows]
 
 
 def load_source_rows(source: str, *, cache_dir: Path, split: str | None = None, count: int | None = None) -> Rows:
     """The first `count` rows (None: all) of a local file or directory, or of a hub dataset (`id` or `id:split`;
     `split` applies when the id names none, default "train"), `__json` columns decoded, no recipe added."""
-    if count is not None and count < 0:
-        raise TaskDataError(f"count must be >= 0 or None (all rows), got {count}")
+    _check_count(count)
     cache_dir = Path(cache_dir)
     if _looks_local(source):
         dataset = _local_dataset(Path(source), cache_dir)
     else:
-        dataset = _hub_dataset(source if ":" in source or split is None else f"{source}:{split}", cache_dir)
+        dataset = _hub_dataset(source, split, cache_dir)
     if count is not None:
         dataset = dataset.select(range(min(count, len(dataset))))
     return decode_rows(dataset.to_list())
+
+
+def _check_count(count: int | None) -> None:
+    if count is not None and count < 0:
+        raise TaskDataError(f"count must be >= 0 or None (all rows), got {count}")
 
 
 def split_rows(rows: Rows, val_count: int, seed: int) -> tuple[Rows, Rows]:
@@ -148,7 +145,8 @@ def _looks_local(source: str) -> bool:
     return path.exists() or path.suffix in BUILDERS or source.startswith((".", "/", "~"))
 
 
-def _generated_dataset(recipe: str, count: int | None, seed: int, cache_dir: Path) -> Any:
+def _generated_file(recipe: str, count: int | None, seed: int, cache_dir: Path) -> Path:
+    """The JSONL file of the recipe's `generate(count, seed)`, written on first use."""
     from agents.registry import get_recipe
 
     if count is None:
@@ -156,7 +154,7 @@ def _generated_dataset(recipe: str, count: int | None, seed: int, cache_dir: Pat
     path = cache_dir / "generated" / f"{recipe}-seed{seed}-n{count}.jsonl"
     if not path.is_file():  # generation is deterministic in (recipe, count, seed): a resumed run reads its file
         write_task_rows(get_recipe(recipe).generate(count, seed), path)
-    return _local_dataset(path, cache_dir)
+    return path
 
 
 def _data_files(path: Path) -> tuple[str, list[str]]:
@@ -182,11 +180,12 @@ def _local_dataset(path: Path, cache_dir: Path) -> Any:
                                  cache_dir=str(cache_dir / HF_CACHE_DIR))
 
 
-def _hub_dataset(source: str, cache_dir: Path) -> Any:
+def _hub_dataset(source: str, split: str | None, cache_dir: Path) -> Any:
+    """Hub dataset `id` or `id:split` (the id's split wins over `split`; default "train")."""
     import datasets
 
-    dataset_id, _, split = source.partition(":")
-    split = split or DEFAULT_SPLIT
+    dataset_id, _, named_split = source.partition(":")
+    split = named_split or split or DEFAULT_SPLIT
     try:
         return datasets.load_dataset(dataset_id, split=split, cache_dir=str(cache_dir / HF_CACHE_DIR))
     except Exception as error:  # the hub raises many kinds (connection, not found, offline mode, unknown split)
