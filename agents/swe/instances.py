@@ -22,9 +22,6 @@ INSTANCE_KEYS = ("instance_id", "source", "repo", "base_commit", "problem_statem
                  "image_name", "bug_patch", "fix_patch", "test_patch", "created_at", "version",
                  "environment_setup_commit")
 TEST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
-# The generated store's record (agents/swe/generator.py writes these SWE-smith fields, in this order).
-STORE_FIELDS = ("instance_id", "repo", "patch", "FAIL_TO_PASS", "PASS_TO_PASS", "created_at", "image_name",
-                "base_commit", "problem_statement")
 NO_NEWLINE_MARK = "\\ No newline at end of file"
 FILE_KINDS = {"new file mode ": "deleted file mode ", "deleted file mode ": "new file mode "}
 PAIRED_FIELDS = (("old mode ", "new mode "), ("rename from ", "rename to "))  # header lines that swap values
@@ -66,16 +63,6 @@ def normalize_instance(row: Mapping[str, Any], source: Source) -> dict[str, Any]
 def normalize_rows(rows: list[Mapping[str, Any]], source: Source) -> list[dict[str, Any]]:
     """Every row normalised, in order."""
     return [normalize_instance(row, source) for row in rows]
-
-
-def to_store_record(instance: Mapping[str, Any]) -> dict[str, Any]:
-    """A normalised SWE-smith instance as a record of the generated store (`patch` = the bug)."""
-    if instance.get("source") != "swe-smith" or not instance.get("bug_patch"):
-        raise InstanceError(f"instance {instance.get('instance_id')!r} (source {instance.get('source')!r}) has no "
-                            f"bug patch; only SWE-smith instances map to store records")
-    record = {key: instance[key] for key in STORE_FIELDS if key != "patch"}
-    record["patch"] = instance["bug_patch"]
-    return {key: record[key] for key in STORE_FIELDS}
 
 
 def parse_test_list(value: Any, instance_id: str, field: str) -> list[str]:

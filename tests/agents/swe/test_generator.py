@@ -11,6 +11,7 @@ import pytest
 from agents.swe.diffs import apply_patch, copy_tree
 from agents.swe.generator import SWE_SMITH_FIELDS, base_path, find_instance, generate, load_instances
 from agents.swe.grader import grade_patch
+from agents.swe.instances import reverse_patch
 from agents.swe.recipe import SweRecipe
 
 
@@ -64,23 +65,6 @@ def test_real_sdist_yields_five_valid_tasks_whose_gold_fix_resolves():
         assert len(instances) == 5
         for instance in instances:
             assert_valid_instance(instance, store)
-            gold = grade_patch(store, instance, _reverse(instance["patch"]))
+            gold = grade_patch(store, instance, reverse_patch(instance["patch"]))
             assert gold.reward == 1.0, gold.details
 
-
-def _reverse(patch: str) -> str:
-    """The gold fix: the bug patch with its sides swapped."""
-    lines = []
-    for line in patch.splitlines(keepends=True):
-        if line.startswith(("--- a/", "+++ b/")):
-            lines.append(line)
-        elif line.startswith("@@ "):
-            old, new = line.split(" ")[1:3]
-            lines.append(line.replace(f"{old} {new}", f"-{new[1:]} +{old[1:]}", 1))
-        elif line.startswith("+"):
-            lines.append("-" + line[1:])
-        elif line.startswith("-"):
-            lines.append("+" + line[1:])
-        else:
-            lines.append(line)
-    return "".join(lines)

@@ -13,11 +13,9 @@ from agents.swe.diffs import apply_patch, copy_tree, tree_diff, tree_files
 from agents.swe.generator import base_path
 from agents.swe.instances import (
     INSTANCE_KEYS,
-    STORE_FIELDS,
     InstanceError,
     normalize_instance,
     reverse_patch,
-    to_store_record,
 )
 
 
@@ -285,12 +283,3 @@ def test_missing_optional_text_becomes_none_and_a_missing_statement_empty():
 def test_unknown_sources_are_refused():
     with pytest.raises(InstanceError, match="unknown source 'swe-bench'"):
         normalize_instance(SMITH_ROW, "swe-bench")  # type: ignore[arg-type]
-
-
-def test_store_records_round_trip_and_only_swe_smith_instances_map_back(tiny_store):
-    _, instances = tiny_store
-    for record in instances:
-        back = to_store_record(normalize_instance(record, "swe-smith"))
-        assert back == record and tuple(back) == STORE_FIELDS
-    with pytest.raises(InstanceError, match="only SWE-smith instances"):
-        to_store_record(normalize_instance(VERIFIED_ROW, "swe-bench-verified"))
