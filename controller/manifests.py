@@ -34,7 +34,8 @@ SECRET_KEY, TASK_KEY = "api-key", "task.json"
 WORKDIR, TASK_MOUNT = "/workspace", "/var/run/harnessrl"
 HARNESS_CONTAINER, TASK_CONTAINER, WORKDIR_CONTAINER = "harness", "task", "workdir"
 SANDBOX_CONTAINER, SANDBOX_VOLUME = "sandbox", "sandbox-ipc"
-SANDBOX_IPC_DIR, SANDBOX_WORKDIR = "/var/run/harnessrl-sandbox", "/testbed"  # the shared dir; SWE-bench's repo dir
+SANDBOX_IPC_DIR = "/var/run/harnessrl-sandbox"  # the directory the harness and sandbox containers share
+SANDBOX_WORKDIR = "/testbed"  # SWE-bench's repository dir in its images (the swe_bench harness and grading use it)
 IMAGE_KEY = "image"  # a task key: run the attempt's commands in this image (a sandbox container beside the harness)
 # [host[:port]/]path[:tag][@sha256:digest], lower-case path components: a plausible OCI image reference.
 IMAGE_REFERENCE = re.compile(r"^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"

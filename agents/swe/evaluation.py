@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.swe.datasets import HUB_IDS
 from agents.swe.environments import LocalStoreEnvironment, instance_image
 from agents.swe.evaluation_report import InstanceOutcome, not_runnable, outcome_from_grade
 from agents.swe.generator import INSTANCES_FILE, load_instances
@@ -21,7 +22,7 @@ from agents.swe.grader import grade_patch
 from agents.swe.predictions import Prediction
 from agents.swe.recipe import rollout_input
 
-VERIFIED_HUB_ID = "SWE-bench/SWE-bench_Verified"
+VERIFIED_HUB_ID = HUB_IDS["swe-bench-verified"]
 RECIPE = "swe"
 BENCH_RECIPE = "swe_bench"
 
@@ -36,16 +37,15 @@ class EvaluationPlan:
 
 
 def not_runnable_reason(instance: Mapping[str, Any], local_reason: str, runner: str) -> str:
-    """Why `instance` cannot run here, given why the local store lacks it and the controller's runner."""
+    """Why `instance` cannot run here, given why the local store lacks it and the controller's runner (an instance
+    with an image under the "kubernetes" runner is runnable: `plan_evaluation` sends it to the cluster)."""
     image = instance_image(instance)
     if image is None:
         return (f"its local environment is missing ({local_reason}); generate the task into the SWE store "
                 "($HARNESSRL_SWE_STORE) or evaluate another source")
-    if runner != "kubernetes":
-        return (f"needs the official SWE-bench image {image}, which runs as a Kubernetes Job: no cluster is "
-                f"configured here (controller.runner is {runner!r}; a profile with controller.runner: kubernetes "
-                "names one)")
-    return f"needs the official SWE-bench image {image}; it runs as a Kubernetes Job of the {BENCH_RECIPE} recipe"
+    return (f"needs the official SWE-bench image {image}, which runs as a Kubernetes Job: no cluster is "
+            f"configured here (controller.runner is {runner!r}; a profile with controller.runner: kubernetes "
+            "names one)")
 
 
 def plan_evaluation(instances: Sequence[Mapping[str, Any]], store: Path, runner: str) -> EvaluationPlan:

@@ -26,9 +26,9 @@ from typing import Any
 from agents.swe.diffs import split_patch
 from agents.swe.grader import is_resolved
 from agents.swe.testrun import TestRun
+from controller.manifests import SANDBOX_WORKDIR
 
 GRADE_DIR = "/var/run/harnessrl-grade"  # where the grading Job mounts model.patch, test.patch and eval.sh
-REPO_DIR = "/testbed"
 TEST_PATCH_FAIL = ">>>>> Test Patch Apply Failed"  # the script's marker for a test patch that does not apply
 NON_TEST_SUFFIXES = (".json", ".png", ".csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
 PYTEST = "pytest --no-header -rA --tb=no -p no:cacheprovider"
@@ -81,7 +81,7 @@ def eval_script(instance: Mapping[str, Any]) -> str:
     return "\n".join([
         "#!/bin/bash", "set -uo pipefail",
         "source /opt/miniconda3/bin/activate && conda activate testbed || echo 'no testbed conda env; using PATH'",
-        f"cd {REPO_DIR} && git config --global --add safe.directory {REPO_DIR}",
+        f"cd {SANDBOX_WORKDIR} && git config --global --add safe.directory {SANDBOX_WORKDIR}",
         f"if git apply --verbose {model} || git apply --verbose --reject {model} || "
         f"patch --batch --fuzz=5 -p1 -i {model}; then echo '{APPLY_PATCH_PASS}'; "
         f"else echo '{APPLY_PATCH_FAIL}'; exit 1; fi",

@@ -21,8 +21,8 @@ from typing import Any
 
 from agents.swe.harness import DEFAULTS, TRAJECTORY_FILE, build_model, textbased_config
 from agents.swe_bench.sandbox_client import SandboxClient, build_environment
+from controller.manifests import SANDBOX_WORKDIR
 
-REPO_DIR_IN_SANDBOX = "/testbed"
 PATCH_FILE, PATCH_ERROR_FILE = "model.patch", "model.patch.error"
 DIFF_TIMEOUT_S = 300
 BENCH_DEFAULTS = DEFAULTS | {"sandbox_ready_timeout_s": 600}
@@ -38,7 +38,7 @@ def diff_command(base_commit: str | None) -> str:
 
 
 def take_patch(client: SandboxClient, base_commit: str | None, workdir: Path,
-               repo_dir: str = REPO_DIR_IN_SANDBOX) -> Path:
+               repo_dir: str = SANDBOX_WORKDIR) -> Path:
     """Write the agent's diff of `repo_dir` (or why there is none) next to task.json; returns the file written."""
     result = client.run(diff_command(base_commit), repo_dir, DIFF_TIMEOUT_S)
     if result.returncode == 0 and not result.timed_out:
@@ -57,7 +57,7 @@ def run_agent(task: dict[str, Any], client: SandboxClient, workdir: Path) -> dic
     config = textbased_config()
     agent_config = config["agent"] | {"step_limit": task["step_limit"], "cost_limit": 0,
                                       "output_path": workdir / TRAJECTORY_FILE}
-    environment = build_environment(client, REPO_DIR_IN_SANDBOX, int(task["command_timeout_s"]))
+    environment = build_environment(client, SANDBOX_WORKDIR, int(task["command_timeout_s"]))
     return DefaultAgent(build_model(task, config), environment, **agent_config).run(task["problem_statement"])
 
 

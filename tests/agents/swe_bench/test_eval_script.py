@@ -188,7 +188,7 @@ def _run_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_patch: st
     grade.mkdir()
     (grade / "model.patch").write_text(model_patch)
     (grade / "test.patch").write_text(test_patch)
-    monkeypatch.setattr(script_module, "REPO_DIR", str(repo))
+    monkeypatch.setattr(script_module, "SANDBOX_WORKDIR", str(repo))
     monkeypatch.setattr(script_module, "GRADE_DIR", str(grade))
     script = eval_script({"repo": "someone/unknown", "base_commit": base, "test_patch": test_patch})
     run = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
