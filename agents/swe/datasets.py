@@ -9,6 +9,7 @@ whose instances.jsonl is staged under `cache_dir` with task_data's exact encodin
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,14 @@ def default_store() -> Path:
 
 def stage_store(store: Path, cache_dir: Path) -> Path:
     """The store's instances written (task_data's encoding, so values survive Arrow) as a JSONL file under
-    `cache_dir`, named by the content's digest; raises naming the store when it holds no instances."""
+    `cache_dir`, named by the content's digest; raises naming the store when it holds no instances. The store file is
+    read once: the staged rows are the bytes the digest names."""
     path = Path(store) / INSTANCES_FILE
-    if not path.is_file() or not path.read_text(encoding="utf-8").strip():
+    content = path.read_bytes() if path.is_file() else b""
+    if not content.strip():
         raise SweDatasetError(f"no generated SWE instances in {path}; generate them first (SweRecipe(store=...)"
                               f".generate(count, seed), or agents.swe.generator.generate) or set HARNESSRL_SWE_STORE")
-    from agents.swe.generator import load_instances
-
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    staged = cache_dir / "generated" / f"swe-store-{digest}.jsonl"
-    return staged if staged.exists() else write_task_rows(load_instances(Path(store)), staged)
+    staged = cache_dir / "generated" / f"swe-store-{hashlib.sha256(content).hexdigest()[:16]}.jsonl"
+    if staged.exists():
+        return staged
+    return write_task_rows([json.loads(line) for line in content.decode("utf-8").splitlines() if line.strip()], staged)

@@ -3,6 +3,7 @@ JSONL files, the hub path (same loader), the generated store, and the errors."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -11,10 +12,10 @@ import huggingface_hub.constants
 import pyarrow.parquet as pq
 import pytest
 
-from agents.swe.datasets import HUB, SweDatasetError, load_raw_swe_rows, load_swe_dataset
+from agents.swe.datasets import HUB, SweDatasetError, load_raw_swe_rows, load_swe_dataset, stage_store
 from agents.swe.generator import load_instances
 from agents.swe.instances import InstanceError, normalize_instance
-from agents.task_data import TaskDataError
+from agents.task_data import TaskDataError, load_source_rows
 
 VERIFIED_PATCH = """\
 diff --git a/astropy/modeling/separable.py b/astropy/modeling/separable.py
@@ -236,6 +237,28 @@ def test_generated_instances_load_from_the_store_through_the_same_path(tiny_stor
     assert len(list((tmp_path / "generated").glob("swe-store-*.jsonl"))) == 1, "staged as a JSONL file"
     monkeypatch.setenv("HARNESSRL_SWE_STORE", str(store))
     assert load_swe_dataset("generated", "swe-smith", cache_dir=tmp_path / "other", limit=2) == expected[:2]
+
+
+def test_the_store_file_is_read_once_and_staged_as_the_bytes_its_digest_names(tiny_store, tmp_path, monkeypatch):
+    store, _ = tiny_store
+    instances_file = store / "instances.jsonl"
+    reads = []
+    for method in ("read_text", "read_bytes"):
+        real = getattr(Path, method)
+
+        def counting(self, *args, _real=real, _method=method, **kwargs):
+            if self == instances_file:
+                reads.append(_method)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, method, counting)
+    staged = stage_store(store, tmp_path)
+    assert reads == ["read_bytes"]
+    monkeypatch.undo()
+    digest = hashlib.sha256(instances_file.read_bytes()).hexdigest()[:16]
+    assert staged.name == f"swe-store-{digest}.jsonl"
+    assert [normalize_instance(row, "swe-smith") for row in load_source_rows(str(staged), cache_dir=tmp_path)] == [
+        normalize_instance(row, "swe-smith") for row in load_instances(store)]
 
 
 def test_generated_needs_a_store_with_instances_and_the_swe_smith_kind(tmp_path):
