@@ -9,11 +9,10 @@ whose instances.jsonl is staged under `cache_dir` with task_data's exact encodin
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
-from agents.swe.generator import INSTANCES_FILE
+from agents.swe.generator import INSTANCES_FILE, parse_instances
 from agents.swe.instances import SOURCES, Source, normalize_rows
 from agents.task_data import GENERATED, TaskDataError, load_source_rows, write_task_rows
 
@@ -70,4 +69,4 @@ def stage_store(store: Path, cache_dir: Path) -> Path:
     staged = cache_dir / "generated" / f"swe-store-{hashlib.sha256(content).hexdigest()[:16]}.jsonl"
     if staged.exists():
         return staged
-    return write_task_rows([json.loads(line) for line in content.decode("utf-8").splitlines() if line.strip()], staged)
+    return write_task_rows(parse_instances(content), staged)

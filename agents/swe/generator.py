@@ -189,9 +189,12 @@ def write_instances(store: Path, instances: list[dict[str, Any]]) -> Path:
 def load_instances(store: Path) -> list[dict[str, Any]]:
     """The instances in `<store>/instances.jsonl` ([] when there are none)."""
     path = store / INSTANCES_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return parse_instances(path.read_bytes()) if path.exists() else []
+
+
+def parse_instances(content: bytes) -> list[dict[str, Any]]:
+    """The instances of an `instances.jsonl` file's bytes."""
+    return [json.loads(line) for line in content.decode("utf-8").splitlines() if line.strip()]
 
 
 def find_instance(store: Path, instance_id: str) -> dict[str, Any]:
