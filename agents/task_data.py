@@ -13,12 +13,13 @@ tables are rectangular: a key that some rows lack comes back as None in those ro
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from harnessrl.files import atomic_path
 
 GENERATED = "generated"
 JSON_SUFFIX = "__json"  # a column stored JSON-encoded: "instructions__json" holds the "instructions" values
@@ -78,18 +79,16 @@ def split_rows(rows: Rows, val_count: int, seed: int) -> tuple[Rows, Rows]:
 def write_task_rows(rows: Rows, path: Path) -> Path:
     """Write rows as `.jsonl` or `.parquet` (by suffix), columns that Arrow could change JSON-encoded."""
     path = Path(path)
-    encoded = encode_rows(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if path.suffix == ".jsonl":
-        staging.write_text("".join(json.dumps(row) + "\n" for row in encoded), encoding="utf-8")
-    elif path.suffix == ".parquet":
-        import datasets
-
-        datasets.Dataset.from_list(encoded).to_parquet(str(staging))
-    else:
+    if path.suffix not in (".jsonl", ".parquet"):
         raise TaskDataError(f"cannot write task rows to {path}: use a .jsonl or .parquet file name")
-    staging.replace(path)
+    encoded = encode_rows(rows)
+    with atomic_path(path) as staging:
+        if path.suffix == ".jsonl":
+            staging.write_text("".join(json.dumps(row) + "\n" for row in encoded), encoding="utf-8")
+        else:
+            import datasets
+
+            datasets.Dataset.from_list(encoded).to_parquet(str(staging))
     return path
 
 

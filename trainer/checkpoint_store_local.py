@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from harnessrl.files import fsync_dir, write_atomic
 from trainer.checkpoint_uris import (
     CheckpointNotFoundError,
     check_run_id,
@@ -22,7 +23,7 @@ from trainer.checkpoint_uris import (
     step_dir_name,
     step_of,
 )
-from trainer.checkpoints import LATEST_FILE, META_FILE, CheckpointError, fsync_dir, write_atomic
+from trainer.checkpoints import LATEST_FILE, META_FILE, CheckpointError
 
 ProgressFn = Callable[[str, int], None]
 """Called after each file is copied with its path relative to the checkpoint and its size in bytes."""

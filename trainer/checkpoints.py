@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from harnessrl.files import fsync_dir, write_atomic
+
 META_FILE = "harnessrl-checkpoint.json"
 OPTIMIZER_FILE = "optimizer.pt"
 LATEST_FILE = "latest"
@@ -133,36 +135,12 @@ def latest_checkpoint(root: Path) -> Path | None:
     return path
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically and durably (temp file, fsync, rename, fsync of the directory)."""
-    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(staging, path)
-    except BaseException:
-        Path(staging).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
 def _fsync_tree(directory: Path) -> None:
     for path in directory.rglob("*"):
         if path.is_file():
             with path.open("rb") as handle:
                 os.fsync(handle.fileno())
     fsync_dir(directory)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a directory's entries (renames, new files) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def prune_checkpoints(root: Path, keep: int) -> list[Path]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer.checkpoints import write_atomic
+from harnessrl.files import write_atomic
 
 LOOP_STATE_FILE = "harnessrl-loop-state.json"
 

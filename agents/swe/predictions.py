@@ -8,11 +8,12 @@ has `model_patch` "", which the harness counts as an empty patch. Pure: no netwo
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from harnessrl.files import write_atomic
 
 PREDICTION_KEYS = ("instance_id", "model_name_or_path", "model_patch")
 
@@ -52,10 +53,7 @@ def prediction_lines(predictions: Iterable[Prediction]) -> str:
 def write_predictions(predictions: Iterable[Prediction], path: Path) -> Path:
     """Write the predictions file (atomically: a reader sees the old file or the whole new one)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staging.write_text(prediction_lines(predictions), encoding="utf-8")
-    staging.replace(path)
+    write_atomic(path, prediction_lines(predictions))
     return path
 
 

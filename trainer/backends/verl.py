@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harnessrl.files import write_atomic
 from trainer import checkpoints
 from trainer.backends.base import TrainBatch
 from trainer.backends.torch import OptimizerConfig
@@ -260,7 +261,7 @@ class VerlBackend:
             raise checkpoints.CheckpointError(f"checkpoint {root} already exists; save into another root")
         self.workers.save_checkpoint(str(root / "verl"), global_step=self.step)
         meta = checkpoints.meta_now(self._version, self.step, self.optimizer_updates, self.config.model_path)
-        checkpoints.write_atomic(root / checkpoints.META_FILE, meta.model_dump_json(indent=2))
+        write_atomic(root / checkpoints.META_FILE, meta.model_dump_json(indent=2))
         return checkpoints.model_dir(root), self._version
 
 
