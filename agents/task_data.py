@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harnessrl.files import atomic_path
+from storage.files import atomic_path
 
 GENERATED = "generated"
 JSON_SUFFIX = "__json"  # a column stored JSON-encoded: "instructions__json" holds the "instructions" values
@@ -146,7 +146,7 @@ def _looks_local(source: str) -> bool:
 
 def _generated_file(recipe: str, count: int | None, seed: int, cache_dir: Path) -> Path:
     """The JSONL file of the recipe's `generate(count, seed)`, written on first use."""
-    from agents.registry import get_recipe
+    from controller.recipes import get_recipe
 
     if count is None:
         raise TaskDataError(f"generated tasks need a count (how many to generate) for recipe {recipe!r}; pass count")

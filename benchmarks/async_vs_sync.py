@@ -36,20 +36,20 @@ from schedule_metrics import call_intervals, device_shares, lag_summary, spread_
 from controller.config import ControllerConfig
 from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
+from engines.models import resolve_model
 from flows.config import RunConfig
+from flows.run_processes import RunProcesses
 from flows.setup import (
     RunPlan,
     build_backend,
     feed_config,
     fresh_plan,
     in_flight_target,
+    process_settings,
     sample_limits,
-    service_settings,
     task_stream,
 )
 from gateway.client import GatewayClient
-from harnessrl.models import resolve_model
-from harnessrl.services import RunServices
 from tasks.rollouts import fill_in_flight
 from tasks.training import build_batch, update_policy
 from trainer.backends.base import Backend
@@ -107,7 +107,7 @@ def run_config(s: BenchSettings, schedule: str, work_dir: Path) -> RunConfig:
 
 
 @contextmanager
-def controller_thread(services: RunServices, config: RunConfig, recipe: HeavyTailRecipe,
+def controller_thread(services: RunProcesses, config: RunConfig, recipe: HeavyTailRecipe,
                       run_dir: Path) -> Iterator[threading.Thread]:
     """The controller's Reconciler (LocalRunner) in a thread of this process, stopped on exit."""
     admin = GatewayClient(services.gateway_url, services.admin_token)
@@ -131,7 +131,7 @@ def controller_thread(services: RunServices, config: RunConfig, recipe: HeavyTai
         grader.close()
 
 
-def run_loop(config: RunConfig, plan: RunPlan, services: RunServices, backend: Backend, rows: list[dict],
+def run_loop(config: RunConfig, plan: RunPlan, services: RunProcesses, backend: Backend, rows: list[dict],
              updates: int, controller: threading.Thread) -> dict:
     """The flow's iterations until `updates` updates ran; per-iteration records, update intervals, lags."""
     r = config.rollout
@@ -187,7 +187,7 @@ def run_schedule(s: BenchSettings, schedule: str, work_root: Path) -> dict:
     backend = build_backend(config, plan)
     backend.load()
     rows = s.recipe().generate(s.updates * max(s.inflight_groups, s.batch_groups) * 3, s.seed)
-    with RunServices(service_settings(config, plan)) as services:
+    with RunProcesses(process_settings(config, plan)) as services:
         assert services.admin is not None
         with controller_thread(services, config, s.recipe(), plan.run_dir) as controller:
             loop = run_loop(config, plan, services, backend, rows, s.updates, controller)

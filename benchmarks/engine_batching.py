@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from harnessrl.models import prepare_model
-from trainer.engines.embedded import EmbeddedEngine
+from engines.embedded import EmbeddedEngine
+from engines.models import prepare_model
 
 RESULTS_DIR = Path(__file__).parent / "results"
 

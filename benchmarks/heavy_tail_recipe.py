@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.recipe import Grade, GradeInput
+from controller.recipe import Grade, GradeInput
 
 HARNESS = Path(__file__).with_name("heavy_tail_harness.py")
 REWARD_LEVELS = (0.0, 1 / 3, 2 / 3, 1.0)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from mlflow import MlflowClient
 
 from flows.config import DEFAULT_TRACKING_URI, load_run_config
-from tasks.tracking import find_run_id
+from tracking.mlflow_tracker import find_run_id
 
 METRICS = ("rollout/reward_mean", "rollout/reward_std", "rollout/pass_rate", "val/reward_mean",
            "advantages/groups_with_signal", "loss/approx_kl_k3", "time/iteration_s")

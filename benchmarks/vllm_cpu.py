@@ -16,8 +16,8 @@ import time
 
 from engine_batching import RESULTS_DIR, cpu_model, run_schedule
 
-from harnessrl.models import prepare_model
-from trainer.engines.vllm import VLLMConfig, VLLMEngine
+from engines.models import prepare_model
+from engines.vllm import VLLMConfig, VLLMEngine
 
 
 def measure(model: str, concurrency: int, max_tokens: int) -> dict:

@@ -7,8 +7,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.recipe import TASK_FILE, Recipe
 from controller.config import ControllerConfig
+from controller.recipe import TASK_FILE, Recipe
 from controller.runners.base import RunSpec
 from gateway.client import GatewayClient
 from gateway.records import Rollout, RolloutSpec

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.settings_file import read_settings
+from controller.settings_file import read_settings
 
 
 def _default_controller_id() -> str:

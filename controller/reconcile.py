@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from agents.recipe import Recipe
-from agents.registry import get_recipe
 from controller.attempt import Attempt, prepare_attempt, recipe_name
 from controller.config import ControllerConfig
 from controller.outcomes import Outcome
+from controller.recipe import Recipe
+from controller.recipes import get_recipe
 from controller.report import report_attempt
 from controller.runners.base import Runner, RunResult, Termination
 from gateway.client import GatewayAPIError, GatewayClient

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from agents.recipe import GradeInput
 from controller.attempt import Attempt
 from controller.outcomes import Outcome, classify, settle
+from controller.recipe import GradeInput
 from controller.runners.base import RunResult
 from gateway.client import GatewayClient
 from gateway.records import FailureKind, RolloutState

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harnessrl.settings_file import read_settings
+from controller.settings_file import read_settings
 from trainer.advantages import AdvantageConfig
 from trainer.losses import LossConfig
 

@@ -40,9 +40,9 @@ from agents.swe.instances import Source, normalize_rows
 from agents.swe.recipe import SweRecipe
 from agents.swe.splits import SplitManifest
 from flows.config import RunConfig, load_run_config
-from flows.setup import RunPlan, fresh_plan, run_folder, run_name, service_settings, splits_store
+from flows.run_processes import RunProcesses
+from flows.setup import RunPlan, fresh_plan, process_settings, run_folder, run_name, splits_store
 from flows.weights import Weights, resolve_weights
-from harnessrl.services import RunServices
 from tasks.swe_data import (
     ProbeResult,
     clean_empty_statements,
@@ -55,7 +55,7 @@ from tasks.swe_data import (
     validate_swe_data,
     write_versioned_splits,
 )
-from tasks.tracking import MlflowTracker, ui_command
+from tracking.mlflow_tracker import MlflowTracker, ui_command
 
 DEFAULT_PROFILE = "swe-data-local"
 DEFAULT_SPLITS_STORE = "file://data/splits"
@@ -198,7 +198,7 @@ def run_probes(config: RunConfig, params: DataParams, plan: RunPlan,
     """k val-mode rollouts per candidate against services serving the plan's weights (local sandbox only)."""
     require_probe_environment(params.environment, f"{len(candidates)} candidates")
     r = config.rollout
-    with RunServices(service_settings(config, plan)) as services:
+    with RunProcesses(process_settings(config, plan)) as services:
         assert services.admin is not None
         return probe_difficulty(services.admin, rollout_tasks(candidates, params.store), params.k,
                                 f"{plan.name}-probe", plan.state.policy_version, r.wait_timeout_s, r.max_attempts,

@@ -42,9 +42,9 @@ from agents.swe.recipe import SweRecipe
 from agents.swe_bench.recipe import write_store
 from agents.task_data import GENERATED
 from flows.config import RunConfig, load_run_config
-from flows.setup import fresh_plan, run_folder, run_name, service_settings
+from flows.run_processes import RunProcesses
+from flows.setup import fresh_plan, process_settings, run_folder, run_name
 from flows.weights import Weights, resolve_weights
-from harnessrl.services import RunServices
 from tasks.evaluation import (
     collect_outcomes,
     latest_train_checkpoint,
@@ -53,7 +53,7 @@ from tasks.evaluation import (
     publish_no_checkpoint,
     run_rollouts,
 )
-from tasks.tracking import MlflowTracker, ui_command
+from tracking.mlflow_tracker import MlflowTracker, ui_command
 
 DEFAULT_PROFILE = "swe-eval-local"
 BENCH_STORE_DIR = "swe-bench-store"  # under the run directory: the swe_bench instances the grader reads
@@ -137,7 +137,7 @@ def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: s
     """One val-mode rollout per local instance (and per Kubernetes one: `swe_bench` recipe, its hidden fields in
     the run's swe_bench store) against services serving `weights`; an outcome per instance."""
     run_plan = fresh_plan(config, name, weights.path, weights.policy_version)
-    settings = service_settings(config, run_plan, pin_recipe=False)  # each task names swe or swe_bench
+    settings = process_settings(config, run_plan, pin_recipe=False)  # each task names swe or swe_bench
     tasks = rollout_tasks(plan.local, SweRecipe().store)
     if plan.kubernetes:
         bench_store = run_plan.run_dir / BENCH_STORE_DIR
@@ -145,7 +145,7 @@ def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: s
         tasks += bench_rollout_tasks(plan.kubernetes, bench_store)
     repos = {instance["instance_id"]: instance["repo"] for instance in (*plan.local, *plan.kubernetes)}
     r = config.rollout
-    with RunServices(settings) as services:
+    with RunProcesses(settings) as services:
         assert services.admin is not None
         groups, unfinished = run_rollouts(services.admin, tasks, f"{name}-eval", weights.policy_version,
                                           r.wait_timeout_s, r.max_attempts, r.task_overrides or None)

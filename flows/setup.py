@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flows.config import RunConfig
-from harnessrl.services import ServiceSettings
+from flows.run_processes import ProcessSettings
+from storage.checkpoint_store import CheckpointStore, S3Endpoint, store_from_uri
+from storage.object_store import DirectoryStore, directory_store_from_uri
 from trainer.backends.base import Backend
 from trainer.backends.torch import OptimizerConfig
-from trainer.checkpoint_store import CheckpointStore, S3Endpoint, store_from_uri
 from trainer.checkpoints import model_dir
 from trainer.loop_state import LoopState
-from trainer.object_store import DirectoryStore, directory_store_from_uri
 from trainer.rollout_feed import FeedConfig
 from trainer.samples import SampleLimits
 from trainer.scheduling import ScheduleConfig
@@ -127,15 +127,15 @@ def build_backend(config: RunConfig, plan: RunPlan) -> Backend:
                                            dtype=b.dtype))
 
 
-def service_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) -> ServiceSettings:
-    """What `RunServices` starts for this run. `pin_recipe`: the controller runs every rollout with the config's
+def process_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) -> ProcessSettings:
+    """What `RunProcesses` starts for this run. `pin_recipe`: the controller runs every rollout with the config's
     recipe (`--recipe`); False when each rollout's input names its own recipe (evaluation mixes swe and swe_bench)."""
     c = config.controller
     controller_args = ("--runner", c.runner, "--concurrency", str(c.concurrency),
                        "--harness-timeout-s", str(c.harness_timeout_s))
     if pin_recipe:
         controller_args += ("--recipe", config.recipe)
-    return ServiceSettings(
+    return ProcessSettings(
         run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
         model_name=config.gateway.model_name, engine_kind=config.engine.kind, engine_url=config.engine.url,
         engine_max_batch_size=config.engine.max_batch_size, engine_startup_timeout_s=config.engine.startup_timeout_s,

@@ -21,8 +21,9 @@ from tqdm.auto import trange
 from agents.swe.datasets import default_store
 from agents.swe.splits import split_store_root
 from agents.task_data import split_rows
+from engines.models import resolve_model
 from flows.config import RunConfig, load_run_config
-from flows.reporting import no_signal_message, summary_lines, throughput_metrics, trajectory_items
+from flows.run_processes import RunProcesses
 from flows.setup import (
     RunPlan,
     build_backend,
@@ -30,20 +31,19 @@ from flows.setup import (
     feed_config,
     fresh_plan,
     in_flight_target,
+    process_settings,
     resumed_plan,
     run_name,
     sample_limits,
-    service_settings,
     splits_store,
     task_stream,
     upload_due,
     validation_due,
 )
-from harnessrl.models import resolve_model
-from harnessrl.services import RunServices
-from tasks.data import load_swe_splits, load_tasks, validate_tasks
+from storage.checkpoint_store import CheckpointStore
+from tasks.data import load_dataset, load_swe_splits, validate_tasks
 from tasks.rollouts import collect_groups, fill_in_flight, run_validation
-from tasks.tracking import MlflowTracker, log_trajectories, ui_command
+from tasks.tracking import log_trajectories
 from tasks.training import (
     build_batch,
     find_resume_point,
@@ -52,12 +52,13 @@ from tasks.training import (
     token_decoder,
     update_policy,
 )
+from tracking.mlflow_tracker import MlflowTracker, ui_command
+from tracking.reports import no_signal_message, summary_lines, throughput_metrics, trajectory_items
+from tracking.tracker import Tracker
 from trainer.backends.base import Backend
-from trainer.checkpoint_store import CheckpointStore
 from trainer.collocation import UpdateResult
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import RolloutFeed
-from trainer.tracking import Tracker
 
 log = logging.getLogger(__name__)
 SPLITS_PREFIX = "splits:"
@@ -99,7 +100,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         tracker.log_dict(config.model_dump(mode="json"), "config.json")
         tracker.log_text(report.to_markdown(), "data/validation.md")
         backend = load_backend(build_backend(config, plan))
-        with RunServices(service_settings(config, plan)) as services:
+        with RunProcesses(process_settings(config, plan)) as services:
             run_iterations(config, plan, services, backend, tracker, store, train_rows, val_rows, summary)
     for line in summary_lines(summary, ui_command(config.tracking_uri())):
         print(line)
@@ -114,7 +115,7 @@ def load_rows(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]
         store = splits_store(config, split_store_root(uri))
         train_rows, val_rows = load_swe_splits(store, uri, plan.run_dir / "splits", default_store())
         return train_rows[:data.train_tasks], val_rows[:data.val_tasks]
-    rows = load_tasks(data.source, recipe=config.recipe, count=data.train_tasks + data.val_tasks, seed=data.seed,
+    rows = load_dataset(data.source, recipe=config.recipe, count=data.train_tasks + data.val_tasks, seed=data.seed,
                       cache_dir=plan.run_dir / "data")
     return split_rows(rows, data.val_tasks, data.seed)
 
@@ -131,7 +132,7 @@ def plan_run(config: RunConfig, store: CheckpointStore) -> RunPlan:
     return resumed_plan(plan, checkpoint, state)
 
 
-def run_iterations(config: RunConfig, plan: RunPlan, services: RunServices, backend: Backend, tracker: Tracker,
+def run_iterations(config: RunConfig, plan: RunPlan, services: RunProcesses, backend: Backend, tracker: Tracker,
                    store: CheckpointStore, train_rows: list[dict], val_rows: list[dict],
                    summary: dict[str, Any]) -> None:
     """The iterations of the loop (see the module docstring)."""
@@ -190,7 +191,7 @@ def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: Rollou
     tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
 
 
-def validate(config: RunConfig, plan: RunPlan, services: RunServices, val_rows: list[dict], iteration: int,
+def validate(config: RunConfig, plan: RunPlan, services: RunProcesses, val_rows: list[dict], iteration: int,
              policy_version: int) -> dict[str, float]:
     """The held-out tasks in val mode under the current policy: val/ metrics."""
     r = config.rollout

@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 from agents.swe.predictions import model_label
+from engines.models import resolve_model
 from flows.config import RunConfig
 from flows.setup import checkpoint_store
-from harnessrl.models import resolve_model
+from storage.checkpoint_store import CheckpointStore, parse_checkpoint_uri
 from tasks.evaluation import download_checkpoint
-from trainer.checkpoint_store import CheckpointStore, parse_checkpoint_uri
 from trainer.checkpoints import model_dir, read_meta
 
 

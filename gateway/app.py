@@ -13,23 +13,23 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.asgi import read_body, send_error
 from gateway.config import GatewayConfig
+from gateway.context import GatewayContext, open_context
 from gateway.errors import BadRequest, GatewayError, error_body
 from gateway.openapi import harness_paths
 from gateway.routes import artifacts, calls, control, models, rollouts
 from gateway.routes.harness import handle_harness
-from gateway.services import Services, open_services
 
 
 def build_admin_app(config: GatewayConfig) -> FastAPI:
-    """The FastAPI app of the admin API; its lifespan opens and closes the services."""
+    """The FastAPI app of the admin API; its lifespan opens and closes the gateway context."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.services = await open_services(config)
+        app.state.context = await open_context(config)
         try:
             yield
         finally:
-            await app.state.services.close()
+            await app.state.context.close()
 
     app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan)
     for module in (rollouts, artifacts, calls, models, control):
@@ -82,12 +82,12 @@ class GatewayApp:
         self.admin = build_admin_app(config)
 
     @property
-    def services(self) -> Services:
-        return self.admin.state.services
+    def context(self) -> GatewayContext:
+        return self.admin.state.context
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/r/"):
-            await handle_harness(self.services, scope, receive, send)
+            await handle_harness(self.context, scope, receive, send)
             return
         if scope["type"] == "http":
             try:  # read the body here so that chunked bodies are bounded too

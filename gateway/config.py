@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
-
-from harnessrl.settings_file import read_settings
 
 
 class GatewayConfig(BaseModel):
@@ -39,5 +38,8 @@ class GatewayConfig(BaseModel):
 
 def load_gateway_config(path: str | Path | None = None, **overrides: Any) -> GatewayConfig:
     """Read a YAML file (optional), apply non-None overrides, validate."""
-    data = read_settings(path, overrides, "gateway settings")
-    return GatewayConfig(**data)
+    loaded = yaml.safe_load(Path(path).read_text()) if path is not None else None
+    if not isinstance(loaded or {}, dict):
+        raise ValueError(f"{path}: expected a mapping of gateway settings, got {type(loaded).__name__}")
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return GatewayConfig(**{**(loaded or {}), **given})

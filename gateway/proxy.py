@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 
 from gateway.capture import Captured, capture_json, capture_sse
+from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamUnavailable, error_body
 from gateway.records import CallStatus, ModelRecord, RolloutMode
-from gateway.services import Services
 from gateway.tokens import pack_floats, pack_ids
 from gateway.upstream import UpstreamFailed
 
@@ -100,7 +100,7 @@ def _answer_headers(ctx: CallContext, version: int) -> list[tuple[bytes, bytes]]
     return [(b"x-policy-version", str(version).encode()), (b"x-harnessrl-call-seq", str(ctx.seq).encode())]
 
 
-async def forward_unary(svc: Services, ctx: CallContext, body: bytes, send) -> None:
+async def forward_unary(svc: GatewayContext, ctx: CallContext, body: bytes, send) -> None:
     """Forward a non-streamed call; it counts as in flight until the harness has its answer."""
     url = ctx.endpoint.base_url + PATHS[ctx.kind]
     async with svc.gate.admit():
@@ -127,7 +127,7 @@ async def forward_unary(svc: Services, ctx: CallContext, body: bytes, send) -> N
         await send({"type": "http.response.body", "body": payload})
 
 
-async def _record_failure(svc: Services, ctx: CallContext, exc: UpstreamFailed, send) -> None:
+async def _record_failure(svc: GatewayContext, ctx: CallContext, exc: UpstreamFailed, send) -> None:
     error = UpstreamUnavailable(f"{exc}; the engine did not answer, try again later")
     await svc.store.insert_call(call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
                                          error=str(exc), response_raw=exc.body, policy_version=None))
@@ -136,7 +136,7 @@ async def _record_failure(svc: Services, ctx: CallContext, exc: UpstreamFailed, 
     await send({"type": "http.response.body", "body": error.body()})
 
 
-async def forward_stream(svc: Services, ctx: CallContext, body: bytes, send) -> None:
+async def forward_stream(svc: GatewayContext, ctx: CallContext, body: bytes, send) -> None:
     """Forward a streamed call chunk by chunk; the final `[DONE]` is sent only after the call is recorded."""
     url = ctx.endpoint.base_url + PATHS[ctx.kind]
     async with svc.gate.admit():
@@ -151,7 +151,7 @@ async def forward_stream(svc: Services, ctx: CallContext, body: bytes, send) -> 
             response.release()
 
 
-async def _relay(svc: Services, ctx: CallContext, response, send) -> None:
+async def _relay(svc: GatewayContext, ctx: CallContext, response, send) -> None:
     status = response.status
     version_header = response.headers.get("x-policy-version")
     content_type = response.headers.get("content-type", "text/event-stream").encode()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import typer
 
 from controller.cli import app as controller_app
+from engines.serving.cli import app as engine_app
 from flows.cli import train as train_command
 from gateway.cli import app as gateway_app
 from harnessrl.model_cli import app as model_app
-from trainer.engines.serving.cli import app as engine_app
 
 app = typer.Typer(help="harnessrl: reinforcement learning of LLM agents through their own harness.",
                   no_args_is_help=True, add_completion=False)

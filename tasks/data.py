@@ -22,7 +22,7 @@ def report_artifact_key(recipe: str) -> str:
 
 
 @task(name="load-tasks", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10)
-def load_tasks(source: str, recipe: str, count: int | None, seed: int, cache_dir: Path) -> list[dict[str, Any]]:
+def load_dataset(source: str, recipe: str, count: int | None, seed: int, cache_dir: Path) -> list[dict[str, Any]]:
     """The task rows of `source` ("generated", a local file or directory, or a hub id[:split])."""
     return load_task_rows(source, recipe=recipe, count=count, seed=seed, cache_dir=cache_dir)
 

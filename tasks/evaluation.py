@@ -20,10 +20,10 @@ from agents.swe.instances import Source
 from agents.swe.predictions import Prediction, write_predictions
 from gateway.client import GatewayClient
 from gateway.records import EventKind, RolloutMode
+from storage.checkpoint_store import CheckpointStore
 from tasks.retries import io_failure
-from tasks.rollouts import one_pass
-from tasks.tracking import MlflowTracker
-from trainer.checkpoint_store import CheckpointStore
+from tasks.rollouts import val_pass_with_progress
+from tracking.mlflow_tracker import MlflowTracker
 from trainer.rollout_feed import FeedClient, FeedConfig
 from trainer.rollout_groups import FinishedGroup
 
@@ -92,7 +92,8 @@ def run_rollouts(client: FeedClient, tasks: Sequence[dict[str, Any]], id_prefix:
     `timeout_s` (reported as infra failures instead of failing the whole evaluation)."""
     config = FeedConfig(1, id_prefix, RolloutMode.VAL, max_attempts=max_attempts, task_overrides=task_overrides,
                         fetch_calls=False)
-    return one_pass(client, config, tasks, policy_version, timeout_s, "instance", "they are reported as infra failures")
+    return val_pass_with_progress(client, config, tasks, policy_version, timeout_s, "instance",
+                                  "they are reported as infra failures")
 
 
 @task(name="collect-outcomes", cache_policy=NO_CACHE, persist_result=False)

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from gateway.records import RolloutMode
 from tasks.retries import io_failure
 from trainer.group_batch import reward_metrics
-from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed, run_once
+from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed, val_pass
 from trainer.rollout_groups import FinishedGroup
 
 
@@ -34,12 +34,12 @@ def collect_groups(feed: RolloutFeed, groups: int, timeout_s: float, label: str)
     return feed.take(groups), time.perf_counter() - started
 
 
-def one_pass(client: FeedClient, config: FeedConfig, tasks: Sequence[dict], policy_version: int, timeout_s: float,
-             unit: str, unfinished_note: str) -> tuple[list[FinishedGroup], list[str]]:
-    """`trainer.rollout_feed.run_once` with a progress bar; prints how many tasks did not finish and `unfinished_note`
+def val_pass_with_progress(client: FeedClient, config: FeedConfig, tasks: Sequence[dict], policy_version: int,
+                           timeout_s: float, unit: str, unfinished_note: str) -> tuple[list[FinishedGroup], list[str]]:
+    """`trainer.rollout_feed.val_pass` with a progress bar; prints how many tasks did not finish and `unfinished_note`
     (what happens to them)."""
     with tqdm(total=len(tasks), desc=config.id_prefix, unit=unit, leave=False) as bar:
-        groups, unfinished = run_once(client, config, tasks, policy_version, timeout_s,
+        groups, unfinished = val_pass(client, config, tasks, policy_version, timeout_s,
                                       on_poll=lambda ready: bar.update(ready - bar.n))
     if unfinished:
         print(f"{config.id_prefix}: {len(unfinished)} {unit}s unfinished after {timeout_s:.0f} s; {unfinished_note}")
@@ -54,7 +54,7 @@ def run_validation(client: FeedClient, val_rows: Sequence[dict], id_prefix: str,
     whose group did not finish within `timeout_s`: they are left out, not fatal) and the groups."""
     config = FeedConfig(group_size, id_prefix, RolloutMode.VAL, max_attempts=max_attempts,
                         task_overrides=task_overrides, fetch_calls=False)
-    groups, unfinished = one_pass(client, config, val_rows, policy_version, timeout_s, "task",
+    groups, unfinished = val_pass_with_progress(client, config, val_rows, policy_version, timeout_s, "task",
                                   "they are left out of the validation metrics")
     metrics = reward_metrics([r for g in groups for r in g.rollouts], pass_threshold, "val")
     return {**metrics, "val/unfinished_tasks": float(len(unfinished))}, groups

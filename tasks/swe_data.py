@@ -30,7 +30,7 @@ from agents.swe.instances import Source
 from agents.swe.splits import SplitManifest, SplitStore, publish_splits, write_splits
 from gateway.records import FailureKind, RolloutMode, RolloutState
 from tasks.retries import io_failure
-from tasks.rollouts import one_pass
+from tasks.rollouts import val_pass_with_progress
 from trainer.rollout_feed import FeedClient, FeedConfig
 from trainer.rollout_groups import FinishedGroup
 
@@ -123,7 +123,7 @@ def probe_difficulty(client: FeedClient, tasks: Sequence[dict[str, Any]], k: int
     config = FeedConfig(k, id_prefix, RolloutMode.VAL, max_attempts=max_attempts, task_overrides=task_overrides,
                         fetch_calls=False)
     print(f"probing {len(tasks)} tasks x {k} rollouts in val mode")
-    groups, unfinished = one_pass(client, config, tasks, policy_version, timeout_s, "task",
+    groups, unfinished = val_pass_with_progress(client, config, tasks, policy_version, timeout_s, "task",
                                   "they are left out of the selection")
     outcomes, stats = probe_outcomes(groups)
     stats["probe/unfinished_tasks"] = float(len(unfinished))

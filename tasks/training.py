@@ -8,14 +8,14 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from engines.base import Engine
+from storage.checkpoint_store import CheckpointStore
 from tasks.retries import io_failure
 from trainer.advantages import AdvantageConfig
 from trainer.backends.base import Backend
-from trainer.checkpoint_store import CheckpointStore
 from trainer.checkpoints import prune_checkpoints, step_root
 from trainer.collocation import GatewayControl, UpdateResult, collocated_update
-from trainer.engines.base import Engine
-from trainer.group_batch import GroupBatch, build_group_batch
+from trainer.group_batch import PreparedStep, prepare_step
 from trainer.loop_state import LoopState, read_loop_state, save_loop_state
 from trainer.merge_failures import Decode
 from trainer.rollout_groups import FinishedGroup, StalenessSplit, drop_stale
@@ -39,14 +39,14 @@ def token_decoder(model_dir: Path) -> Decode:
 @task(name="build-batch", cache_policy=NO_CACHE, persist_result=False)
 def build_batch(groups: Sequence[FinishedGroup], policy_version: int, max_version_lag: int,
                 advantage: AdvantageConfig, limits: SampleLimits, pass_threshold: float,
-                decode: Decode | None = None) -> tuple[GroupBatch, StalenessSplit]:
+                decode: Decode | None = None) -> tuple[PreparedStep, StalenessSplit]:
     """Drops too-stale rollouts, then builds samples and advantages of the rest."""
     split = drop_stale(groups, policy_version, max_version_lag)
-    return build_group_batch(split.kept, advantage, limits, pass_threshold, decode), split
+    return prepare_step(split.kept, advantage, limits, pass_threshold, decode), split
 
 
 @task(name="update-policy", cache_policy=NO_CACHE, persist_result=False)
-def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, group_batch: GroupBatch,
+def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, group_batch: PreparedStep,
                   checkpoint_root: Path, model_name: str, drain_timeout_s: float, keep_local: int) -> UpdateResult:
     """One collocated update (pause, drain, sleep, train, save, refit, wake, resume); old local checkpoints go."""
     assert group_batch.batch is not None, "update_policy needs a batch with gradient signal"

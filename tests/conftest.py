@@ -16,7 +16,7 @@ TINY_SERVED_NAME = "tiny"
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The tiny random Llama, prepared once into the provisioning cache ($HARNESSRL_MODELS_DIR)."""
-    from harnessrl.models import prepare_model
+    from engines.models import prepare_model
 
     return prepare_model("tiny")
 
@@ -24,7 +24,7 @@ def tiny_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def embedded_engine(tiny_model_dir: Path) -> Iterator[object]:
     """A real engine server subprocess serving the tiny model as `tiny` on a free port."""
-    from trainer.engines.embedded import EmbeddedEngine
+    from engines.embedded import EmbeddedEngine
 
     engine = EmbeddedEngine(tiny_model_dir, served_model_name=TINY_SERVED_NAME, max_batch_size=16)
     engine.start()
@@ -43,7 +43,7 @@ def s3_endpoint():
     """A moto S3 server (the S3 REST API) in this process on a free port; returns its S3Endpoint."""
     from moto.server import ThreadedMotoServer
 
-    from trainer.checkpoint_store import S3Endpoint
+    from storage.checkpoint_store import S3Endpoint
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.engines.server_process import ServerProcess, free_port
+from engines.server_process import ServerProcess, free_port
 
 MLFLOW_QUIET_ENV = {
     "MLFLOW_DISABLE_TELEMETRY": "true",

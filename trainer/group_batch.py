@@ -21,7 +21,7 @@ from trainer.samples import SampleLimits, build_samples
 
 
 @dataclass(frozen=True)
-class GroupBatch:
+class PreparedStep:
     """What one step trains on, and what it saw."""
 
     batch: TrainBatch | None
@@ -54,8 +54,8 @@ def reward_metrics(rollouts: Sequence[Rollout], pass_threshold: float, prefix: s
     }
 
 
-def build_group_batch(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, limits: SampleLimits,
-                      pass_threshold: float = 1.0, decode: Callable[[Sequence[int]], str] | None = None) -> GroupBatch:
+def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, limits: SampleLimits,
+                 pass_threshold: float = 1.0, decode: Callable[[Sequence[int]], str] | None = None) -> PreparedStep:
     """Samples and advantages of `groups` (rollout level by default); samples without signal are left out."""
     rollouts = [r for group in groups for r in group.rollouts]
     calls = [c for group in groups for r in group.rollouts for c in recorded_calls(r, group.calls.get(r.id, ()))]
@@ -67,7 +67,7 @@ def build_group_batch(groups: Sequence[FinishedGroup], advantage: AdvantageConfi
     signal_S = advantages.keep_S & (advantages.advantages_S != 0.0)
     metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))
     if not signal_S.any():
-        return GroupBatch(None, metrics)
+        return PreparedStep(None, metrics)
     keep = np.flatnonzero(signal_S)  # whole rollouts: every sample of a rollout shares its advantage and keep flag
     samples = [built.samples[s] for s in keep]
-    return GroupBatch(TrainBatch.of(samples, advantages.advantages_S[keep]), metrics)
+    return PreparedStep(TrainBatch.of(samples, advantages.advantages_S[keep]), metrics)

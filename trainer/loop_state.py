@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.files import write_atomic
+from storage.files import write_atomic
 
 LOOP_STATE_FILE = "harnessrl-loop-state.json"
 

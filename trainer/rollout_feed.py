@@ -5,7 +5,7 @@ after a crash is idempotent), follows the gateway's finished-rollouts cursor wit
 every member is terminal. It knows nothing of training: the loop decides how many groups to keep in flight (the
 batch for the synchronous schedule, more for the asynchronous one) and how many complete groups to take. Its data
 position for a resume is `next_task` plus `open_tasks` (groups submitted but not taken: in flight or complete).
-`run_once` is the one-pass use (validation, difficulty probes, evaluation): every task once, unfinished ones listed.
+`val_pass` is the one-pass use (validation, difficulty probes, evaluation): every task once, unfinished ones listed.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class RolloutFeed:
         return taken
 
 
-def run_once(client: FeedClient, config: FeedConfig, tasks: Sequence[dict], policy_version: int, timeout_s: float,
+def val_pass(client: FeedClient, config: FeedConfig, tasks: Sequence[dict], policy_version: int, timeout_s: float,
              on_poll: Callable[[int], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> tuple[list[FinishedGroup], list[str]]:
     """Every task once (a group of `config.group_size` each): the groups finished within `timeout_s` and the ids of

@@ -112,7 +112,7 @@ class SampleLimits:
 
 
 @dataclass(frozen=True)
-class SampleBatch:
+class BuiltSamples:
     """The samples built from a set of recorded calls, with their counts."""
 
     samples: tuple[Sample, ...]
@@ -189,7 +189,7 @@ def build_samples(
     *,
     limits: SampleLimits = SampleLimits(),
     decode: Decode | None = None,
-) -> SampleBatch:
+) -> BuiltSamples:
     """Merge recorded calls (any number of rollouts, any order) into training samples.
 
     `decode` (a tokenizer's decode) lets merge failures be classified as retokenization or
@@ -207,7 +207,7 @@ def build_samples(
         per_rollout.append(len(rollout))
     tokens = sum(sample.num_tokens for sample in samples)
     trainable = sum(sample.num_trainable_tokens for sample in samples)
-    return SampleBatch(tuple(samples), counters.freeze(per_rollout, tokens, trainable))
+    return BuiltSamples(tuple(samples), counters.freeze(per_rollout, tokens, trainable))
 
 
 def _rollout_samples(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.instruction_following.instructions import kind_of
-from agents.recipe import Grade, GradeInput, final_text
+from controller.recipe import Grade, GradeInput, final_text
 
 
 def check_all(text: str, instructions: list[dict[str, Any]]) -> list[dict[str, Any]]:

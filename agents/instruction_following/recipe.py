@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.instruction_following import grader, tasks
-from agents.recipe import Grade, GradeInput
+from controller.recipe import Grade, GradeInput
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from agents.recipe import Grade, GradeInput, final_text
 from agents.search.actions import ActionKind, parse_action
 from agents.search.answers import exact_match, normalize_answer
+from controller.recipe import Grade, GradeInput, final_text
 
 
 def score_reply(reply: str, answers: list[str]) -> Grade:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.recipe import Grade, GradeInput
 from agents.search import grader, tasks
 from agents.search.corpus import build_world, documents
 from agents.search.retrieval import CORPUS_FILE, write_corpus
+from controller.recipe import Grade, GradeInput
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.recipe import Grade
 from agents.swe.diffs import apply_patch, copy_tree, matches_any, split_patch, tree_diff
 from agents.swe.generator import TEST_CONFIG_FILES, TEST_PATTERNS, base_path
 from agents.swe.testrun import TestRun, run_tests
+from controller.recipe import Grade
 
 # Changes to these files are dropped before grading: the tests, conftest files and test configuration stay the base's.
 PROTECTED_PATTERNS = TEST_PATTERNS + TEST_CONFIG_FILES

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.files import write_atomic
+from storage.files import write_atomic
 
 PREDICTION_KEYS = ("instance_id", "model_name_or_path", "model_patch")
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.recipe import Grade, GradeInput
 from agents.swe.generator import find_instance, generate
 from agents.swe.grader import checkout, grade_workdir
 from agents.swe.harness import REPO_DIR
+from controller.recipe import Grade, GradeInput
 
 DEFAULT_SOURCE = "pypi:xmltodict"
 

@@ -3,7 +3,7 @@
 The version is a hash of the two files and of the manifest's recipe (seed, k, sizes, sources, step counts, params;
 not `created_at`): the same data prepared twice gets the same version, any change a new one. A published split lives
 under `<name>/<version>/` of an object store; the manifest is uploaded last, so a folder with a manifest is complete.
-The store is anything with `put_dir`, `complete` and `get_dir` (`trainer.object_store`'s local and S3 stores).
+The store is anything with `put_dir`, `complete` and `get_dir` (`storage.object_store`'s local and S3 stores).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Splits:
 
 
 class SplitStore(Protocol):
-    """The object-store operations splits need (`trainer.object_store.DirectoryStore`)."""
+    """The object-store operations splits need (`storage.object_store.DirectoryStore`)."""
 
     def put_dir(self, local_dir: Path, key: str, marker: str) -> str: ...
 

@@ -26,7 +26,7 @@ from typing import Any
 from agents.swe.diffs import split_patch
 from agents.swe.grader import is_resolved
 from agents.swe.testrun import TestRun
-from controller.manifests import SANDBOX_WORKDIR
+from controller.runners.manifests import SANDBOX_WORKDIR
 
 GRADE_DIR = "/var/run/harnessrl-grade"  # where the grading Job mounts model.patch, test.patch and eval.sh
 TEST_PATCH_FAIL = ">>>>> Test Patch Apply Failed"  # the script's marker for a test patch that does not apply

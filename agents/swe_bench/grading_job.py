@@ -15,7 +15,7 @@ from typing import Any
 
 from agents.swe_bench.eval_script import GRADE_DIR, eval_script
 from controller.config import KubernetesSettings
-from controller.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL, label_value
+from controller.runners.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL, label_value
 
 GRADER_COMPONENT = "grader"
 GRADE_CONTAINER = "grade"

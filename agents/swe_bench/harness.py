@@ -2,7 +2,7 @@
 in the `sandbox` container (the official instance image, repository at /testbed) through `sandbox_client`.
 
 A plain program: `python -m agents.swe_bench.harness`, run in the rollout's working directory (task.json) in a Job
-built by `controller.manifests.build_sandboxed_job_manifest`. Task fields: "problem_statement", "base_commit"
+built by `controller.runners.manifests.build_sandboxed_job_manifest`. Task fields: "problem_statement", "base_commit"
 (optional; default HEAD), "model", "step_limit", "max_tokens", "temperature", "command_timeout_s" (defaults as the
 `swe` harness), "sandbox_ready_timeout_s" (default 600: the longest wait for the sandbox loop to start). When the
 agent stops, for whatever reason, the harness takes `git diff` of /testbed against the base commit in the sandbox
@@ -21,7 +21,7 @@ from typing import Any
 
 from agents.swe.harness import DEFAULTS, TRAJECTORY_FILE, build_model, textbased_config
 from agents.swe_bench.sandbox_client import SandboxClient, build_environment
-from controller.manifests import SANDBOX_WORKDIR
+from controller.runners.manifests import SANDBOX_WORKDIR
 
 PATCH_FILE, PATCH_ERROR_FILE = "model.patch", "model.patch.error"
 DIFF_TIMEOUT_S = 300

@@ -17,10 +17,10 @@ from typing import Any
 
 from agents.swe_bench.grading_job import GRADE_CONTAINER, GRADER_COMPONENT, build_grading_job, build_grading_secret
 from controller.config import KubernetesSettings
-from controller.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL
 from controller.runners.base import Termination
 from controller.runners.k8s_status import Ending, job_ending
 from controller.runners.kubernetes import JOB_NAME_LABELS, PodTrouble, api_client, delete_if_present
+from controller.runners.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL
 
 GRADER_SELECTOR = f"{PART_OF_LABEL}={PART_OF},{COMPONENT_LABEL}={GRADER_COMPONENT}"
 OUTCOMES = {Termination.TIMED_OUT: "deadline", Termination.EXITED: "failed", Termination.OOM_KILLED: "failed",

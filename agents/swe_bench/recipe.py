@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.recipe import Grade, GradeInput
 from agents.swe.environments import instance_image
 from agents.swe.generator import INSTANCES_FILE, load_instances
 from agents.swe.grader import MAX_MODEL_PATCH_CHARS
@@ -33,6 +32,7 @@ from agents.swe_bench.grading_job import GradingInputTooLarge, grading_name
 from agents.swe_bench.harness import PATCH_ERROR_FILE, PATCH_FILE
 from agents.swe_bench.kube_grading import GradingInfraError, KubeGrader
 from controller.config import KubernetesSettings, load_controller_config
+from controller.recipe import Grade, GradeInput
 
 NAME = "swe_bench"
 CONFIG_ENV = "HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG"

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller.config import KubernetesSettings
-from controller.manifests import (
+from controller.runners.base import RunnerFullError, RunnerStartError, RunResult, RunSpec, Termination
+from controller.runners.k8s_status import Ending, job_ending, pod_ending
+from controller.runners.manifests import (
     AGENT_COMPONENT,
     COMPONENT_LABEL,
     HARNESS_CONTAINER,
@@ -31,8 +33,6 @@ from controller.manifests import (
     job_manifest_for,
     secret_name,
 )
-from controller.runners.base import RunnerFullError, RunnerStartError, RunResult, RunSpec, Termination
-from controller.runners.k8s_status import Ending, job_ending, pod_ending
 from controller.runners.ratelimit import TokenBucket
 from controller.workdir_transfer import (
     RESULT_ARCHIVE,

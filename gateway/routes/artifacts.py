@@ -6,8 +6,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from gateway.artifacts import ArtifactInfo, check_name
-from gateway.routes.deps import admin, grader, services
-from gateway.services import Services
+from gateway.context import GatewayContext
+from gateway.routes.deps import admin, context, grader
 
 router = APIRouter(prefix="/v1/admin/rollouts", tags=["artifacts"])
 _OCTETS = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
@@ -16,7 +16,7 @@ _OCTETS = {"content": {"application/octet-stream": {"schema": {"type": "string",
 @router.put("/{rollout_id}/artifacts/{name}", dependencies=[Depends(admin)],
             openapi_extra={"requestBody": {"required": True, **_OCTETS}})
 async def put_artifact(rollout_id: str, name: str, request: Request,
-                       svc: Services = Depends(services)) -> ArtifactInfo:
+                       svc: GatewayContext = Depends(context)) -> ArtifactInfo:
     """Store (or replace) an artifact of the rollout's current attempt; the body is opaque bytes."""
     data = await request.body()
     return await svc.store.put_artifact(rollout_id, check_name(name), data, refuse_finished=False)
@@ -26,7 +26,7 @@ async def put_artifact(rollout_id: str, name: str, request: Request,
             responses={200: {"description": "The artifact's bytes.", **_OCTETS}})
 async def get_artifact(rollout_id: str, name: str,
                        attempt: int | None = Query(None, ge=0, description="Attempt (default: the current one)."),
-                       svc: Services = Depends(services)) -> Response:
+                       svc: GatewayContext = Depends(context)) -> Response:
     """An artifact's bytes (404 when absent)."""
     data = await svc.store.get_artifact(rollout_id, check_name(name), attempt)
     return Response(data, media_type="application/octet-stream")

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from gateway.artifacts import check_name
 from gateway.asgi import header, read_body, send_bytes, send_error
 from gateway.auth import Role
+from gateway.context import GatewayContext
 from gateway.errors import BadRequest, Conflict, Forbidden, GatewayError, MethodNotAllowed, NotFound
 from gateway.proxy import (
     CHAT,
@@ -26,12 +27,11 @@ from gateway.proxy import (
     upstream_request,
 )
 from gateway.records import TERMINAL_STATES, EventIn, EventKind
-from gateway.services import Services
 
 PROXY_KINDS = {("v1", "chat", "completions"): CHAT, ("v1", "completions"): COMPLETION}
 
 
-async def handle_harness(svc: Services, scope: dict, receive, send) -> None:
+async def handle_harness(svc: GatewayContext, scope: dict, receive, send) -> None:
     """Entry point for every request whose path starts with /r/."""
     try:
         await _dispatch(svc, scope, receive, send)
@@ -39,7 +39,7 @@ async def handle_harness(svc: Services, scope: dict, receive, send) -> None:
         await send_error(send, error)
 
 
-async def _dispatch(svc: Services, scope: dict, receive, send) -> None:
+async def _dispatch(svc: GatewayContext, scope: dict, receive, send) -> None:
     parts = scope["path"].strip("/").split("/")
     if len(parts) < 3 or not parts[1]:
         raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/...")
@@ -62,7 +62,7 @@ async def _dispatch(svc: Services, scope: dict, receive, send) -> None:
                        "/v1/completions, /v1/models, /events and /artifacts/{name}")
 
 
-async def _proxy(svc: Services, scope: dict, receive, send, rollout_id: str, kind: str) -> None:
+async def _proxy(svc: GatewayContext, scope: dict, receive, send, rollout_id: str, kind: str) -> None:
     started, created_at = time.perf_counter(), time.time()
     svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
@@ -81,12 +81,12 @@ async def _proxy(svc: Services, scope: dict, receive, send, rollout_id: str, kin
     await (forward_stream if stream else forward_unary)(svc, ctx, body, send)
 
 
-async def _models(svc: Services, send) -> None:
+async def _models(svc: GatewayContext, send) -> None:
     data = [{"id": name, "object": "model", "created": 0, "owned_by": "harnessrl"} for name in svc.router.names()]
     await send_bytes(send, 200, orjson.dumps({"object": "list", "data": data}))
 
 
-async def _post_event(svc: Services, scope: dict, receive, send, rollout_id: str) -> None:
+async def _post_event(svc: GatewayContext, scope: dict, receive, send, rollout_id: str) -> None:
     principal = svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
     try:
@@ -102,7 +102,7 @@ async def _post_event(svc: Services, scope: dict, receive, send, rollout_id: str
     await send_bytes(send, 200, stored.model_dump_json().encode())
 
 
-async def _artifact(svc: Services, scope: dict, receive, send, rollout_id: str, name: str) -> None:
+async def _artifact(svc: GatewayContext, scope: dict, receive, send, rollout_id: str, name: str) -> None:
     """GET or PUT one artifact of the caller's own rollout; a finished rollout refuses PUTs (409)."""
     svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
     check_name(name)

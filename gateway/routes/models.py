@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
+from gateway.context import GatewayContext
 from gateway.errors import NotFound
 from gateway.records import ModelIn, ModelRecord, ModelVersionPatch
-from gateway.routes.deps import admin, services
-from gateway.services import Services
+from gateway.routes.deps import admin, context
 
 router = APIRouter(prefix="/v1/admin/models", tags=["models"], dependencies=[Depends(admin)])
 
 
 @router.post("")
-async def register_model(body: ModelIn, svc: Services = Depends(services)) -> ModelRecord:
+async def register_model(body: ModelIn, svc: GatewayContext = Depends(context)) -> ModelRecord:
     """Register (or update) one endpoint serving a model; several endpoints of one name share the load."""
     record = await svc.store.register_model(body)
     await svc.reload_models()
@@ -21,13 +21,13 @@ async def register_model(body: ModelIn, svc: Services = Depends(services)) -> Mo
 
 
 @router.get("")
-async def list_models(svc: Services = Depends(services)) -> list[ModelRecord]:
+async def list_models(svc: GatewayContext = Depends(context)) -> list[ModelRecord]:
     """Every registered endpoint."""
     return await svc.store.list_models()
 
 
 @router.patch("/{name}")
-async def set_version(name: str, body: ModelVersionPatch, svc: Services = Depends(services)) -> list[ModelRecord]:
+async def set_version(name: str, body: ModelVersionPatch, svc: GatewayContext = Depends(context)) -> list[ModelRecord]:
     """Set the policy version of a model (after a weight update)."""
     records = await svc.store.set_model_version(name, body.version)
     await svc.reload_models()
@@ -36,7 +36,7 @@ async def set_version(name: str, body: ModelVersionPatch, svc: Services = Depend
 
 @router.delete("/{name}")
 async def delete_model(name: str, base_url: str | None = Query(None, description="Only this endpoint."),
-                       svc: Services = Depends(services)) -> dict[str, int]:
+                       svc: GatewayContext = Depends(context)) -> dict[str, int]:
     """Unregister a model's endpoints."""
     removed = await svc.store.delete_model(name, base_url)
     if not removed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from gateway.auth import mint_rollout_key
+from gateway.context import GatewayContext
 from gateway.records import (
     ClaimRequest,
     CreateRolloutsRequest,
@@ -17,14 +18,13 @@ from gateway.records import (
     RolloutCreated,
     RolloutPatch,
 )
-from gateway.routes.deps import admin, grader, services
-from gateway.services import Services
+from gateway.routes.deps import admin, context, grader
 
 router = APIRouter(prefix="/v1/admin/rollouts", tags=["rollouts"])
 
 
 @router.post("", dependencies=[Depends(admin)])
-async def create_rollouts(body: CreateRolloutsRequest, svc: Services = Depends(services)) -> list[RolloutCreated]:
+async def create_rollouts(body: CreateRolloutsRequest, svc: GatewayContext = Depends(context)) -> list[RolloutCreated]:
     """Create rollouts all-or-nothing; each gets its base URL and own key. Re-posting an id returns the same."""
     results = await svc.store.create_rollouts(body.rollouts)
     secret = await svc.store.secret()
@@ -34,7 +34,7 @@ async def create_rollouts(body: CreateRolloutsRequest, svc: Services = Depends(s
 
 
 @router.post("/claim", dependencies=[Depends(admin)])
-async def claim(body: ClaimRequest, svc: Services = Depends(services)) -> list[Rollout]:
+async def claim(body: ClaimRequest, svc: GatewayContext = Depends(context)) -> list[Rollout]:
     """Lease up to `limit` queued rollouts to a controller (expired leases are requeued first)."""
     return await svc.store.claim(body.controller_id, body.limit, body.lease_s)
 
@@ -42,42 +42,42 @@ async def claim(body: ClaimRequest, svc: Services = Depends(services)) -> list[R
 @router.get("/finished", dependencies=[Depends(admin)])
 async def finished(after: int = Query(0, ge=0, description="Cursor from the previous page."),
                    limit: int = Query(100, ge=1, le=1000), wait_s: float = Query(0.0, ge=0, le=300),
-                   svc: Services = Depends(services)) -> FinishedPage:
+                   svc: GatewayContext = Depends(context)) -> FinishedPage:
     """Rollouts finished after the cursor; long-polls up to `wait_s` when there are none yet."""
     return await svc.store.list_finished(after, limit, wait_s)
 
 
 @router.get("/{rollout_id}", dependencies=[Depends(grader)])
-async def get_rollout(rollout_id: str, svc: Services = Depends(services)) -> Rollout:
+async def get_rollout(rollout_id: str, svc: GatewayContext = Depends(context)) -> Rollout:
     """One rollout."""
     return await svc.store.get_rollout(rollout_id)
 
 
 @router.patch("/{rollout_id}", dependencies=[Depends(admin)])
-async def patch_rollout(rollout_id: str, body: RolloutPatch, svc: Services = Depends(services)) -> Rollout:
+async def patch_rollout(rollout_id: str, body: RolloutPatch, svc: GatewayContext = Depends(context)) -> Rollout:
     """Change state along the state machine (409 when not allowed)."""
     return await svc.store.transition(rollout_id, body)
 
 
 @router.post("/{rollout_id}/lease", dependencies=[Depends(admin)])
-async def renew_lease(rollout_id: str, body: LeaseRenewal, svc: Services = Depends(services)) -> Rollout:
+async def renew_lease(rollout_id: str, body: LeaseRenewal, svc: GatewayContext = Depends(context)) -> Rollout:
     """Extend the lease of a running rollout."""
     return await svc.store.renew_lease(rollout_id, body.controller_id, body.lease_s)
 
 
 @router.post("/{rollout_id}/reward", dependencies=[Depends(grader)])
-async def post_reward(rollout_id: str, body: RewardIn, svc: Services = Depends(services)) -> Rollout:
+async def post_reward(rollout_id: str, body: RewardIn, svc: GatewayContext = Depends(context)) -> Rollout:
     """The grader's reward."""
     return await svc.store.set_reward(rollout_id, body.reward, body.details)
 
 
 @router.post("/{rollout_id}/events", dependencies=[Depends(grader)])
-async def post_event(rollout_id: str, body: EventIn, svc: Services = Depends(services)) -> Event:
+async def post_event(rollout_id: str, body: EventIn, svc: GatewayContext = Depends(context)) -> Event:
     """Append an event (logs, agent output) as the admin or the grader."""
     return await svc.store.add_event(rollout_id, body.kind, body.payload)
 
 
 @router.get("/{rollout_id}/events", dependencies=[Depends(grader)])
-async def list_events(rollout_id: str, svc: Services = Depends(services)) -> list[Event]:
+async def list_events(rollout_id: str, svc: GatewayContext = Depends(context)) -> list[Event]:
     """A rollout's events in order."""
     return await svc.store.list_events(rollout_id)

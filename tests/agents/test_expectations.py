@@ -15,9 +15,9 @@ from agents.expectations import (
     require_valid,
     validate_rows,
 )
-from agents.registry import RECIPE_MODULES, get_recipe
 from agents.swe.recipe import rollout_input
 from agents.swe_bench.recipe import rollout_input as bench_rollout_input
+from controller.recipes import get_recipe, recipe_names
 from tests.agents.support import assert_caught, duplicate_value
 from tests.agents.support import drop_everywhere as _drop_everywhere
 from tests.agents.support import set_value as _set
@@ -127,7 +127,7 @@ def test_the_error_pickles_with_its_report():
     assert error.report.failures()[0].name == "prompt_non_empty" and "if-0-00000" in str(error)
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPE_MODULES))
+@pytest.mark.parametrize("recipe", recipe_names())
 def test_every_registered_recipe_has_a_suite(recipe):
     own = {rule.name for rule in recipe_rules(recipe)} - {rule.name for rule in common_rules(recipe)}
     assert own, f"{recipe}'s suite checks none of the fields its harness reads"

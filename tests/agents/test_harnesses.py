@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.recipe import TASK_FILE, GradeInput
-from agents.registry import get_recipe
 from agents.search.actions import INVALID_REPLY, ActionKind, completed_reply, parse_action
+from controller.recipe import TASK_FILE, GradeInput
+from controller.recipes import get_recipe
 from gateway.client import GatewayClient
 from gateway.records import CallStatus, RolloutSpec
 from tests.gateway.support import ADMIN_TOKEN, GatewayProcess

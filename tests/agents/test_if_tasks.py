@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from agents.instruction_following.grader import grade, score_text
 from agents.instruction_following.instructions import CONFLICTS, KINDS, kind_of
 from agents.instruction_following.tasks import MAX_INSTRUCTIONS, TOPICS, generate
-from agents.recipe import GradeInput
-from agents.registry import get_recipe
+from controller.recipe import GradeInput
+from controller.recipes import get_recipe
 from tests.agents.support import call_record
 
 TASKS = generate(400, seed=0)

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.recipe import GradeInput
 from agents.search.actions import (
     INVALID_REPLY,
     STOP_STRINGS,
@@ -24,6 +23,7 @@ from agents.search.corpus import Document
 from agents.search.grader import grade, score_reply
 from agents.search.harness import run_episode
 from agents.search.retrieval import Retriever
+from controller.recipe import GradeInput
 from tests.agents.support import call_record
 
 

@@ -10,7 +10,6 @@ import huggingface_hub.constants
 import pytest
 
 import agents.swe.recipe as swe_recipe
-from agents.registry import get_recipe
 from agents.swe.generator import generate as generate_instances
 from agents.swe.recipe import SweRecipe
 from agents.task_data import (
@@ -22,6 +21,7 @@ from agents.task_data import (
     split_rows,
     write_task_rows,
 )
+from controller.recipes import get_recipe
 from tests.agents.swe.conftest import write_tiny_project
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.recipe import Grade, GradeInput, final_text
+from controller.recipe import Grade, GradeInput, final_text
 from controller.runners.base import RunnerStartError, RunSpec
 from controller.runners.local import LocalRunner
 

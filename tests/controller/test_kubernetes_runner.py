@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from controller.config import KubernetesSettings
-from controller.manifests import job_name, secret_name
 from controller.runners.base import RunnerFullError, RunnerStartError, RunSpec, Termination
 from controller.runners.k8s_status import job_ending, pod_ending
 from controller.runners.kubernetes import KubernetesRunner
+from controller.runners.manifests import job_name, secret_name
 from controller.workdir_transfer import WORKDIR_ARCHIVE
 from gateway.client import GatewayAPIError
 from tests.controller.fake_kube import FakeKube

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from controller.config import KubernetesSettings
-from controller.manifests import WORKDIR, job_name
 from controller.runners.base import RunSpec, Termination
 from controller.runners.k8s_status import pod_ending
 from controller.runners.kubernetes import KubernetesRunner
+from controller.runners.manifests import WORKDIR, job_name
 from controller.workdir_transfer import RESULT_ARCHIVE, WORKDIR_ARCHIVE, pack_workdir, unpack_archive
 from gateway.records import EventKind, RolloutSpec
 from tests.controller.fake_kube import FakeKube

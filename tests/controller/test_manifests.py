@@ -12,15 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.config import KubernetesSettings
-from controller.manifests import (
+from controller.pod_transfer import fetch_command, run_and_return_command
+from controller.runners.base import RunSpec
+from controller.runners.manifests import (
     build_job_manifest,
     build_secret_manifest,
     job_name,
     label_value,
     secret_name,
 )
-from controller.pod_transfer import fetch_command, run_and_return_command
-from controller.runners.base import RunSpec
 
 K8S_VERSIONS = ["1.30.0", "1.37.0"]
 AGENT_JOB = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "agent-job.yaml"
@@ -122,6 +122,6 @@ def test_names_and_labels_are_always_valid_and_distinct(rollout_id, attempt):
     (["/usr/local/bin/my-agent", "--fast"], ["/usr/local/bin/my-agent", "--fast"]),
 ])
 def test_the_controllers_interpreter_becomes_the_images_python(command, expected):
-    from controller.manifests import pod_command
+    from controller.runners.manifests import pod_command
 
     assert pod_command(command) == expected

@@ -40,7 +40,7 @@ def create(admin: GatewayClient, tasks: list[dict[str, Any]], max_attempts: int 
     return [spec.id for spec in specs]
 
 
-def run_once(gateway, grader, tmp_path: Path, runner=None, **overrides: Any) -> Reconciler:
+def reconcile_all(gateway, grader, tmp_path: Path, runner=None, **overrides: Any) -> Reconciler:
     cfg = config(tmp_path, **overrides)
     admin = AdminThatNeverRewards(gateway.url, ADMIN_TOKEN)
     reconciler = Reconciler(cfg, admin, grader, runner or LocalRunner(cfg.concurrency, kill_grace_s=cfg.kill_grace_s),
@@ -58,7 +58,7 @@ def test_every_rollout_ends_with_the_right_state_kind_and_reward(gateway, admin,
     tasks = [{"mode": "ok"}, {"mode": "ok"}, {"mode": "exit3"}, {"mode": "crash"}, {"mode": "hang"},
              {"mode": "env"}, {"mode": "exit3", "recipe": "script-grading"}, {"mode": "ok", "recipe": "nope"}]
     ids = create(admin, tasks)
-    reconciler = run_once(gateway, grader, tmp_path, harness_timeout_s=8.0)  # the hanging harness is timed out
+    reconciler = reconcile_all(gateway, grader, tmp_path, harness_timeout_s=8.0)  # the hanging harness is timed out
     got = {i: admin.get_rollout(i) for i in ids}
     expected = [(RolloutState.SUCCEEDED, None, 1.0), (RolloutState.SUCCEEDED, None, 1.0),
                 (RolloutState.FAILED, FailureKind.AGENT, None), (RolloutState.FAILED, FailureKind.AGENT, None),
@@ -79,7 +79,7 @@ def test_every_rollout_ends_with_the_right_state_kind_and_reward(gateway, admin,
 def test_logs_are_kept_linked_and_the_harness_sees_only_the_contract(gateway, admin, grader, tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESSRL_ADMIN_TOKEN", ADMIN_TOKEN)
     [ok, env] = create(admin, [{"mode": "ok"}, {"mode": "env"}])
-    run_once(gateway, grader, tmp_path)
+    reconcile_all(gateway, grader, tmp_path)
     [log] = events(admin, env, EventKind.LOG)
     names = Path(log["stdout"]).read_text().split()
     assert {"OPENAI_BASE_URL", "OPENAI_API_KEY", "HARNESSRL_TASK", "HOME"} <= set(names)
@@ -93,7 +93,7 @@ def test_infra_start_failure_is_retried_and_then_succeeds(gateway, admin, grader
     ids = create(admin, [{"mode": "ok"}, {"mode": "ok"}])
     [last_chance] = create(admin, [{"mode": "ok"}], max_attempts=1)
     runner = FlakyStartRunner(4, kill_grace_s=0.5)
-    run_once(gateway, grader, tmp_path, runner=runner)
+    reconcile_all(gateway, grader, tmp_path, runner=runner)
     for rollout_id in ids:
         rollout = admin.get_rollout(rollout_id)
         assert (rollout.state, rollout.attempt, rollout.reward) == (RolloutState.SUCCEEDED, 2, 1.0)
@@ -107,7 +107,7 @@ def test_infra_start_failure_is_retried_and_then_succeeds(gateway, admin, grader
 
 def test_unreachable_engine_is_an_infra_failure_retried_until_attempts_are_spent(gateway, admin, grader, tmp_path):
     [rollout_id] = create(admin, [{"mode": "call_then_fail", "model": "dead"}], max_attempts=2)
-    run_once(gateway, grader, tmp_path)
+    reconcile_all(gateway, grader, tmp_path)
     rollout = admin.get_rollout(rollout_id)
     assert (rollout.state, rollout.failure_kind, rollout.attempt) == (RolloutState.FAILED, FailureKind.INFRA, 2)
     assert "engine unreachable" in rollout.error and rollout.reward is None
@@ -123,7 +123,7 @@ def test_two_controllers_never_start_a_rollout_twice(gateway, admin, grader, tmp
     reconcilers: list[Reconciler] = []
 
     def controller(name: str) -> None:
-        reconcilers.append(run_once(gateway, grader, tmp_path / name, concurrency=3))
+        reconcilers.append(reconcile_all(gateway, grader, tmp_path / name, concurrency=3))
 
     threads = [threading.Thread(target=controller, args=(name,)) for name in ("a", "b")]
     for thread in threads:

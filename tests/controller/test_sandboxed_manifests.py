@@ -7,7 +7,7 @@ import kubernetes_validate
 import pytest
 
 from controller.config import KubernetesSettings
-from controller.manifests import (
+from controller.runners.manifests import (
     SANDBOX_IPC_DIR,
     build_job_manifest,
     build_sandboxed_job_manifest,

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from agents.registry import get_recipe
 from controller.config import ControllerConfig
+from controller.recipes import get_recipe
 from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
 from gateway.client import GatewayClient

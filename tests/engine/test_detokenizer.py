@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainer.engines.serving.detokenizer import ChoiceText
+from engines.serving.detokenizer import ChoiceText
 
 VOCAB = {i: chr(ord("a") + i) for i in range(26)} | {26: " ", 27: "\ufffd", 28: ""}
 

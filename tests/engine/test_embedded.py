@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from engines.embedded import EmbeddedEngine
+from engines.serving.cli import app as engine_app
 from tests.engine.support import assert_teacher_forced
-from trainer.engines.embedded import EmbeddedEngine
-from trainer.engines.serving.cli import app as engine_app
 
 
 def test_engine_serve_help_lists_the_options() -> None:
@@ -41,7 +41,7 @@ def test_smollm2_batched_logprobs_equal_teacher_forcing() -> None:
     import openai
     from transformers import AutoModelForCausalLM
 
-    from harnessrl.models import prepare_model
+    from engines.models import prepare_model
 
     model_dir = prepare_model("smollm2-135m-instruct")
     reference = AutoModelForCausalLM.from_pretrained(model_dir).eval()

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.engines.serving.sampling import (
+from engines.serving.sampling import (
     RowSampling,
     inverse_cdf_draw,
     raw_logprobs_BV,

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.support import assert_teacher_forced
-from trainer.engines.serving.model_holder import ModelHolder
-from trainer.engines.serving.sampling import RowSampling
-from trainer.engines.serving.scheduler import (
+from engines.serving.model_holder import ModelHolder
+from engines.serving.sampling import RowSampling
+from engines.serving.scheduler import (
     Admitted,
     GenerationParams,
     GenerationRequest,
     GenerationScheduler,
     TokenEvent,
 )
+from tests.engine.support import assert_teacher_forced
 
 SAMPLED = RowSampling(temperature=1.0, top_p=1.0, top_k=-1)
 

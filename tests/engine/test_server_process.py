@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from engines.server_process import ServerProcess, free_port, stop_process_group
 from tests.services import process_gone, wait_for_file
-from trainer.engines.server_process import ServerProcess, free_port, stop_process_group
 
 SERVER = """
 import http.server, subprocess, sys

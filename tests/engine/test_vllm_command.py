@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from trainer.engines import vllm as vllm_engine
-from trainer.engines.base import Engine
-from trainer.engines.vllm import (
+from engines import vllm as vllm_engine
+from engines.base import Engine
+from engines.vllm import (
     RESUME_REQUEST,
     WORKER_EXTENSION,
     ControlRequest,
@@ -24,7 +24,7 @@ from trainer.engines.vllm import (
     sleep_request,
     wake_up_request,
 )
-from trainer.engines.vllm_worker import checkpoint_files
+from engines.vllm_worker import checkpoint_files
 
 CPU = VLLMConfig(model="/models/smol", served_model_name="policy", port=8123, device="cpu", dtype="float32",
                  max_model_len=2048, enforce_eager=True, python="/venv/bin/python")

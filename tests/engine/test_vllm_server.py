@@ -15,11 +15,11 @@ import httpx
 import pytest
 import torch
 
+from engines.vllm import VLLMConfig, VLLMEngine, default_vllm_python
 from gateway.client import GatewayClient
 from gateway.records import CallRecord, RolloutSpec
 from tests.engine.support import teacher_forced_logprobs
 from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
-from trainer.engines.vllm import VLLMConfig, VLLMEngine, default_vllm_python
 
 VLLM_PYTHON = Path(default_vllm_python())
 SERVED_NAME = "smol"
@@ -37,7 +37,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def smollm2_dir() -> Path:
-    from harnessrl.models import prepare_model
+    from engines.models import prepare_model
 
     return prepare_model("smollm2-135m-instruct")
 

@@ -12,9 +12,9 @@ from flows.config import PROFILES_DIR, apply_overrides, load_run_config
 from flows.setup import (
     fresh_plan,
     in_flight_target,
+    process_settings,
     run_folder,
     run_name,
-    service_settings,
     task_stream,
     upload_due,
     validation_due,
@@ -78,13 +78,13 @@ def test_run_name_plan_and_services_from_config(tmp_path):
     plan = fresh_plan(config, "r1", Path("/models/base"))
     assert plan.run_dir == tmp_path / "r1" and plan.checkpoint_root == tmp_path / "r1" / "checkpoints"
     assert plan.state.iteration == 0 and plan.start_model == Path("/models/base")
-    settings = service_settings(config, plan)
+    settings = process_settings(config, plan)
     assert settings.model_name == "policy" and settings.policy_version == 0
     assert settings.controller_args[settings.controller_args.index("--concurrency") + 1] == "24"
     assert settings.controller_args[-2:] == ("--recipe", "instruction_following")
     assert settings.engine_num_threads is None
-    threads = service_settings(load_run_config("if-local", {"engine.num_threads": 1}), plan).engine_num_threads
-    from trainer.engines.embedded import EmbeddedEngine
+    threads = process_settings(load_run_config("if-local", {"engine.num_threads": 1}), plan).engine_num_threads
+    from engines.embedded import EmbeddedEngine
 
     assert EmbeddedEngine("/m", num_threads=threads).environment()["OMP_NUM_THREADS"] == "1"
 
@@ -96,7 +96,7 @@ def test_a_flow_names_its_run_and_serves_a_checkpoint_version(tmp_path):
     assert run_folder(config, "e1") == tmp_path / "e1"
     plan = fresh_plan(config, "e1", Path("/ckpt/model"), policy_version=7)
     assert plan.run_dir == run_folder(config, "e1") and plan.state.policy_version == 7
-    settings = service_settings(config, plan)
+    settings = process_settings(config, plan)
     assert (settings.run_dir, settings.policy_version, settings.model_path) == (tmp_path / "e1", 7,
                                                                                 Path("/ckpt/model"))
 
@@ -123,7 +123,7 @@ def test_cli_overrides_parse_yaml_values():
 
 
 def test_engine_url_gives_the_host_and_port_the_engines_take():
-    from harnessrl.services import engine_host_port
+    from flows.run_processes import engine_host_port
 
     assert engine_host_port("http://10.0.0.5:8000/") == ("10.0.0.5", 8000)
     assert engine_host_port("http://engine.svc:9000") == ("engine.svc", 9000)
@@ -134,10 +134,10 @@ def test_engine_url_gives_the_host_and_port_the_engines_take():
 def test_the_gpu_profile_builds_vllm_and_verl_by_configuration_alone(tmp_path):
     """swe-gpu: the same flow code builds a vLLM engine (sleep mode, bf16, the run's served name) and the verl
     backend (8 workers, the profile's verl options); nothing is started."""
+    from engines.vllm import VLLMEngine, build_launch_command
+    from flows.run_processes import RunProcesses
     from flows.setup import build_backend
-    from harnessrl.services import RunServices
     from trainer.backends.verl import VerlBackend
-    from trainer.engines.vllm import VLLMEngine, build_launch_command
 
     config = load_run_config("swe-gpu", {"work_dir": str(tmp_path)}, recipe="swe")
     plan = fresh_plan(config, "gpu-run", Path("/models/Qwen2.5-Coder-7B-Instruct"))
@@ -147,7 +147,7 @@ def test_the_gpu_profile_builds_vllm_and_verl_by_configuration_alone(tmp_path):
     assert backend.config.attn_implementation == "flash_attention_2" and backend.config.param_dtype == "bfloat16"
     assert backend.config.optimizer.lr == 1e-6 and backend.config.schedule.max_tokens_per_micro_batch == 32768
 
-    engine = RunServices(service_settings(config, plan))._engine()
+    engine = RunProcesses(process_settings(config, plan))._engine()
     assert isinstance(engine, VLLMEngine)
     argv = build_launch_command(engine.config)
     flags = dict(zip(argv, argv[1:], strict=False))
@@ -160,12 +160,12 @@ def test_the_gpu_profile_builds_vllm_and_verl_by_configuration_alone(tmp_path):
 
 
 def test_a_running_gateway_without_its_admin_token_is_refused_with_the_fix(tmp_path, monkeypatch):
-    from harnessrl.services import RunServices
+    from flows.run_processes import RunProcesses
 
     monkeypatch.delenv("HARNESSRL_ADMIN_TOKEN", raising=False)
     config = load_run_config("if-local", {"gateway.url": "http://gw:8100"})
-    settings = service_settings(config, fresh_plan(config, "r", tmp_path))
+    settings = process_settings(config, fresh_plan(config, "r", tmp_path))
     with pytest.raises(ValueError, match=r"gateway.url='http://gw:8100' .* set \$HARNESSRL_ADMIN_TOKEN"):
-        RunServices(settings)
+        RunProcesses(settings)
     monkeypatch.setenv("HARNESSRL_ADMIN_TOKEN", "secret")
-    assert RunServices(settings).admin_token == "secret"
+    assert RunProcesses(settings).admin_token == "secret"

@@ -13,8 +13,8 @@ import pytest
 
 from agents.swe.generator import generate, load_instances, write_instances
 from agents.swe.splits import read_splits
+from storage.object_store import directory_store_from_uri
 from tests.agents.swe.conftest import write_tiny_project
-from trainer.object_store import directory_store_from_uri
 
 pytestmark = pytest.mark.slow
 K = 2

@@ -8,7 +8,7 @@ import pytest
 
 from agents.swe.evaluation import EvaluationPlan
 from flows.config import load_run_config
-from flows.setup import fresh_plan, service_settings
+from flows.setup import fresh_plan, process_settings
 from flows.weights import Weights
 
 
@@ -19,9 +19,9 @@ class Started(Exception):
 def test_only_a_pinned_controller_gets_the_recipe(tmp_path):
     config = load_run_config("swe-eval-local", {"work_dir": str(tmp_path)}, recipe="swe")
     plan = fresh_plan(config, "e", tmp_path / "model")
-    pinned = service_settings(config, plan).controller_args
+    pinned = process_settings(config, plan).controller_args
     assert pinned[pinned.index("--recipe") + 1] == "swe"
-    unpinned = service_settings(config, plan, pin_recipe=False).controller_args
+    unpinned = process_settings(config, plan, pin_recipe=False).controller_args
     assert "--recipe" not in unpinned and unpinned == pinned[:pinned.index("--recipe")]
 
 
@@ -34,7 +34,7 @@ def test_the_evaluation_controller_takes_each_task_recipe(tmp_path, monkeypatch)
         started.append(settings)
         raise Started
 
-    monkeypatch.setattr(flows.evaluate, "RunServices", services)
+    monkeypatch.setattr(flows.evaluate, "RunProcesses", services)
     config = load_run_config("swe-eval-local", {"work_dir": str(tmp_path)}, recipe="swe")
     weights = Weights(tmp_path / "model", 3, "harnessrl/r/step-000003", "file:///s/r/step-000003")
     with pytest.raises(Started):

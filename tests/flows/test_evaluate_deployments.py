@@ -11,7 +11,7 @@ import yaml
 from flows.config import load_run_config
 from flows.evaluate import check_target, kind_of
 from flows.weights import store_for_checkpoint
-from trainer.checkpoint_store import LocalCheckpointStore
+from storage.checkpoint_store import LocalCheckpointStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

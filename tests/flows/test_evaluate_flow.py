@@ -51,7 +51,7 @@ def train_checkpoint(tmp_path: Path, tiny_model_dir: Path) -> str:
     """The tiny model uploaded as a train-swe checkpoint, tagged on a train-swe-like MLflow run (as train.py does)."""
     from mlflow import MlflowClient
 
-    from trainer.checkpoint_store import LocalCheckpointStore
+    from storage.checkpoint_store import LocalCheckpointStore
     from trainer.checkpoints import META_FILE, meta_now
 
     local = tmp_path / "trained" / "step-000003"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from flows.reporting import no_signal_message, summary_lines, throughput_metrics
 from gateway.records import RolloutState
 from tests.trainer.loop_support import call, group, rollout
+from tracking.reports import no_signal_message, summary_lines, throughput_metrics
 from trainer.rollout_groups import FinishedGroup, drop_stale
 
 

@@ -1,4 +1,4 @@
-"""RunServices against real processes: a dead gateway is reported, stop() ends the controller's whole process group.
+"""RunProcesses against real processes: a dead gateway is reported, stop() ends the controller's whole process group.
 
 The engine is the session's running one (engine.url), so only the gateway and, where a test asks, a controller start.
 """
@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.services import RunServices, ServiceSettings
+from flows.run_processes import ProcessSettings, RunProcesses
 from tests.services import process_gone, wait_for_file
 
 pytestmark = pytest.mark.slow
 
 
-def settings(run_dir: Path, model_dir: Path, engine_url: str, start_controller: bool) -> ServiceSettings:
-    return ServiceSettings(run_dir=run_dir, model_path=model_dir, policy_version=0, model_name="policy",
+def settings(run_dir: Path, model_dir: Path, engine_url: str, start_controller: bool) -> ProcessSettings:
+    return ProcessSettings(run_dir=run_dir, model_path=model_dir, policy_version=0, model_name="policy",
                            engine_url=engine_url, start_controller=start_controller)
 
 
 def test_check_alive_names_the_gateway_when_its_process_dies(tmp_path, tiny_model_dir, engine_url):
-    with RunServices(settings(tmp_path, tiny_model_dir, engine_url, start_controller=False)) as services:
+    with RunProcesses(settings(tmp_path, tiny_model_dir, engine_url, start_controller=False)) as services:
         services.check_alive()
         gateway = services._gateway._process  # the gateway process this run started, killed as by the OOM killer
         gateway.send_signal(signal.SIGKILL)
@@ -35,13 +35,13 @@ def test_check_alive_names_the_gateway_when_its_process_dies(tmp_path, tiny_mode
 def test_stop_ends_the_processes_the_controller_started(tmp_path, tiny_model_dir, engine_url, monkeypatch):
     pid_file = tmp_path / "harness.pid"
     # A controller that runs a harness in its process group and waits for it, as controller.cli run does.
-    monkeypatch.setattr(RunServices, "controller_command",
+    monkeypatch.setattr(RunProcesses, "controller_command",
                         lambda self: ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"])
-    with RunServices(settings(tmp_path, tiny_model_dir, engine_url, start_controller=True)) as services:
+    with RunProcesses(settings(tmp_path, tiny_model_dir, engine_url, start_controller=True)) as services:
         harness = int(wait_for_file(pid_file))
         services.check_alive()
     try:
-        assert process_gone(harness), "the controller's harness process outlived RunServices.stop()"
+        assert process_gone(harness), "the controller's harness process outlived RunProcesses.stop()"
     finally:
         if not process_gone(harness):
             os.kill(harness, signal.SIGKILL)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def running_engine(tiny_model_dir):
-    from trainer.engines.embedded import EmbeddedEngine
+    from engines.embedded import EmbeddedEngine
 
     engine = EmbeddedEngine(tiny_model_dir, port=free_port(), served_model_name="someone-elses-policy",
                             max_batch_size=16)

@@ -66,7 +66,7 @@ def test_train_if_sync_schedule_runs_one_batch_at_a_time(prefect_api, tiny_model
     batch of groups per iteration, every call on the current policy (lag 0), and the last update is still uploaded
     (with the loop's data position) although no upload was due when it ran."""
     import flows.train
-    from trainer.group_batch import GroupBatch
+    from trainer.group_batch import PreparedStep
     from trainer.loop_state import read_loop_state
 
     real_build_batch, calls = flows.train.build_batch, []
@@ -74,7 +74,7 @@ def test_train_if_sync_schedule_runs_one_batch_at_a_time(prefect_api, tiny_model
     def third_without_signal(*args, **kwargs):
         group_batch, split = real_build_batch(*args, **kwargs)
         calls.append(group_batch.no_signal)
-        return (GroupBatch(None, group_batch.metrics) if len(calls) == 3 else group_batch), split
+        return (PreparedStep(None, group_batch.metrics) if len(calls) == 3 else group_batch), split
 
     monkeypatch.setattr(flows.train, "build_batch", third_without_signal)
     summary = flows.train.train_if("if-local", overrides(

@@ -20,7 +20,7 @@ FIXTURE = Path(__file__).parents[1] / "fixtures" / "retokenization_smollm2.json"
 
 @pytest.fixture(scope="module")
 def smollm2_dir() -> Path:
-    from harnessrl.models import prepare_model
+    from engines.models import prepare_model
 
     return prepare_model("smollm2-135m-instruct")
 
@@ -31,7 +31,7 @@ def tokenizer(smollm2_dir):
 
 
 def test_smollm2_answers_coherently_through_the_gateway(tmp_path, smollm2_dir, tokenizer):
-    from trainer.engines.embedded import EmbeddedEngine
+    from engines.embedded import EmbeddedEngine
 
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     with EmbeddedEngine(smollm2_dir, served_model_name="smollm2") as engine:

@@ -8,8 +8,8 @@ import pytest
 
 import tasks.data as data_tasks
 from agents.expectations import DataValidationError
-from agents.registry import get_recipe
-from tasks.data import load_tasks, report_artifact_key, validate_tasks
+from controller.recipes import get_recipe
+from tasks.data import load_dataset, report_artifact_key, validate_tasks
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def artifacts(monkeypatch) -> list[dict]:
 
 
 def test_load_tasks_returns_the_rows_of_the_source(tmp_path):
-    rows = load_tasks.fn("generated", "search", 4, 2, tmp_path)
+    rows = load_dataset.fn("generated", "search", 4, 2, tmp_path)
     assert rows == [{**row, "recipe": "search"} for row in get_recipe("search").generate(4, 2)]
 
 
@@ -49,7 +49,7 @@ def test_in_a_flow_the_report_becomes_a_markdown_artifact(prefect_api, tmp_path:
 
     @flow
     def load_and_validate(cache_dir: Path) -> bool:
-        rows = load_tasks("generated", "search", 6, 0, cache_dir)
+        rows = load_dataset("generated", "search", 6, 0, cache_dir)
         return validate_tasks(rows, "search").success
 
     assert load_and_validate(tmp_path)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from storage.checkpoint_store import CheckpointError, store_from_uri
 from tasks.evaluation import download_checkpoint
-from trainer.checkpoint_store import CheckpointError, store_from_uri
 from trainer.checkpoints import META_FILE
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from agents.swe.splits import read_splits
 from gateway.records import FailureKind
+from storage.object_store import directory_store_from_uri
 from tasks.swe_data import (
     clean_empty_statements,
     clean_missing_environment,
@@ -18,7 +19,6 @@ from tasks.swe_data import (
 )
 from tests.agents.swe.test_cleaning import row
 from tests.trainer.loop_support import FakeGateway, group
-from trainer.object_store import directory_store_from_uri
 
 
 def test_probe_outcomes_count_failed_rollouts_as_unsolved():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from storage.checkpoint_store import store_from_uri
 from tasks.training import find_resume_point, publish_checkpoint
-from trainer.checkpoint_store import store_from_uri
 from trainer.checkpoints import META_FILE
 from trainer.loop_state import LOOP_STATE_FILE, LoopState
 

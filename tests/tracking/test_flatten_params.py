@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from trainer.tracking import (
+from tracking.tracker import (
     MAX_PARAM_VALUE_CHARS,
     TRUNCATION_MARKER,
     flatten_params,

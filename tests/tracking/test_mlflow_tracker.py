@@ -9,9 +9,9 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from tasks.tracking import MlflowTracker, find_run_id
 from tests.services import MlflowServerProcess
-from trainer.tracking import MAX_TAG_VALUE_CHARS, TRUNCATION_MARKER, Tracker
+from tracking.mlflow_tracker import MlflowTracker, find_run_id
+from tracking.tracker import MAX_TAG_VALUE_CHARS, TRUNCATION_MARKER, Tracker
 
 pytestmark = pytest.mark.slow
 

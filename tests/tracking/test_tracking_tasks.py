@@ -1,4 +1,5 @@
-"""tasks/tracking.py: the UI command, artifact locations, and the Prefect tasks passing a tracker inside a flow."""
+"""tracking/mlflow_tracker.py and tasks/tracking.py: the UI command, artifact locations, and the Prefect task passing
+a tracker inside a flow."""
 
 from __future__ import annotations
 
@@ -6,16 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tasks.tracking import (
-    MlflowTracker,
-    default_artifact_location,
-    log_trajectories,
-    trajectory_artifact_file,
-    ui_command,
-)
+from tasks.tracking import log_trajectories
 from tests.services import MlflowServerProcess
 from tests.tracking.support import USER
 from tests.trainer.loop_support import call, rollout
+from tracking.mlflow_tracker import MlflowTracker, default_artifact_location, ui_command
+from tracking.trajectories import trajectory_artifact_file
 
 
 def test_ui_command() -> None:

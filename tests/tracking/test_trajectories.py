@@ -9,7 +9,7 @@ import pytest
 from gateway.records import CallStatus, FailureKind, Rollout, RolloutState
 from tests.tracking.support import SYSTEM, USER
 from tests.trainer.loop_support import call, rollout
-from trainer.trajectories import (
+from tracking.trajectories import (
     Message,
     render_trajectories,
     sample_for_display,

@@ -12,8 +12,7 @@ import torch
 from minio import Minio
 from safetensors.torch import load_file, save_file
 
-from trainer import checkpoints
-from trainer.checkpoint_store import (
+from storage.checkpoint_store import (
     CheckpointError,
     CheckpointNotFoundError,
     CheckpointStore,
@@ -25,6 +24,7 @@ from trainer.checkpoint_store import (
     parse_checkpoint_uri,
     store_from_uri,
 )
+from trainer import checkpoints
 
 MULTIPART_BYTES = 12 * 1024 * 1024
 """Larger than the minio client's 5 MiB part size, so the upload is multipart."""

@@ -136,8 +136,8 @@ class FakeVerlWorkers:
 def test_a_verl_checkpoint_is_published_pruned_and_served_like_a_torch_one(tmp_path):
     """The verl layout goes through the same machinery: step root with the meta file (upload, prune, resume) and the
     HF directory an engine serves."""
+    from storage.checkpoint_store_local import LocalCheckpointStore
     from trainer.backends.verl import VerlBackend, VerlBackendConfig
-    from trainer.checkpoint_store_local import LocalCheckpointStore
     from trainer.checkpoints import model_dir, prune_checkpoints, read_meta, step_root
 
     backend = VerlBackend(VerlBackendConfig(model_path=tmp_path / "base"))

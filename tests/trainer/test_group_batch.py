@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway.records import CallRecord
 from tests.trainer.loop_support import call, group, rollout
 from trainer.advantages import AdvantageConfig
-from trainer.group_batch import build_group_batch, reward_metrics
+from trainer.group_batch import prepare_step, reward_metrics
 from trainer.samples import SampleLimits
 
 PROMPT = [1, 2, 3]
@@ -17,7 +17,7 @@ def two_samples(rid: str) -> tuple[CallRecord, ...]:
 
 
 def test_rollout_level_advantages_reach_every_sample_of_a_rollout():
-    built = build_group_batch([group("g", {"a": 1.0, "b": 0.0}, calls=two_samples)], AdvantageConfig(), SampleLimits())
+    built = prepare_step([group("g", {"a": 1.0, "b": 0.0}, calls=two_samples)], AdvantageConfig(), SampleLimits())
     assert built.batch is not None and not built.no_signal
     by_rollout = {}
     for sample, advantage in zip(built.batch.samples, built.batch.advantages_S, strict=True):
@@ -33,18 +33,18 @@ def test_rollout_level_advantages_reach_every_sample_of_a_rollout():
 def test_groups_without_variance_are_left_out_and_all_flat_means_no_signal():
     flat = group("flat", {"a": 1.0, "b": 1.0}, calls=two_samples)
     mixed = group("mixed", {"c": 1.0, "d": 0.0}, calls=two_samples)
-    built = build_group_batch([flat, mixed], AdvantageConfig(), SampleLimits())
+    built = prepare_step([flat, mixed], AdvantageConfig(), SampleLimits())
     assert {s.rollout_id for s in built.batch.samples} == {"c", "d"}
     assert built.metrics["advantages/zero_variance_groups"] == 1.0
     zero = group("zero", {"e": 0.0, "f": 0.0}, calls=two_samples)
-    none = build_group_batch([flat, zero], AdvantageConfig(), SampleLimits())
+    none = prepare_step([flat, zero], AdvantageConfig(), SampleLimits())
     assert none.no_signal and none.batch is None
     assert none.metrics["rollout/reward_mean"] == 0.5 and none.metrics["advantages/groups_with_signal"] == 0.0
 
 
 def test_agent_failures_count_with_reward_zero_and_infra_failures_are_excluded():
     g = group("g", {"a": 1.0, "b": None, "c": None}, failures={"b": "agent", "c": "infra"}, calls=two_samples)
-    built = build_group_batch([g], AdvantageConfig(), SampleLimits())
+    built = prepare_step([g], AdvantageConfig(), SampleLimits())
     assert {s.rollout_id for s in built.batch.samples} == {"a", "b"}
     assert built.metrics["advantages/rollouts_excluded_infra"] == 1.0
     assert built.metrics["rollout/failed_agent"] == 1.0 and built.metrics["rollout/failed_infra"] == 1.0

@@ -6,7 +6,7 @@ import pytest
 
 from gateway.records import RolloutMode
 from tests.trainer.loop_support import FakeGateway
-from trainer.rollout_feed import FeedConfig, RolloutFeed, run_once
+from trainer.rollout_feed import FeedConfig, RolloutFeed, val_pass
 
 
 def tasks(n: int):
@@ -149,6 +149,6 @@ def test_run_once_returns_the_finished_groups_and_lists_the_unfinished_tasks():
     gateway.finished = finished
     rows = [{"id": "a"}, {"id": "b"}, {"id": "c"}]
     config = FeedConfig(2, "val", RolloutMode.VAL, fetch_calls=False)
-    groups, unfinished = run_once(gateway, config, rows, 0, timeout_s=10.0, clock=lambda: float(next(clock)))
+    groups, unfinished = val_pass(gateway, config, rows, 0, timeout_s=10.0, clock=lambda: float(next(clock)))
     assert [g.group_id for g in groups] == ["val-1"] and unfinished == ["a", "c"]
     assert len(gateway.created) == 6 and all(s.mode == RolloutMode.VAL for s in gateway.created)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from harnessrl.files import write_atomic
+from storage.files import write_atomic
 from trainer import checkpoints
 from trainer.backends.base import TrainBatch
 from trainer.backends.torch import OptimizerConfig

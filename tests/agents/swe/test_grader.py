@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.recipe import GradeInput
 from agents.swe.diffs import apply_patch
 from agents.swe.grader import filter_patch, is_resolved
 from agents.swe.recipe import SweRecipe, rollout_input
 from agents.swe.testrun import TestRun
+from controller.recipe import GradeInput
 
 F2P, P2P = ["t.py::a"], ["t.py::b", "t.py::c"]
 

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from agents.recipe import TASK_FILE, GradeInput
 from agents.swe.recipe import SweRecipe, rollout_input
+from controller.recipe import TASK_FILE, GradeInput
 from gateway.client import GatewayClient
 from gateway.records import RolloutSpec
 from tests.conftest import TINY_SERVED_NAME

@@ -18,7 +18,7 @@ from agents.swe.splits import (
     split_store_root,
     write_splits,
 )
-from trainer.object_store import SOURCE_FILE, ObjectStoreError, directory_store_from_uri, local_files
+from storage.object_store import SOURCE_FILE, ObjectStoreError, directory_store_from_uri, local_files
 
 TRAIN = [{"instance_id": f"t{i}", "problem_statement": f"bug {i} ✓", "FAIL_TO_PASS": ["a::b"], "PASS_TO_PASS": [],
           "base_commit": None, "source": "swe-smith"} for i in range(5)]

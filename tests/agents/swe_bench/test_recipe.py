@@ -14,8 +14,6 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from agents.recipe import GradeInput
-from agents.registry import get_recipe
 from agents.swe.evaluation import bench_rollout_tasks
 from agents.swe_bench.eval_script import TEST_PATCH_FAIL
 from agents.swe_bench.grading_job import (
@@ -27,8 +25,10 @@ from agents.swe_bench.grading_job import (
 from agents.swe_bench.kube_grading import GradingInfraError, KubeGrader
 from agents.swe_bench.recipe import SweBenchRecipe, write_store
 from controller.config import KubernetesSettings
-from controller.manifests import job_name
+from controller.recipe import GradeInput
+from controller.recipes import get_recipe
 from controller.runners.kubernetes import KubernetesRunner
+from controller.runners.manifests import job_name
 from tests.agents.swe_bench.test_eval_script import SEP, pytest_log
 from tests.agents.swe_bench.test_eval_script import instance as bench_instance
 from tests.controller.fake_kube import FakeKube

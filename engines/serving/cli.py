@@ -29,11 +29,11 @@ def serve(
     """Serve MODEL over an OpenAI-compatible API with token ids, logprobs and policy versions."""
     import uvicorn
 
-    from harnessrl.models import resolve_model
-    from trainer.engines.serving.app import create_app
-    from trainer.engines.serving.model_holder import ModelHolder
-    from trainer.engines.serving.scheduler import GenerationScheduler
-    from trainer.engines.serving.state import EngineState
+    from engines.models import resolve_model
+    from engines.serving.app import create_app
+    from engines.serving.model_holder import ModelHolder
+    from engines.serving.scheduler import GenerationScheduler
+    from engines.serving.state import EngineState
 
     logging.basicConfig(level=log_level.upper())
     model_dir = resolve_model(model, models_dir)

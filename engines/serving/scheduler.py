@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainer.engines.serving import kv_batch
-from trainer.engines.serving.detokenizer import ChoiceText
-from trainer.engines.serving.model_holder import ModelHolder
-from trainer.engines.serving.sampling import (
+from engines.serving import kv_batch
+from engines.serving.detokenizer import ChoiceText
+from engines.serving.model_holder import ModelHolder
+from engines.serving.sampling import (
     RowSampling,
     raw_logprobs_BV,
     row_generator,

@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 import httpx
 
-from trainer.engines.server_process import REPO_ROOT, ServerProcess, free_port
-from trainer.engines.vllm_worker import CheckpointRefit
+from engines.server_process import REPO_ROOT, ServerProcess, free_port
+from engines.vllm_worker import CheckpointRefit
 
 VLLM_PYTHON_ENV = "HARNESSRL_VLLM_PYTHON"
 DEFAULT_VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"

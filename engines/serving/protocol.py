@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainer.engines.serving.sampling import RowSampling
-from trainer.engines.serving.scheduler import GenerationParams
+from engines.serving.sampling import RowSampling
+from engines.serving.scheduler import GenerationParams
 
 MAX_TOP_LOGPROBS = 20
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16

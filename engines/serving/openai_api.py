@@ -9,15 +9,15 @@ import orjson
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response, StreamingResponse
 
-from trainer.engines.serving import responses as shapes
-from trainer.engines.serving.bridge import GenerationFailed, PromptGeneration
-from trainer.engines.serving.protocol import (
+from engines.serving import responses as shapes
+from engines.serving.bridge import GenerationFailed, PromptGeneration
+from engines.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     RequestError,
     generation_params,
 )
-from trainer.engines.serving.state import EngineState, engine_state
+from engines.serving.state import EngineState, engine_state
 
 router = APIRouter()
 POLICY_VERSION_HEADER = "X-Policy-Version"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import httpx
 
-from trainer.engines.server_process import ServerProcess, free_port, with_repo_on_path
+from engines.server_process import ServerProcess, free_port, with_repo_on_path
 
 
 class EmbeddedEngine:
-    """Implements `Engine` by running `python -m trainer.engines.serving.cli serve` on this machine."""
+    """Implements `Engine` by running `python -m engines.serving.cli serve` on this machine."""
 
     loads_weights_asleep = True
     """update_weights while asleep is applied at wake-up (one load): see trainer.collocation.publish_weights."""
@@ -40,7 +40,7 @@ class EmbeddedEngine:
 
     def command(self) -> list[str]:
         """The server's command line."""
-        return [sys.executable, "-m", "trainer.engines.serving.cli", "serve", "--model", self.model,
+        return [sys.executable, "-m", "engines.serving.cli", "serve", "--model", self.model,
                 "--host", self.host, "--port", str(self.port), "--served-model-name", self.served_model_name,
                 "--max-batch-size", str(self.max_batch_size)]
 

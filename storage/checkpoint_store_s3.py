@@ -17,8 +17,8 @@ from minio import Minio
 from minio.deleteobjects import DeleteObject
 from minio.error import S3Error
 
-from trainer.checkpoint_store_local import ProgressFn, checkpoint_files, download_into
-from trainer.checkpoint_uris import (
+from storage.checkpoint_store_local import ProgressFn, checkpoint_files, download_into
+from storage.checkpoint_uris import (
     CheckpointNotFoundError,
     check_run_id,
     parse_checkpoint_uri,

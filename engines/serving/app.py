@@ -8,11 +8,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 
-from trainer.engines.serving import openai_api, weights_api
-from trainer.engines.serving.bridge import GenerationFailed
-from trainer.engines.serving.openai_api import POLICY_VERSION_HEADER, json_response
-from trainer.engines.serving.protocol import RequestError
-from trainer.engines.serving.state import EngineState
+from engines.serving import openai_api, weights_api
+from engines.serving.bridge import GenerationFailed
+from engines.serving.openai_api import POLICY_VERSION_HEADER, json_response
+from engines.serving.protocol import RequestError
+from engines.serving.state import EngineState
 
 
 def _validation_error(exc: RequestValidationError) -> RequestError:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.engines.serving.scheduler import TokenEvent
+from engines.serving.scheduler import TokenEvent
 
 TokenText = Callable[[int], str]
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from trainer.checkpoint_store_local import LocalCheckpointStore, ProgressFn
-from trainer.checkpoint_store_s3 import S3CheckpointStore
-from trainer.checkpoint_uris import CheckpointNotFoundError, CheckpointUri, parse_checkpoint_uri
+from storage.checkpoint_store_local import LocalCheckpointStore, ProgressFn
+from storage.checkpoint_store_s3 import S3CheckpointStore
+from storage.checkpoint_uris import CheckpointNotFoundError, CheckpointUri, parse_checkpoint_uri
 from trainer.checkpoints import CheckpointError
 
 __all__ = [

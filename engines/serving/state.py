@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from trainer.engines.serving.model_holder import ModelHolder
-from trainer.engines.serving.protocol import RequestError
-from trainer.engines.serving.scheduler import GenerationScheduler
+from engines.serving.model_holder import ModelHolder
+from engines.serving.protocol import RequestError
+from engines.serving.scheduler import GenerationScheduler
 
 
 @dataclass

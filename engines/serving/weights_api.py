@@ -8,10 +8,10 @@ from pathlib import Path
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from trainer.engines.serving.model_holder import WeightsError
-from trainer.engines.serving.openai_api import json_response
-from trainer.engines.serving.protocol import RequestError, UpdateWeightsRequest
-from trainer.engines.serving.state import EngineState, engine_state
+from engines.serving.model_holder import WeightsError
+from engines.serving.openai_api import json_response
+from engines.serving.protocol import RequestError, UpdateWeightsRequest
+from engines.serving.state import EngineState, engine_state
 
 router = APIRouter()
 

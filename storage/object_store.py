@@ -21,10 +21,10 @@ from typing import Protocol
 from minio import Minio
 from minio.error import S3Error
 
-from harnessrl.files import fsync_dir, write_atomic
-from trainer.checkpoint_store import S3Endpoint
-from trainer.checkpoint_store_local import copy_files, files_last
-from trainer.checkpoint_uris import CheckpointError, parse_checkpoint_uri
+from storage.checkpoint_store import S3Endpoint
+from storage.checkpoint_store_local import copy_files, files_last
+from storage.checkpoint_uris import CheckpointError, parse_checkpoint_uri
+from storage.files import fsync_dir, write_atomic
 
 KEY_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """One segment of a key: letters, digits, '.', '_', '-' (no '..', no slashes)."""

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.records import CallRecord, CallStatus, Rollout
+from tracking.trajectories import sample_for_display
 from trainer.rollout_groups import FinishedGroup, StalenessSplit
-from trainer.trajectories import sample_for_display
 
 SIGNAL_HINTS = {
     "swe": "SWE tasks need a capable coding model: 7B-class coder models (e.g. a Qwen2.5-Coder-7B-Instruct) solve "

@@ -14,7 +14,7 @@ from gateway.upstream import RetryPolicy, Upstream
 
 
 @dataclass
-class Services:
+class GatewayContext:
     """Store, credentials, routing, pause gate and upstream client of one gateway."""
 
     config: GatewayConfig
@@ -34,7 +34,7 @@ class Services:
         self.store.close()
 
 
-async def open_services(config: GatewayConfig) -> Services:
+async def open_context(config: GatewayConfig) -> GatewayContext:
     """Open the store and build everything else (call inside the server's event loop)."""
     admin_token = config.admin_token or os.environ.get("HARNESSRL_ADMIN_TOKEN", "")
     if not admin_token:
@@ -44,7 +44,7 @@ async def open_services(config: GatewayConfig) -> Services:
     grader_token = config.grader_token or os.environ.get("HARNESSRL_GRADER_TOKEN") or None
     auth = Authenticator(admin_token, grader_token, await store.secret())
     retry = RetryPolicy(config.retry_attempts, config.retry_backoff_s, config.retry_budget_s)
-    services = Services(config=config, store=store, auth=auth, router=Router(), gate=PauseGate(
+    context = GatewayContext(config=config, store=store, auth=auth, router=Router(), gate=PauseGate(
         config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry))
-    await services.reload_models()
-    return services
+    await context.reload_models()
+    return context

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gateway.records import CallRecord, CallStatus, Rollout
+from tracking.tracker import Tracker
 
 
 @dataclass(frozen=True)
@@ -202,3 +203,19 @@ def render_trajectories(items: Iterable[tuple[Rollout, Sequence[CallRecord]]],
     """(rollout, calls) pairs → one markdown document, a section per rollout."""
     sections = [trajectory_markdown(to_trajectory(rollout, calls, max_chars_per_message)) for rollout, calls in items]
     return "\n\n".join(["# Trajectories", *sections]) + "\n" if sections else "# Trajectories\n\n_none_\n"
+
+
+def trajectory_artifact_file(step: int, mode: str = "train", suffix: str = "md") -> str:
+    """Where step `step`'s rendered trajectories go: `trajectories/{mode}/step-{step:06d}.{suffix}`."""
+    return f"trajectories/{mode}/step-{int(step):06d}.{suffix}"
+
+
+def log_trajectories(tracker: Tracker, items: Iterable[tuple[Rollout, Sequence[CallRecord]]], step: int,
+                     mode: str = "train", max_chars_per_message: int = 2000) -> list[str]:
+    """Log rendered trajectories as markdown and JSON artifacts of step `step`; returns the two artifact paths."""
+    items = list(items)
+    markdown_file = trajectory_artifact_file(step, mode, "md")
+    json_file = trajectory_artifact_file(step, mode, "json")
+    tracker.log_text(render_trajectories(items, max_chars_per_message), markdown_file)
+    tracker.log_dict(trajectories_json(items, max_chars_per_message), json_file)
+    return [markdown_file, json_file]

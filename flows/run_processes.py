@@ -1,6 +1,6 @@
 """The services a training run needs, started as local processes or reached where they already run.
 
-`RunServices` brings up, in order: the inference engine (embedded or vLLM; or a URL of a running one, which is then
+`RunProcesses` brings up, in order: the inference engine (embedded or vLLM; or a URL of a running one, which is then
 loaded with the run's start weights and policy version), the gateway (a `gateway.cli serve` process on a free port
 with a SQLite store in the run directory, or a URL), the policy model registered with the gateway under the run's
 model name, and a rollout controller process (`controller.cli run`) unless one already serves that gateway.
@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from engines.base import Engine
+from engines.server_process import ServerProcess, free_port, stop_process_group, with_repo_on_path
 from gateway.client import GatewayClient
-from trainer.engines.base import Engine
-from trainer.engines.server_process import ServerProcess, free_port, stop_process_group, with_repo_on_path
 
 CONTROLLER_STOP_GRACE_S = 30.0
 """How long the controller and its harness processes get to exit on SIGTERM before they are killed."""
@@ -30,7 +30,7 @@ LOG_TAIL_CHARS = 2000
 
 
 @dataclass(frozen=True)
-class ServiceSettings:
+class ProcessSettings:
     """What to start and where."""
 
     run_dir: Path
@@ -69,10 +69,10 @@ def engine_host_port(url: str) -> tuple[str, int]:
     return parsed.hostname, parsed.port
 
 
-class RunServices:
+class RunProcesses:
     """Engine + gateway + controller for one run (a context manager)."""
 
-    def __init__(self, settings: ServiceSettings) -> None:
+    def __init__(self, settings: ProcessSettings) -> None:
         if settings.gateway_url and not os.environ.get("HARNESSRL_ADMIN_TOKEN"):
             raise ValueError(f"gateway.url={settings.gateway_url!r} is a running gateway: set $HARNESSRL_ADMIN_TOKEN "
                              "to its admin token (the one it was started with), or leave gateway.url empty to start "
@@ -88,7 +88,7 @@ class RunServices:
         self._gateway: ServerProcess | None = None
         self._controller: subprocess.Popen | None = None
 
-    def __enter__(self) -> RunServices:
+    def __enter__(self) -> RunProcesses:
         try:
             self.start()
         except BaseException:
@@ -120,14 +120,14 @@ class RunServices:
     def _engine(self) -> Engine:
         s = self.settings
         if s.engine_kind == "vllm":
-            from trainer.engines.vllm import VLLMConfig, VLLMEngine
+            from engines.vllm import VLLMConfig, VLLMEngine
 
             fields = {**(s.vllm or {}), "model": str(s.model_path), "served_model_name": s.model_name}
             if s.engine_url is not None:
                 host, port = engine_host_port(s.engine_url)
                 fields.update(host=host, port=port)
             return VLLMEngine(VLLMConfig(**fields), log_path=self.logs_dir / "engine.log")
-        from trainer.engines.embedded import EmbeddedEngine
+        from engines.embedded import EmbeddedEngine
 
         host, port = engine_host_port(s.engine_url) if s.engine_url is not None else ("127.0.0.1", 0)
         return EmbeddedEngine(s.model_path, host=host, port=port, served_model_name=s.model_name,

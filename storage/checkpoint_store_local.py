@@ -15,14 +15,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from harnessrl.files import fsync_dir, write_atomic
-from trainer.checkpoint_uris import (
+from storage.checkpoint_uris import (
     CheckpointNotFoundError,
     check_run_id,
     parse_checkpoint_uri,
     step_dir_name,
     step_of,
 )
+from storage.files import fsync_dir, write_atomic
 from trainer.checkpoints import LATEST_FILE, META_FILE, CheckpointError
 
 ProgressFn = Callable[[str, int], None]
