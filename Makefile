@@ -24,6 +24,7 @@ VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::
 # then the verl comparisons in the verl venv (built once, about 1 minute; PYTEST_ARGS are not passed to them).
 test: $(STAMP) $(VLLM_STAMP) $(VERL_STAMP) models
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 
@@ -73,6 +74,7 @@ test-verl: $(VERL_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 bench-gateway: $(STAMP)
 	$(PY) benchmarks/gateway_overhead.py

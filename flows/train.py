@@ -100,8 +100,8 @@ def train(config: RunConfig) -> dict[str, Any]:
         tracker.log_dict(config.model_dump(mode="json"), "config.json")
         tracker.log_text(report.to_markdown(), "data/validation.md")
         backend = load_backend(build_backend(config, plan))
-        with RunProcesses(process_settings(config, plan)) as services:
-            run_iterations(config, plan, services, backend, tracker, store, train_rows, val_rows, summary)
+        with RunProcesses(process_settings(config, plan)) as processes:
+            run_iterations(config, plan, processes, backend, tracker, store, train_rows, val_rows, summary)
     for line in summary_lines(summary, ui_command(config.tracking_uri())):
         print(line)
     return summary
@@ -132,36 +132,36 @@ def plan_run(config: RunConfig, store: CheckpointStore) -> RunPlan:
     return resumed_plan(plan, checkpoint, state)
 
 
-def run_iterations(config: RunConfig, plan: RunPlan, services: RunProcesses, backend: Backend, tracker: Tracker,
+def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, backend: Backend, tracker: Tracker,
                    store: CheckpointStore, train_rows: list[dict], val_rows: list[dict],
                    summary: dict[str, Any]) -> None:
     """The iterations of the loop (see the module docstring)."""
-    assert services.admin is not None and services.engine is not None
+    assert processes.admin is not None and processes.engine is not None
     r = config.rollout
     state = plan.state
-    feed = RolloutFeed(services.admin, feed_config(config, plan),
+    feed = RolloutFeed(processes.admin, feed_config(config, plan),
                        task_stream(train_rows, state.next_task, reopen=state.open_tasks), next_task=state.next_task)
     decode = token_decoder(plan.base_model)
     total = config.algorithm.iterations
     progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")
     if plan.state.iteration == 0 and config.algorithm.val_every and val_rows:  # the baseline, before any update
-        tracker.log_metrics(validate(config, plan, services, val_rows, 0, backend.policy_version), step=0)
+        tracker.log_metrics(validate(config, plan, processes, val_rows, 0, backend.policy_version), step=0)
     last_update: UpdateResult | None = None  # an update not uploaded yet
     for index in trange(plan.state.iteration, total, desc=f"train {plan.name}", unit="it"):
         iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
         fill_in_flight(feed, in_flight_target(config), version)
         groups, rollout_s = collect_groups(feed, r.batch_groups, r.wait_timeout_s, f"iteration {iteration}")
-        services.check_alive()
-        group_batch, split = build_batch(groups, version, r.max_version_lag, config.advantage_config(),
+        processes.check_alive()
+        prepared, split = build_batch(groups, version, r.max_version_lag, config.advantage_config(),
                                          sample_limits(config), r.pass_threshold, decode)
-        metrics = {**group_batch.metrics, **split.as_metrics(), "time/rollout_s": rollout_s,
+        metrics = {**prepared.metrics, **split.as_metrics(), "time/rollout_s": rollout_s,
                    "train/policy_version": float(version), "train/iteration": float(iteration)}
-        if group_batch.no_signal:
+        if prepared.no_signal:
             print(no_signal_message(iteration, groups, split, config.recipe, config.engine.model,
                                     r.max_version_lag))
             summary["no_signal_iterations"] += 1
         else:
-            update = update_policy(services.admin, services.engine, backend, group_batch, plan.checkpoint_root,
+            update = update_policy(processes.admin, processes.engine, backend, prepared, plan.checkpoint_root,
                                    config.gateway.model_name, r.drain_timeout_s, config.checkpoints.keep_local)
             summary["updates"] += 1
             metrics.update({**update.metrics, **update.timing_metrics()})
@@ -171,7 +171,7 @@ def run_iterations(config: RunConfig, plan: RunPlan, services: RunProcesses, bac
                 last_update = None
         metrics.update(throughput_metrics(groups, time.perf_counter() - started_s))
         if validation_due(config, iteration):
-            metrics.update(validate(config, plan, services, val_rows, iteration, backend.policy_version))
+            metrics.update(validate(config, plan, processes, val_rows, iteration, backend.policy_version))
         tracker.log_metrics(metrics, step=iteration)
         if config.tracking.trajectories_per_step:
             log_trajectories(tracker, trajectory_items(groups, config.tracking.trajectories_per_step, iteration),
@@ -191,11 +191,11 @@ def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: Rollou
     tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
 
 
-def validate(config: RunConfig, plan: RunPlan, services: RunProcesses, val_rows: list[dict], iteration: int,
+def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, val_rows: list[dict], iteration: int,
              policy_version: int) -> dict[str, float]:
     """The held-out tasks in val mode under the current policy: val/ metrics."""
     r = config.rollout
-    metrics, _ = run_validation(services.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
+    metrics, _ = run_validation(processes.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
                                 policy_version, r.wait_timeout_s, r.pass_threshold, r.max_attempts,
                                 r.task_overrides or None)
     return metrics

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from gateway.records import RolloutMode
 from tasks.retries import io_failure
-from trainer.group_batch import reward_metrics
+from trainer.prepared_step import reward_metrics
 from trainer.rollout_feed import FeedClient, FeedConfig, RolloutFeed, val_pass
 from trainer.rollout_groups import FinishedGroup
 

@@ -15,9 +15,9 @@ from trainer.advantages import AdvantageConfig
 from trainer.backends.base import Backend
 from trainer.checkpoints import prune_checkpoints, step_root
 from trainer.collocation import GatewayControl, UpdateResult, collocated_update
-from trainer.group_batch import PreparedStep, prepare_step
 from trainer.loop_state import LoopState, read_loop_state, save_loop_state
 from trainer.merge_failures import Decode
+from trainer.prepared_step import PreparedStep, prepare_step
 from trainer.rollout_groups import FinishedGroup, StalenessSplit, drop_stale
 from trainer.samples import SampleLimits
 
@@ -46,11 +46,11 @@ def build_batch(groups: Sequence[FinishedGroup], policy_version: int, max_versio
 
 
 @task(name="update-policy", cache_policy=NO_CACHE, persist_result=False)
-def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, group_batch: PreparedStep,
+def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, prepared: PreparedStep,
                   checkpoint_root: Path, model_name: str, drain_timeout_s: float, keep_local: int) -> UpdateResult:
     """One collocated update (pause, drain, sleep, train, save, refit, wake, resume); old local checkpoints go."""
-    assert group_batch.batch is not None, "update_policy needs a batch with gradient signal"
-    result = collocated_update(gateway, engine, backend, group_batch.batch, checkpoint_root, model_name,
+    assert prepared.batch is not None, "update_policy needs a batch with gradient signal"
+    result = collocated_update(gateway, engine, backend, prepared.batch, checkpoint_root, model_name,
                                drain_timeout_s)
     prune_checkpoints(checkpoint_root, keep_local)
     return result

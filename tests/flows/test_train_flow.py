@@ -66,15 +66,15 @@ def test_train_if_sync_schedule_runs_one_batch_at_a_time(prefect_api, tiny_model
     batch of groups per iteration, every call on the current policy (lag 0), and the last update is still uploaded
     (with the loop's data position) although no upload was due when it ran."""
     import flows.train
-    from trainer.group_batch import PreparedStep
     from trainer.loop_state import read_loop_state
+    from trainer.prepared_step import PreparedStep
 
     real_build_batch, calls = flows.train.build_batch, []
 
     def third_without_signal(*args, **kwargs):
-        group_batch, split = real_build_batch(*args, **kwargs)
-        calls.append(group_batch.no_signal)
-        return (PreparedStep(None, group_batch.metrics) if len(calls) == 3 else group_batch), split
+        prepared, split = real_build_batch(*args, **kwargs)
+        calls.append(prepared.no_signal)
+        return (PreparedStep(None, prepared.metrics) if len(calls) == 3 else prepared), split
 
     monkeypatch.setattr(flows.train, "build_batch", third_without_signal)
     summary = flows.train.train_if("if-local", overrides(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway.records import CallRecord
 from tests.trainer.loop_support import call, group, rollout
 from trainer.advantages import AdvantageConfig
-from trainer.group_batch import prepare_step, reward_metrics
+from trainer.prepared_step import prepare_step, reward_metrics
 from trainer.samples import SampleLimits
 
 PROMPT = [1, 2, 3]
