@@ -9,10 +9,10 @@ from pathlib import Path
 
 import httpx
 
-from engines.server_process import ServerProcess, free_port, with_repo_on_path
+from engines.server_process import ProcessEngine, ServerProcess, free_port, with_repo_on_path
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(ProcessEngine):
     """Implements `Engine` by running `python -m engines.serving.cli serve` on this machine."""
 
     loads_weights_asleep = True
@@ -76,14 +76,3 @@ class EmbeddedEngine:
     def update_weights(self, path: Path | str, version: int) -> None:
         """Loads the checkpoint at `path` between batches and sets the policy version."""
         self._call("POST", "/update_weights", {"path": str(Path(path).resolve()), "version": version})
-
-    def stop(self) -> None:
-        """Terminates the server (SIGTERM, then SIGKILL after a grace period)."""
-        self._server.stop()
-
-    def __enter__(self) -> EmbeddedEngine:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()

@@ -9,14 +9,14 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 import httpx
 
 HEALTH_POLL_S = 0.2
 STOP_GRACE_S = 10.0
 GROUP_POLL_S = 0.1
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 """The project root: child processes import the project's packages from here."""
 
 
@@ -120,3 +120,24 @@ class ServerProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+class ProcessEngine:
+    """What every engine served by one `ServerProcess` (`self._server`) shares: `stop` and the context manager."""
+
+    _server: ServerProcess
+
+    def start(self) -> None:
+        """Launches the server and waits until it is healthy (each engine builds its own command)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Terminates the server: SIGTERM to its process group (engine workers included), SIGKILL after a grace."""
+        self._server.stop()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import httpx
 
-from engines.server_process import REPO_ROOT, ServerProcess, free_port
+from engines.server_process import REPO_ROOT, ProcessEngine, ServerProcess, free_port
 from engines.vllm_worker import CheckpointRefit
 
 VLLM_PYTHON_ENV = "HARNESSRL_VLLM_PYTHON"
@@ -201,7 +201,7 @@ def check_refit_results(body: dict[str, Any], tensor_parallel_size: int) -> None
             raise RuntimeError(f"a vLLM worker loaded no checkpoint file: {result!r}")
 
 
-class VLLMEngine:
+class VLLMEngine(ProcessEngine):
     """Implements `Engine` by running vLLM's OpenAI server as a subprocess and driving its dev-mode routes."""
 
     def __init__(self, config: VLLMConfig, log_path: Path | None = None) -> None:
@@ -276,14 +276,3 @@ class VLLMEngine:
                 client.set_model_version(name, version)
         finally:
             self._send(RESUME_REQUEST)
-
-    def stop(self) -> None:
-        """Terminates the server (SIGTERM, then SIGKILL to its process group, which holds vLLM's engine workers)."""
-        self._server.stop()
-
-    def __enter__(self) -> VLLMEngine:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
