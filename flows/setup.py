@@ -14,8 +14,9 @@ from pathlib import Path
 
 from flows.config import RunConfig
 from flows.run_processes import ProcessSettings
-from storage.checkpoint_store import CheckpointStore, S3Endpoint, store_from_uri
-from storage.object_store import DirectoryStore, directory_store_from_uri
+from storage.checkpoint_store import CheckpointStore
+from storage.directory_store import DirectoryStore, directory_store
+from storage.s3_store import S3Endpoint
 from trainer.backends.base import Backend
 from trainer.backends.torch import OptimizerConfig
 from trainer.checkpoints import model_dir
@@ -74,19 +75,21 @@ def resumed_plan(plan: RunPlan, checkpoint: Path, state: LoopState) -> RunPlan:
 
 
 def checkpoint_store(config: RunConfig) -> CheckpointStore:
-    """The configured store; relative file:// roots resolve against the project root."""
-    root = config.checkpoints.store
-    if root.startswith("file://"):
-        return store_from_uri(local_root(config, root))
-    return store_from_uri(root, s3_endpoint(config, f"checkpoints.store={root!r}"))
+    """The run checkpoints on the store at checkpoints.store."""
+    return CheckpointStore(store_at(config, config.checkpoints.store, "checkpoints.store"))
 
 
 def splits_store(config: RunConfig, root: str) -> DirectoryStore:
-    """The SWE splits' object store at `root`: relative file:// roots resolve against the project root; s3:// roots
-    use the checkpoint store's endpoint settings (checkpoints.s3_endpoint or $HARNESSRL_S3_*)."""
+    """The SWE splits' store at `root`."""
+    return store_at(config, root, "splits_store")
+
+
+def store_at(config: RunConfig, root: str, setting: str) -> DirectoryStore:
+    """The directory store at `root`, the value of `setting`: relative file:// roots resolve against the project root;
+    s3:// roots use the endpoint settings (checkpoints.s3_endpoint or $HARNESSRL_S3_*)."""
     if root.startswith("file://"):
-        return directory_store_from_uri(local_root(config, root))
-    return directory_store_from_uri(root, s3_endpoint(config, f"splits_store={root!r}"))
+        return directory_store(local_root(config, root))
+    return directory_store(root, s3_endpoint(config, f"{setting}={root!r}"))
 
 
 def local_root(config: RunConfig, root: str) -> str:

@@ -9,7 +9,8 @@ from agents.swe.predictions import model_label
 from engines.models import resolve_model
 from flows.config import RunConfig
 from flows.setup import checkpoint_store
-from storage.checkpoint_store import CheckpointStore, parse_checkpoint_uri
+from storage.checkpoint_store import CheckpointStore
+from storage.uris import parse_uri
 from tasks.evaluation import download_checkpoint
 from trainer.checkpoints import model_dir, read_meta
 
@@ -36,7 +37,7 @@ def resolve_weights(config: RunConfig, checkpoint_uri: str | None, model: str | 
 
 def store_for_checkpoint(config: RunConfig, checkpoint_uri: str) -> CheckpointStore:
     """A store that can download `checkpoint_uri`: its bucket on the profile's S3 endpoint, or its local root."""
-    parsed = parse_checkpoint_uri(checkpoint_uri)
+    parsed = parse_uri(checkpoint_uri)
     root = f"s3://{parsed.bucket}" if parsed.scheme == "s3" else f"file://{Path(parsed.path).parent.parent}"
     checkpoints = config.checkpoints.model_copy(update={"store": root})
     return checkpoint_store(config.model_copy(update={"checkpoints": checkpoints}))

@@ -1,116 +1,65 @@
-"""Where checkpoints live beyond the trainer's disk: the `CheckpointStore` protocol and its construction.
+"""Checkpoints on a directory store: a key convention plus a pointer.
 
-`LocalCheckpointStore` (a directory, the embedded default) and `S3CheckpointStore` (MinIO or any S3 endpoint)
-implement it. Both hand out checkpoint URIs (`file://…`, `s3://…`), which MLflow logs and a resumed run downloads.
+Run RUN's checkpoint after N steps is the folder `RUN/step-NNNNNN` (complete once its META_FILE, uploaded last, is
+in), and `RUN/latest` names the newest; it is written only after the whole upload, so a half-uploaded checkpoint is
+never latest nor listed. A run's folder thus has the layout of `storage.checkpoint_layout`
+(`trainer.checkpoints.latest_checkpoint(ROOT/RUN)` reads a local one). Checkpoint URIs (`file:///ROOT/RUN/step-…`,
+`s3://BUCKET/PREFIX/RUN/step-…`) are what MLflow logs and a resumed run downloads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
+from pathlib import Path, PurePosixPath
 
-from storage.checkpoint_store_local import LocalCheckpointStore, ProgressFn
-from storage.checkpoint_store_s3 import S3CheckpointStore
-from storage.checkpoint_uris import CheckpointNotFoundError, CheckpointUri, parse_checkpoint_uri
-from trainer.checkpoints import CheckpointError
-
-__all__ = [
-    "CheckpointError",
-    "CheckpointNotFoundError",
-    "CheckpointStore",
-    "CheckpointStoreConfig",
-    "CheckpointUri",
-    "LocalCheckpointStore",
-    "S3CheckpointStore",
-    "S3Endpoint",
-    "parse_checkpoint_uri",
-    "store_from_config",
-    "store_from_uri",
-]
+from storage.checkpoint_layout import LATEST_FILE, META_FILE, CheckpointError, checkpoint_name, step_of
+from storage.directory_store import DirectoryStore
+from storage.staging import ProgressFn
+from storage.uris import KEY_SEGMENT, parse_uri
 
 
-class CheckpointStore(Protocol):
-    """Uploads checkpoint directories per run and step, and finds them again by URI."""
+def check_run_id(run_id: str) -> str:
+    """Returns `run_id` when it is usable as one key segment, else raises naming the fix."""
+    if not KEY_SEGMENT.match(run_id):
+        raise CheckpointError(f"run id {run_id!r} cannot name a checkpoint folder; use 1-128 letters, digits, '.', "
+                              "'_' or '-', starting with a letter or digit (an MLflow run id works)")
+    return run_id
+
+
+@dataclass(frozen=True)
+class CheckpointStore:
+    """Uploads checkpoint folders per run and step, and finds them again by URI."""
+
+    store: DirectoryStore
+    """Where the run folders live (a local directory, or a bucket and prefix of an S3 endpoint)."""
 
     def upload(self, local_dir: Path, run_id: str, step: int, progress: ProgressFn | None = None) -> str:
-        """Stores checkpoint `local_dir` as the run's `step`, then makes it the run's latest; returns its URI."""
-        ...
+        """Stores checkpoint `local_dir` as the run's `step` (meta file last), then makes it the run's latest; returns
+        its URI."""
+        name = checkpoint_name(step)
+        uri = self.store.put_dir(Path(local_dir), f"{check_run_id(run_id)}/{name}", META_FILE, progress)
+        self.store.put_text(f"{run_id}/{LATEST_FILE}", name + "\n")
+        return uri
 
     def download(self, uri: str, local_dir: Path) -> Path:
         """Copies the checkpoint at `uri` to `local_dir/step-NNNNNN` and returns that path; a complete copy of the same
         checkpoint already there is returned without copying again, anything else there is refused."""
-        ...
+        return self.store.get_dir(uri, Path(local_dir) / PurePosixPath(parse_uri(uri).path).name, META_FILE)
 
     def latest(self, run_id: str) -> str | None:
-        """The URI of the run's last fully uploaded checkpoint, or None."""
-        ...
+        """The URI of the run's last fully uploaded checkpoint, or None before its first upload."""
+        pointer = f"{check_run_id(run_id)}/{LATEST_FILE}"
+        text = self.store.get_text(pointer)
+        if text is None:
+            return None
+        name = text.strip()
+        if step_of(name) is None or not self.store.complete(f"{run_id}/{name}", META_FILE):
+            raise CheckpointError(f"{self.store.uri(pointer)} names {name!r}, not a complete checkpoint; fix or "
+                                  "remove it")
+        return self.store.uri(f"{run_id}/{name}")
 
     def list(self, run_id: str) -> list[str]:
         """The URIs of the run's complete checkpoints, oldest step first."""
-        ...
-
-
-@dataclass(frozen=True)
-class S3Endpoint:
-    """How to reach an S3-protocol server (MinIO, AWS S3, moto)."""
-
-    endpoint: str
-    """`host:port` of the S3 API, without a scheme."""
-    access_key: str
-    """The access key id."""
-    secret_key: str
-    """The secret access key."""
-    secure: bool = True
-    """HTTPS when True, plain HTTP when False (a local MinIO)."""
-
-    def __post_init__(self) -> None:
-        if "://" in self.endpoint or "/" in self.endpoint or not self.endpoint:
-            raise CheckpointError(
-                f"S3 endpoint {self.endpoint!r} must be 'host:port' without scheme or path; "
-                "e.g. endpoint='minio:9000' with secure=False for http://minio:9000"
-            )
-
-
-@dataclass(frozen=True)
-class CheckpointStoreConfig:
-    """Which checkpoint store a run uses."""
-
-    root_uri: str
-    """`file:///absolute/dir` for a local store, `s3://bucket/prefix` for an S3-protocol store."""
-    s3: S3Endpoint | None = None
-    """The S3 server for an `s3://` root; must be None for a `file://` root."""
-
-    def __post_init__(self) -> None:
-        scheme = parse_checkpoint_uri(self.root_uri).scheme
-        if scheme == "s3" and self.s3 is None:
-            raise CheckpointError(
-                f"checkpoint store {self.root_uri!r} is on S3 but no endpoint is configured; "
-                "pass s3=S3Endpoint(endpoint='host:port', access_key=..., secret_key=...)"
-            )
-        if scheme == "file" and self.s3 is not None:
-            raise CheckpointError(
-                f"checkpoint store {self.root_uri!r} is a local directory but an S3 endpoint is configured; "
-                "use an s3://bucket/prefix root or drop the endpoint"
-            )
-
-
-def store_from_config(config: CheckpointStoreConfig) -> CheckpointStore:
-    """The store `config` describes (S3 buckets are created on the first upload)."""
-    root = parse_checkpoint_uri(config.root_uri)
-    if root.scheme == "file":
-        return LocalCheckpointStore(Path(root.path))
-    assert config.s3 is not None  # checked by CheckpointStoreConfig
-    return S3CheckpointStore(
-        config.s3.endpoint,
-        config.s3.access_key,
-        config.s3.secret_key,
-        bucket=root.bucket,
-        prefix=root.path,
-        secure=config.s3.secure,
-    )
-
-
-def store_from_uri(root_uri: str, s3: S3Endpoint | None = None) -> CheckpointStore:
-    """The store rooted at `root_uri` (`file:///dir` or `s3://bucket/prefix`, the latter with `s3`)."""
-    return store_from_config(CheckpointStoreConfig(root_uri, s3))
+        keys = self.store.complete_keys(check_run_id(run_id), META_FILE)
+        steps = [(step, key) for key in keys if (step := step_of(key.rsplit("/", 1)[-1])) is not None]
+        return [self.store.uri(key) for _, key in sorted(steps)]

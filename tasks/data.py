@@ -11,8 +11,9 @@ from prefect.cache_policies import NO_CACHE
 
 from agents.expectations import ValidationReport, require_valid, validate_rows
 from agents.swe.evaluation import rollout_tasks
-from agents.swe.splits import SplitStore, fetch_splits
+from agents.swe.splits import fetch_splits
 from agents.task_data import load_task_rows
+from storage.directory_store import DirectoryStore
 from tasks.retries import io_failure
 
 
@@ -38,7 +39,7 @@ def validate_tasks(rows: list[dict[str, Any]], recipe: str) -> ValidationReport:
 
 
 @task(name="load-swe-splits", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10, cache_policy=NO_CACHE)
-def load_swe_splits(store: SplitStore, uri: str, local_dir: Path, swe_store: Path) -> tuple[list[dict], list[dict]]:
+def load_swe_splits(store: DirectoryStore, uri: str, local_dir: Path, swe_store: Path) -> tuple[list[dict], list[dict]]:
     """The train and val rollout tasks of a versioned SWE split (written by `prepare-swe-data`): each instance as the
     `swe` recipe's rollout input (no fix, no tests), its repository in the generated store `swe_store`."""
     splits = fetch_splits(store, uri, local_dir)

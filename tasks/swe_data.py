@@ -27,8 +27,9 @@ from agents.swe.difficulty import DifficultySplit, select_by_difficulty
 from agents.swe.environments import EnvironmentBackend
 from agents.swe.expectations import validate_swe_rows
 from agents.swe.instances import Source
-from agents.swe.splits import SplitManifest, SplitStore, publish_splits, write_splits
+from agents.swe.splits import SplitManifest, publish_splits, write_splits
 from gateway.records import FailureKind, RolloutMode, RolloutState
+from storage.directory_store import DirectoryStore
 from tasks.retries import io_failure
 from tasks.rollouts import val_pass_with_progress
 from trainer.rollout_feed import FeedClient, FeedConfig
@@ -142,7 +143,7 @@ def select_splits(outcomes: Mapping[str, Sequence[float]], k: int, n_mixed: int,
 
 
 @task(name="write-swe-splits", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10, **NO_TASK)
-def write_versioned_splits(directory: Path, store: SplitStore, train: list[dict[str, Any]],
+def write_versioned_splits(directory: Path, store: DirectoryStore, train: list[dict[str, Any]],
                            val: list[dict[str, Any]], manifest_fields: dict[str, Any]) -> tuple[str, SplitManifest]:
     """Writes the split folder under `directory` and publishes it to `store`; returns its URI and manifest."""
     folder, manifest = write_splits(directory, train, val, **manifest_fields)

@@ -43,7 +43,7 @@ def s3_endpoint():
     """A moto S3 server (the S3 REST API) in this process on a free port; returns its S3Endpoint."""
     from moto.server import ThreadedMotoServer
 
-    from storage.checkpoint_store import S3Endpoint
+    from storage.s3_store import S3Endpoint
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

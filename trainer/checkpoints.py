@@ -19,11 +19,10 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from storage.checkpoint_layout import LATEST_FILE, META_FILE, CheckpointError, checkpoint_name
 from storage.files import fsync_dir, write_atomic
 
-META_FILE = "harnessrl-checkpoint.json"
 OPTIMIZER_FILE = "optimizer.pt"
-LATEST_FILE = "latest"
 TOKENIZER_PATTERNS = (
     "tokenizer*.json",
     "tokenizer.model",
@@ -35,10 +34,6 @@ TOKENIZER_PATTERNS = (
     "*.tiktoken",
 )
 """Files of a model directory that belong to its tokenizer."""
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be written or read; the message names the fix."""
 
 
 class CheckpointMeta(BaseModel):
@@ -58,11 +53,6 @@ def meta_now(policy_version: int, step: int, optimizer_updates: int, base_model:
     """The meta of a checkpoint written now by a backend trained from `base_model`."""
     return CheckpointMeta(policy_version=policy_version, step=step, optimizer_updates=optimizer_updates,
                           base_model=str(Path(base_model).resolve()), created_at=time.time())
-
-
-def checkpoint_name(step: int) -> str:
-    """Directory name of the checkpoint after `step` training steps."""
-    return f"step-{step:06d}"
 
 
 def save_checkpoint(

@@ -2,8 +2,8 @@
 
 The version is a hash of the two files and of the manifest's recipe (seed, k, sizes, sources, step counts, params;
 not `created_at`): the same data prepared twice gets the same version, any change a new one. A published split lives
-under `<name>/<version>/` of an object store; the manifest is uploaded last, so a folder with a manifest is complete.
-The store is anything with `put_dir`, `complete` and `get_dir` (`storage.object_store`'s local and S3 stores).
+under `<name>/<version>/` of a directory store (`storage.directory_store`: a local folder or an S3 bucket); the
+manifest is its marker, uploaded last, so a folder with a manifest is complete.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, Field
+
+from storage.directory_store import DirectoryStore
 
 TRAIN_FILE = "train.jsonl"
 VAL_FILE = "val.jsonl"
@@ -52,18 +54,6 @@ class Splits:
     train: list[Row]  # training rows, in file order
     val: list[Row]  # held-out rows, in file order
     manifest: SplitManifest  # how they were made
-
-
-class SplitStore(Protocol):
-    """The object-store operations splits need (`storage.object_store.DirectoryStore`)."""
-
-    def put_dir(self, local_dir: Path, key: str, marker: str) -> str: ...
-
-    def complete(self, key: str, marker: str) -> bool: ...
-
-    def uri(self, key: str) -> str: ...
-
-    def get_dir(self, uri: str, local_dir: Path) -> Path: ...
 
 
 class SplitError(ValueError):
@@ -125,7 +115,7 @@ def read_splits(folder: Path) -> Splits:
     return Splits(rows[TRAIN_FILE], rows[VAL_FILE], manifest)
 
 
-def publish_splits(folder: Path, store: SplitStore) -> str:
+def publish_splits(folder: Path, store: DirectoryStore) -> str:
     """Uploads a split folder to `<name>/<version>` (manifest last) and returns its URI; a version already published
     completely is not uploaded again (same version, same content)."""
     manifest = read_splits(folder).manifest
@@ -145,6 +135,7 @@ def split_store_root(uri: str) -> str:
     return root
 
 
-def fetch_splits(store: SplitStore, uri: str, local_dir: Path) -> Splits:
-    """Downloads the split at `uri` into the new directory `local_dir` and reads it (hashes checked)."""
-    return read_splits(store.get_dir(uri, Path(local_dir)))
+def fetch_splits(store: DirectoryStore, uri: str, local_dir: Path) -> Splits:
+    """Downloads the split at `uri` into the new or empty directory `local_dir` (a complete copy of it already there
+    is reused) and reads it (hashes checked)."""
+    return read_splits(store.get_dir(uri, Path(local_dir), MANIFEST_FILE))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agents.swe.generator import generate, load_instances, write_instances
-from agents.swe.splits import read_splits
-from storage.object_store import directory_store_from_uri
+from agents.swe.splits import fetch_splits
+from storage.directory_store import directory_store
 from tests.agents.swe.conftest import write_tiny_project
 
 pytestmark = pytest.mark.slow
@@ -71,8 +71,7 @@ def test_prepare_swe_data_on_generated_tasks(prefect_api, tiny_model_dir, tmp_pa
     assert summary["n_train"] + summary["n_val"] + counts["difficulty/solved"] + counts["difficulty/unused"] == probed
     assert summary["n_val"] == min(1, probed - counts["difficulty/solved"])
 
-    splits = read_splits(directory_store_from_uri((tmp_path / "splits").as_uri()).get_dir(
-        summary["splits_uri"], tmp_path / "fetched"))
+    splits = fetch_splits(directory_store((tmp_path / "splits").as_uri()), summary["splits_uri"], tmp_path / "fetched")
     assert summary["splits_uri"].endswith(f"/swe-smith/{summary['version']}")
     assert (splits.manifest.k, splits.manifest.seed, splits.manifest.version) == (K, 5, summary["version"])
     assert splits.manifest.steps["drop_missing_environment"] == {"in": 5, "kept": 4, "dropped": 1}

@@ -11,7 +11,7 @@ import yaml
 from flows.config import load_run_config
 from flows.evaluate import check_target, kind_of
 from flows.weights import store_for_checkpoint
-from storage.checkpoint_store import LocalCheckpointStore
+from storage.local_store import LocalStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ def test_kind_of_source():
 def test_store_for_a_checkpoint_uri(tmp_path, monkeypatch):
     config = load_run_config("swe-eval-local", recipe="swe")
     local = store_for_checkpoint(config, (tmp_path / "store" / "run" / "step-000001").as_uri())
-    assert isinstance(local, LocalCheckpointStore) and local.root == tmp_path / "store"
+    assert isinstance(local.store, LocalStore) and local.store.root == tmp_path / "store"
     for name in ("HARNESSRL_S3_ENDPOINT", "HARNESSRL_S3_ACCESS_KEY", "HARNESSRL_S3_SECRET_KEY"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match="HARNESSRL_S3_ACCESS_KEY"):

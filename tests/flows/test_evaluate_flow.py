@@ -51,13 +51,14 @@ def train_checkpoint(tmp_path: Path, tiny_model_dir: Path) -> str:
     """The tiny model uploaded as a train-swe checkpoint, tagged on a train-swe-like MLflow run (as train.py does)."""
     from mlflow import MlflowClient
 
-    from storage.checkpoint_store import LocalCheckpointStore
+    from storage.checkpoint_store import CheckpointStore
+    from storage.local_store import LocalStore
     from trainer.checkpoints import META_FILE, meta_now
 
     local = tmp_path / "trained" / "step-000003"
     shutil.copytree(tiny_model_dir, local)
     (local / META_FILE).write_text(meta_now(3, 3, 3, tiny_model_dir).model_dump_json())
-    uri = LocalCheckpointStore(tmp_path / "store").upload(local, "swe-tiny", 3)
+    uri = CheckpointStore(LocalStore(tmp_path / "store")).upload(local, "swe-tiny", 3)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("harnessrl")
     older = client.create_run(experiment, tags={"recipe": "swe", "checkpoint_uri": "file:///gone/old/step-000001"})

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from storage.checkpoint_store import CheckpointError, store_from_uri
+from storage.checkpoint_store import CheckpointStore
+from storage.directory_store import directory_store
+from storage.errors import StoreError
 from tasks.evaluation import download_checkpoint
 from trainer.checkpoints import META_FILE
 
@@ -21,7 +23,7 @@ def checkpoint(tmp_path, name: str, created_at: float):
 
 
 def test_a_second_download_into_the_same_folder_reuses_the_copy(tmp_path):
-    store = store_from_uri((tmp_path / "store").as_uri())
+    store = CheckpointStore(directory_store((tmp_path / "store").as_uri()))
     uri = store.upload(checkpoint(tmp_path, "a", 0.0), "run", 2)
     first = download_checkpoint.fn(store, uri, tmp_path / "eval" / "checkpoint")
     assert download_checkpoint.fn(store, uri, tmp_path / "eval" / "checkpoint") == first
@@ -29,9 +31,9 @@ def test_a_second_download_into_the_same_folder_reuses_the_copy(tmp_path):
 
 
 def test_another_checkpoint_of_the_same_step_is_not_served_from_the_folder(tmp_path):
-    store = store_from_uri((tmp_path / "store").as_uri())
+    store = CheckpointStore(directory_store((tmp_path / "store").as_uri()))
     first = store.upload(checkpoint(tmp_path, "a", 0.0), "run-a", 2)
     second = store.upload(checkpoint(tmp_path, "b", 1.0), "run-b", 2)
     download_checkpoint.fn(store, first, tmp_path / "eval" / "checkpoint")
-    with pytest.raises(CheckpointError, match="holds another checkpoint"):
+    with pytest.raises(StoreError, match="holds another folder"):
         download_checkpoint.fn(store, second, tmp_path / "eval" / "checkpoint")

@@ -9,7 +9,7 @@ import pytest
 
 from agents.swe.splits import read_splits
 from gateway.records import FailureKind
-from storage.object_store import directory_store_from_uri
+from storage.directory_store import directory_store
 from tasks.swe_data import (
     clean_empty_statements,
     clean_missing_environment,
@@ -74,7 +74,7 @@ def test_cleaning_tasks_log_their_counts_and_examples(capsys):
 
 
 def test_splits_task_writes_and_publishes(tmp_path):
-    store = directory_store_from_uri((tmp_path / "store").as_uri())
+    store = directory_store((tmp_path / "store").as_uri())
     fields = {"name": "swe-smith", "seed": 1, "k": 2, "sizes": {"n_mixed": 1, "n_unsolved": 1, "n_heldout": 1},
               "sources": ["generated"], "steps": {}, "difficulty": {"probed": 2}}
     uri, manifest = write_versioned_splits.fn(tmp_path / "local", store, [row("a")], [row("b")], fields)

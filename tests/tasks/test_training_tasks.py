@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from storage.checkpoint_store import store_from_uri
+from storage.checkpoint_store import CheckpointStore
+from storage.directory_store import directory_store
 from tasks.training import find_resume_point, publish_checkpoint
 from trainer.checkpoints import META_FILE
 from trainer.loop_state import LOOP_STATE_FILE, LoopState
@@ -20,7 +21,7 @@ def checkpoint(tmp_path, step: int):
 
 
 def test_publish_then_resume_returns_the_checkpoint_and_its_loop_state(tmp_path):
-    store = store_from_uri((tmp_path / "store").as_uri())
+    store = CheckpointStore(directory_store((tmp_path / "store").as_uri()))
     assert find_resume_point.fn(store, "run", tmp_path / "resume0") is None
     state = LoopState(run_name="run", iteration=3, next_task=12, policy_version=2, tracking_run_id="abc")
     uri = publish_checkpoint.fn(store, checkpoint(tmp_path, 2), "run", 3, state)
@@ -29,7 +30,7 @@ def test_publish_then_resume_returns_the_checkpoint_and_its_loop_state(tmp_path)
 
 
 def test_a_checkpoint_without_loop_state_cannot_be_resumed_from(tmp_path):
-    store = store_from_uri((tmp_path / "store").as_uri())
+    store = CheckpointStore(directory_store((tmp_path / "store").as_uri()))
     store.upload(checkpoint(tmp_path, 1), "run", 1)
     with pytest.raises(RuntimeError, match="has no loop state"):
         find_resume_point.fn(store, "run", tmp_path / "resume")

@@ -136,7 +136,8 @@ class FakeVerlWorkers:
 def test_a_verl_checkpoint_is_published_pruned_and_served_like_a_torch_one(tmp_path):
     """The verl layout goes through the same machinery: step root with the meta file (upload, prune, resume) and the
     HF directory an engine serves."""
-    from storage.checkpoint_store_local import LocalCheckpointStore
+    from storage.checkpoint_store import CheckpointStore
+    from storage.local_store import LocalStore
     from trainer.backends.verl import VerlBackend, VerlBackendConfig
     from trainer.checkpoints import model_dir, prune_checkpoints, read_meta, step_root
 
@@ -150,8 +151,8 @@ def test_a_verl_checkpoint_is_published_pruned_and_served_like_a_torch_one(tmp_p
     assert (hf_dir / "config.json").is_file() and step_root(hf_dir) == tmp_path / "local" / "step-000002"
     assert read_meta(step_root(hf_dir)).step == 2
 
-    uri = LocalCheckpointStore(tmp_path / "store").upload(step_root(hf_dir), "run", 2)
-    downloaded = LocalCheckpointStore(tmp_path / "store").download(uri, tmp_path / "resume")
+    uri = CheckpointStore(LocalStore(tmp_path / "store")).upload(step_root(hf_dir), "run", 2)
+    downloaded = CheckpointStore(LocalStore(tmp_path / "store")).download(uri, tmp_path / "resume")
     assert model_dir(downloaded) == downloaded / "verl" / "huggingface"
     assert (model_dir(downloaded) / "config.json").is_file() and read_meta(downloaded).step == 2
 

@@ -1,4 +1,4 @@
-"""Checkpoint stores: the local directory store and the S3 store against a real S3-protocol server (moto)."""
+"""Checkpoints on the directory store (`RUN/step-NNNNNN` and `RUN/latest`), local and on a real S3 server (moto)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,11 @@ import torch
 from minio import Minio
 from safetensors.torch import load_file, save_file
 
-from storage.checkpoint_store import (
-    CheckpointError,
-    CheckpointNotFoundError,
-    CheckpointStore,
-    CheckpointStoreConfig,
-    CheckpointUri,
-    LocalCheckpointStore,
-    S3CheckpointStore,
-    S3Endpoint,
-    parse_checkpoint_uri,
-    store_from_uri,
-)
+from storage.checkpoint_layout import CheckpointError
+from storage.checkpoint_store import CheckpointStore
+from storage.directory_store import directory_store
+from storage.errors import NotFoundError, StoreError
+from storage.s3_store import S3Store
 from trainer import checkpoints
 
 MULTIPART_BYTES = 12 * 1024 * 1024
@@ -45,9 +38,9 @@ class FakeModel:
 @pytest.fixture(params=["local", "s3"])
 def store(request, tmp_path: Path) -> CheckpointStore:
     if request.param == "local":
-        return store_from_uri((tmp_path / "store").as_uri())
+        return CheckpointStore(directory_store((tmp_path / "store").as_uri()))
     bucket = f"ckpt-{uuid.uuid4().hex[:12]}"  # a fresh bucket per test; the store creates it on first upload
-    return store_from_uri(f"s3://{bucket}/runs/v1", request.getfixturevalue("s3_endpoint"))
+    return CheckpointStore(directory_store(f"s3://{bucket}/runs/v1", request.getfixturevalue("s3_endpoint")))
 
 
 def write_checkpoint(root: Path, step: int, extra_bytes: int = 0, created_at: float = 1.0) -> Path:
@@ -87,7 +80,7 @@ def test_roundtrip_keeps_every_file_including_a_multipart_one(store, tmp_path):
 
 
 def test_large_file_is_uploaded_in_parts(s3_endpoint, tmp_path):
-    store = S3CheckpointStore(s3_endpoint.endpoint, "test", "test", bucket="multipart", secure=False)
+    store = CheckpointStore(S3Store(s3_endpoint, bucket="multipart"))
     store.upload(write_checkpoint(tmp_path, step=1, extra_bytes=MULTIPART_BYTES), "run", 1)
     client = Minio(s3_endpoint.endpoint, access_key="test", secret_key="test", secure=False)
     stat = client.stat_object("multipart", "run/step-000001/shards/big.bin")
@@ -124,7 +117,7 @@ def test_an_interrupted_upload_is_neither_latest_nor_listed_and_can_be_retried(s
         store.upload(second_dir, "run", 2, progress=crash)
     assert store.latest("run") == first
     assert store.list("run") == [first]
-    with pytest.raises(CheckpointNotFoundError, match="step-000002"):
+    with pytest.raises(NotFoundError, match="step-000002"):
         store.download(first.replace("step-000001", "step-000002"), tmp_path / "restored")
     second = store.upload(second_dir, "run", 2)
     assert store.latest("run") == second
@@ -142,14 +135,19 @@ def test_listing_is_ordered_by_step_and_per_run(store, tmp_path):
 
 def test_missing_checkpoints_duplicates_and_bad_inputs_are_refused(store, tmp_path):
     uri = store.upload(write_checkpoint(tmp_path, step=3), "run", 3)
-    with pytest.raises(CheckpointNotFoundError, match="step-000004.*list"):
+    with pytest.raises(NotFoundError, match="step-000004.*list"):
         store.download(uri.replace("step-000003", "step-000004"), tmp_path / "out")
-    with pytest.raises(CheckpointError, match="already exists"):
+    with pytest.raises(StoreError, match="run/step-000003 already exists"):
         store.upload(tmp_path / "local" / "step-000003", "run", 3)
-    with pytest.raises(CheckpointError, match="has no harnessrl-checkpoint.json"):
+    with pytest.raises(StoreError, match="has no harnessrl-checkpoint.json"):
         store.upload(tmp_path, "run", 4)
     with pytest.raises(CheckpointError, match="run id '../x'"):
         store.upload(tmp_path / "local" / "step-000003", "../x", 4)
+    with pytest.raises(CheckpointError, match="step -1 is negative"):
+        store.upload(tmp_path / "local" / "step-000003", "run", -1)
+    store.store.put_text("run/latest", "step-000009\n")
+    with pytest.raises(CheckpointError, match="latest names 'step-000009', not a complete checkpoint; fix or remove"):
+        store.latest("run")
 
 
 def test_downloading_the_same_checkpoint_twice_reuses_the_first_copy(store, tmp_path):
@@ -163,65 +161,6 @@ def test_downloading_the_same_checkpoint_twice_reuses_the_first_copy(store, tmp_
     assert (second / "sentinel.txt").is_file()  # not downloaded again
     assert {k: v for k, v in tree(second).items() if k != "sentinel.txt"} == tree(source)
     assert [p.name for p in (tmp_path / "resume").iterdir()] == ["step-000003"]  # no staging left
-
-
-def test_a_folder_holding_another_or_a_partial_checkpoint_is_refused_with_the_fix(store, tmp_path):
-    uri = store.upload(write_checkpoint(tmp_path / "a", step=3), "run", 3)
     other = store.upload(write_checkpoint(tmp_path / "b", step=3, created_at=2.0), "other-run", 3)
-    copy = store.download(uri, tmp_path / "out")
-    with pytest.raises(CheckpointError, match=r"step-000003 already exists but holds another checkpoint.*remove it"):
-        store.download(other, tmp_path / "out")
-    (copy / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="lacks 1 of the checkpoint's files, e.g. model.safetensors"):
-        store.download(uri, tmp_path / "out")
-    (tmp_path / "foreign" / "step-000003").mkdir(parents=True)
-    (tmp_path / "foreign" / "step-000003" / "notes.txt").write_text("not a checkpoint")
-    with pytest.raises(CheckpointError, match=f"has no {checkpoints.META_FILE}.*download into another directory"):
-        store.download(uri, tmp_path / "foreign")
-    assert [p.name for p in (tmp_path / "foreign" / "step-000003").iterdir()] == ["notes.txt"]  # left as it was
-
-
-@pytest.mark.parametrize(
-    ("uri", "expected"),
-    [
-        ("file:///data/ckpt/run/step-000001", CheckpointUri("file", "", "/data/ckpt/run/step-000001")),
-        ("file://localhost/data/ckpt/", CheckpointUri("file", "", "/data/ckpt")),
-        ("file:///my%20dir/x", CheckpointUri("file", "", "/my dir/x")),
-        ("s3://checkpoints/runs/abc/step-000042", CheckpointUri("s3", "checkpoints", "runs/abc/step-000042")),
-        ("s3://checkpoints/runs/", CheckpointUri("s3", "checkpoints", "runs")),
-        ("s3://my.bucket-1", CheckpointUri("s3", "my.bucket-1", "")),
-    ],
-)
-def test_uri_parsing_roundtrips(uri, expected):
-    parsed = parse_checkpoint_uri(uri)
-    assert parsed == expected
-    assert parse_checkpoint_uri(str(parsed)) == parsed
-
-
-@pytest.mark.parametrize(
-    ("uri", "fix"),
-    [
-        ("file://relative/dir", "file:///absolute/dir"),
-        ("/data/ckpt", "scheme ''; use file:///absolute/dir or s3://bucket/prefix"),
-        ("gs://bucket/x", "scheme 'gs'"),
-        ("s3://Bad_Bucket/x", "bucket 'Bad_Bucket'"),
-        ("s3:///x", "bucket ''"),
-        ("s3://bucket/x?versionId=1", "remove the"),
-    ],
-)
-def test_bad_uris_are_refused_with_the_fix(uri, fix):
-    with pytest.raises(CheckpointError, match=fix.replace("?", r"\?")):
-        parse_checkpoint_uri(uri)
-
-
-def test_config_builds_the_store_and_names_the_fix(tmp_path, s3_endpoint):
-    assert isinstance(store_from_uri(tmp_path.as_uri()), LocalCheckpointStore)
-    s3_store = store_from_uri("s3://bucket-a/team/runs", s3_endpoint)
-    assert isinstance(s3_store, S3CheckpointStore)
-    assert (s3_store.bucket, s3_store.prefix) == ("bucket-a", "team/runs")
-    with pytest.raises(CheckpointError, match="no endpoint is configured"):
-        CheckpointStoreConfig("s3://bucket-a/runs")
-    with pytest.raises(CheckpointError, match="drop the endpoint"):
-        CheckpointStoreConfig(tmp_path.as_uri(), s3_endpoint)
-    with pytest.raises(CheckpointError, match="'http://minio:9000' must be 'host:port'"):
-        S3Endpoint("http://minio:9000", "key", "secret")
+    with pytest.raises(StoreError, match=r"step-000003 already exists but holds another folder.*remove it"):
+        store.download(other, tmp_path / "resume")
