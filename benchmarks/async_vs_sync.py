@@ -46,7 +46,6 @@ from flows.setup import (
     fresh_plan,
     in_flight_target,
     process_settings,
-    sample_limits,
     task_stream,
 )
 from gateway.client import GatewayClient
@@ -147,8 +146,8 @@ def run_loop(config: RunConfig, plan: RunPlan, services: RunProcesses, backend: 
         feed.wait_for(r.batch_groups, r.wait_timeout_s, on_poll=lambda _ready: _check_alive(controller))
         groups = feed.take(r.batch_groups)
         waited = time.perf_counter()
-        batch, split = build_batch.fn(groups, version, r.max_version_lag, config.advantage_config(),
-                                      sample_limits(config), r.pass_threshold)
+        batch, split = build_batch.fn(groups, version, r.max_version_lag, config.algorithm.advantage,
+                                      config.algorithm.samples, r.pass_threshold)
         built = time.perf_counter()
         lags += split.lags
         errors += [rollout.error for g in groups for rollout in g.rollouts if rollout.error]

@@ -1,13 +1,14 @@
 """The run config of a training flow: typed sections, loaded from a YAML profile, with dotted-key overrides.
 
 `load_run_config("swe-local", {"algorithm.iterations": 3})` reads `deploy/configs/swe-local.yaml` (or any YAML path),
-applies the overrides and validates. Unknown keys anywhere are errors naming the key. The resolved config is what
+applies the overrides and validates. Unknown keys anywhere are errors naming the key, its section and the valid keys.
+Component settings are the components' own configs (trainer.losses.LossConfig is `backend.loss`...), so each knob has
+one default; deploy/configs/README.md lists them all (`python -m flows.config_reference`). The resolved config is what
 MLflow logs as the run's params, so two runs compare key by key.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,8 +18,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controller.settings_file import read_settings
+from engines.vllm import VLLMConfig
+from flows.config_schema import options_model, unknown_key_error
 from trainer.advantages import AdvantageConfig
+from trainer.backends.torch import OptimizerConfig, TorchBackendConfig
+from trainer.backends.verl import VerlBackendConfig
 from trainer.losses import LossConfig
+from trainer.samples import SampleLimits
+from trainer.scheduling import ScheduleConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILES_DIR = PROJECT_ROOT / "deploy" / "configs"
@@ -26,9 +33,16 @@ DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 
 
 class Section(BaseModel):
-    """A config section: unknown keys are errors."""
+    """A config section: unknown keys are errors; a component dataclass inside takes its field docstrings as docs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+RUN_GIVEN_BACKEND_FIELDS = ("model_path", "resume_from", "optimizer", "loss", "schedule", "initial_version")
+"""Backend config fields the run sets: the model, the checkpoint resumed from, the shared sections, the version."""
+TorchOptions = options_model("TorchOptions", TorchBackendConfig, RUN_GIVEN_BACKEND_FIELDS)
+VerlOptions = options_model("VerlOptions", VerlBackendConfig, RUN_GIVEN_BACKEND_FIELDS)
+VLLMOptions = options_model("VLLMOptions", VLLMConfig, ("model", "served_model_name", "host", "port"))
 
 
 class DataSection(Section):
@@ -63,10 +77,11 @@ class EngineSection(Section):
                        "(`harnessrl model list`) or an HF model directory.")
     url: str | None = Field(default=None, description="Connect to an engine already serving `model` (none: start).")
     max_batch_size: int = Field(default=16, ge=1, description="Embedded engine: concurrent sequences.")
-    startup_timeout_s: float = Field(default=300.0, gt=0, description="Longest engine start-up.")
+    startup_timeout_s: float = Field(default=300.0, gt=0, description="Embedded engine: longest start-up "
+                                     "(vLLM: engine.vllm.startup_timeout_s).")
     num_threads: int | None = Field(default=None, ge=1, description="Embedded engine: torch threads (none: one per "
                                     "core; 1 can be faster on a small machine that also runs the harnesses).")
-    vllm: dict[str, Any] = Field(default_factory=dict, description="vLLM engine: VLLMConfig fields.")
+    vllm: VLLMOptions = Field(default_factory=VLLMOptions, description="vLLM engine: VLLMConfig.")
 
 
 class GatewaySection(Section):
@@ -82,30 +97,22 @@ class ControllerSection(Section):
     harness_timeout_s: float = Field(default=1800.0, gt=0, description="Wall-clock limit of one attempt.")
 
 
-VERL_OPTIONS = frozenset({"strategy", "param_dtype", "attn_implementation", "gradient_checkpointing", "nnodes"})
-"""backend.verl keys: the VerlBackendConfig fields a profile may set (the others come from the sections)."""
-
-
 class BackendSection(Section):
     kind: Literal["torch", "verl"] = Field(default="torch", description="Training backend.")
-    lr: float = Field(default=1e-6, gt=0, description="AdamW learning rate.")
-    max_grad_norm: float | None = Field(default=1.0, description="Gradient clipping (none: off).")
-    warmup_updates: int = Field(default=0, ge=0, description="Linear learning-rate warm-up.")
-    weight_decay: float = Field(default=0.01, ge=0, description="AdamW weight decay.")
-    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Parameter dtype (torch).")
-    max_tokens_per_micro_batch: int = Field(default=4096, ge=1, description="Token budget of a micro-batch.")
-    num_updates: int = Field(default=1, ge=1, description="Optimizer updates per step.")
-    n_gpus_per_node: int = Field(default=1, ge=1, description="verl: GPUs per node.")
-    verl: dict[str, Any] = Field(default_factory=dict, description="verl: more VerlBackendConfig fields "
-                                 f"({', '.join(sorted(VERL_OPTIONS))}).")
-    loss: dict[str, Any] = Field(default_factory=dict, description="trainer.losses.LossConfig fields.")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW, clipping, warm-up.")
+    loss: LossConfig = Field(default_factory=LossConfig, description="Policy loss (trainer.losses).")
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="Micro-batching "
+                                     "(trainer.scheduling); num_workers is the backend's data-parallel size.")
+    torch: TorchOptions = Field(default_factory=TorchOptions, description="torch backend: TorchBackendConfig.")
+    verl: VerlOptions = Field(default_factory=VerlOptions, description="verl backend: VerlBackendConfig.")
 
 
 class AlgorithmSection(Section):
     iterations: int = Field(default=10, ge=1, description="Training iterations (one update each).")
-    advantage: dict[str, Any] = Field(default_factory=dict, description="trainer.advantages.AdvantageConfig fields.")
-    max_prompt_tokens: int | None = Field(default=None, description="Per-call prompt limit of samples.")
-    max_response_tokens: int | None = Field(default=None, description="Per-call response limit of samples.")
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantages "
+                                       "(trainer.advantages).")
+    samples: SampleLimits = Field(default_factory=SampleLimits, description="Per-call sample limits "
+                                  "(trainer.samples).")
     val_every: int = Field(default=0, ge=0, description="Validate every this many iterations (0: only at the end).")
 
 
@@ -143,31 +150,24 @@ class RunConfig(Section):
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     checkpoints: CheckpointSection = Field(default_factory=CheckpointSection)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        error = unknown_key_error(cls, data)
+        if error:
+            raise ValueError(error)
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
-        self.loss_config()
-        self.advantage_config()
         if self.rollout.schedule == "async" and self.rollout.max_inflight_groups < self.rollout.batch_groups:
             raise ValueError(f"rollout.max_inflight_groups={self.rollout.max_inflight_groups} is below "
                              f"rollout.batch_groups={self.rollout.batch_groups}; the async schedule keeps more "
                              "groups in flight than one batch (or use schedule: sync)")
-        self.verl_options()
+        if self.backend.schedule.num_workers != 1:
+            raise ValueError(f"backend.schedule.num_workers={self.backend.schedule.num_workers}: the backend sets it "
+                             "(torch: 1; verl: backend.verl.n_gpus_per_node x backend.verl.nnodes); leave it out")
         return self
-
-    def loss_config(self) -> LossConfig:
-        """backend.loss as the trainer's LossConfig."""
-        return _dataclass_from(LossConfig, self.backend.loss, "backend.loss")
-
-    def verl_options(self) -> dict[str, Any]:
-        """backend.verl, checked against VERL_OPTIONS."""
-        unknown = sorted(set(self.backend.verl) - VERL_OPTIONS)
-        if unknown:
-            raise ValueError(f"backend.verl has unknown keys {unknown}; known keys: {sorted(VERL_OPTIONS)}")
-        return dict(self.backend.verl)
-
-    def advantage_config(self) -> AdvantageConfig:
-        """algorithm.advantage as the trainer's AdvantageConfig."""
-        return _dataclass_from(AdvantageConfig, self.algorithm.advantage, "algorithm.advantage")
 
     def tracking_uri(self) -> str:
         """tracking.tracking_uri with a relative sqlite path resolved against the project root."""
@@ -179,14 +179,6 @@ class RunConfig(Section):
     def resolve(self, path: Path) -> Path:
         """`path` against the project root when relative."""
         return path if path.is_absolute() else PROJECT_ROOT / path
-
-
-def _dataclass_from(cls: type, values: Mapping[str, Any], where: str) -> Any:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {unknown}; known keys: {sorted(known)}")
-    return cls(**values)
 
 
 def profile_path(profile: str | Path) -> Path:

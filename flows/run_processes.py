@@ -13,15 +13,15 @@ import os
 import secrets
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from engines.base import Engine
 from engines.server_process import ServerProcess, free_port, stop_process_group, with_repo_on_path
+from flows.config import EngineSection
 from gateway.client import GatewayClient
 
 CONTROLLER_STOP_GRACE_S = 30.0
@@ -41,18 +41,8 @@ class ProcessSettings:
     """Version of those weights."""
     model_name: str
     """Model name harnesses ask for (registered with the gateway)."""
-    engine_kind: str = "embedded"
-    """embedded or vllm."""
-    engine_url: str | None = None
-    """A running engine's root URL (none: start one)."""
-    engine_max_batch_size: int = 16
-    """Embedded engine: concurrent sequences."""
-    engine_startup_timeout_s: float = 300.0
-    """Longest engine start-up."""
-    engine_num_threads: int | None = None
-    """Embedded engine: torch threads (None: torch's default, one per core)."""
-    vllm: dict[str, Any] | None = None
-    """VLLMConfig fields for the vLLM engine."""
+    engine: EngineSection = field(default_factory=EngineSection)
+    """The run's engine section: kind, a running engine's URL, the embedded and vLLM options."""
     gateway_url: str | None = None
     """A running gateway (admin token from $HARNESSRL_ADMIN_TOKEN); none: start one."""
     start_controller: bool = True
@@ -104,7 +94,7 @@ class RunProcesses:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.engine = self._engine()
         served_name = self.settings.model_name
-        if self.settings.engine_url is None:
+        if self.settings.engine.url is None:
             self.engine.start()
             self._started_engine = True
         else:
@@ -118,21 +108,19 @@ class RunProcesses:
             self._start_controller()
 
     def _engine(self) -> Engine:
-        s = self.settings
-        if s.engine_kind == "vllm":
+        s, e = self.settings, self.settings.engine
+        host, port = engine_host_port(e.url) if e.url is not None else ("127.0.0.1", 0)
+        if e.kind == "vllm":
             from engines.vllm import VLLMConfig, VLLMEngine
 
-            fields = {**(s.vllm or {}), "model": str(s.model_path), "served_model_name": s.model_name}
-            if s.engine_url is not None:
-                host, port = engine_host_port(s.engine_url)
-                fields.update(host=host, port=port)
-            return VLLMEngine(VLLMConfig(**fields), log_path=self.logs_dir / "engine.log")
+            config = VLLMConfig(**e.vllm.model_dump(), model=str(s.model_path), served_model_name=s.model_name,
+                                host=host, port=port)
+            return VLLMEngine(config, log_path=self.logs_dir / "engine.log")
         from engines.embedded import EmbeddedEngine
 
-        host, port = engine_host_port(s.engine_url) if s.engine_url is not None else ("127.0.0.1", 0)
         return EmbeddedEngine(s.model_path, host=host, port=port, served_model_name=s.model_name,
-                              max_batch_size=s.engine_max_batch_size, startup_timeout_s=s.engine_startup_timeout_s,
-                              log_path=self.logs_dir / "engine.log", num_threads=s.engine_num_threads)
+                              max_batch_size=e.max_batch_size, startup_timeout_s=e.startup_timeout_s,
+                              log_path=self.logs_dir / "engine.log", num_threads=e.num_threads)
 
     def _align_running_engine(self) -> str:
         """Loads the run's start weights and version into an engine this run did not start (it may serve another
@@ -144,7 +132,7 @@ class RunProcesses:
             response.raise_for_status()
             served = response.json()["data"][0]["id"]
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-            raise RuntimeError(f"engine.url={self.settings.engine_url!r}: no OpenAI model list at {url} ({exc}); "
+            raise RuntimeError(f"engine.url={self.settings.engine.url!r}: no OpenAI model list at {url} ({exc}); "
                                "start the engine first or leave engine.url empty to start one") from exc
         self.engine.update_weights(self.settings.model_path, self.settings.policy_version)
         return served

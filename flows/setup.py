@@ -9,7 +9,7 @@ import itertools
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flows.config import RunConfig
@@ -18,12 +18,9 @@ from storage.checkpoint_store import CheckpointStore
 from storage.directory_store import DirectoryStore, directory_store
 from storage.s3_store import S3Endpoint
 from trainer.backends.base import Backend
-from trainer.backends.torch import OptimizerConfig
 from trainer.checkpoints import model_dir
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import FeedConfig
-from trainer.samples import SampleLimits
-from trainer.scheduling import ScheduleConfig
 
 
 @dataclass(frozen=True)
@@ -109,25 +106,19 @@ def s3_endpoint(config: RunConfig, what: str) -> S3Endpoint:
 
 
 def build_backend(config: RunConfig, plan: RunPlan) -> Backend:
-    """The configured training backend (not loaded yet)."""
+    """The configured training backend (not loaded yet): the backend.* sections as they are, plus the run's model."""
     b = config.backend
-    optimizer = OptimizerConfig(lr=b.lr, max_grad_norm=b.max_grad_norm, warmup_updates=b.warmup_updates,
-                                weight_decay=b.weight_decay)
+    run_given = {"model_path": plan.base_model, "resume_from": plan.resumed_from, "optimizer": b.optimizer,
+                 "loss": b.loss}
     if b.kind == "verl":
         from trainer.backends.verl import VerlBackend, VerlBackendConfig
 
-        schedule = ScheduleConfig(num_workers=b.n_gpus_per_node, num_updates=b.num_updates,
-                                  max_tokens_per_micro_batch=b.max_tokens_per_micro_batch)
-        return VerlBackend(VerlBackendConfig(model_path=plan.base_model, resume_from=plan.resumed_from,
-                                             n_gpus_per_node=b.n_gpus_per_node, optimizer=optimizer,
-                                             loss=config.loss_config(), schedule=schedule,
-                                             **config.verl_options()))
+        data_parallel = b.verl.n_gpus_per_node * b.verl.nnodes
+        return VerlBackend(VerlBackendConfig(**run_given, schedule=replace(b.schedule, num_workers=data_parallel),
+                                             **b.verl.model_dump()))
     from trainer.backends.torch import TorchBackend, TorchBackendConfig
 
-    schedule = ScheduleConfig(num_updates=b.num_updates, max_tokens_per_micro_batch=b.max_tokens_per_micro_batch)
-    return TorchBackend(TorchBackendConfig(model_path=plan.base_model, resume_from=plan.resumed_from,
-                                           optimizer=optimizer, loss=config.loss_config(), schedule=schedule,
-                                           dtype=b.dtype))
+    return TorchBackend(TorchBackendConfig(**run_given, schedule=b.schedule, **b.torch.model_dump()))
 
 
 def process_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) -> ProcessSettings:
@@ -138,13 +129,9 @@ def process_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) 
                        "--harness-timeout-s", str(c.harness_timeout_s))
     if pin_recipe:
         controller_args += ("--recipe", config.recipe)
-    return ProcessSettings(
-        run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
-        model_name=config.gateway.model_name, engine_kind=config.engine.kind, engine_url=config.engine.url,
-        engine_max_batch_size=config.engine.max_batch_size, engine_startup_timeout_s=config.engine.startup_timeout_s,
-        engine_num_threads=config.engine.num_threads,
-        vllm=config.engine.vllm or None, gateway_url=config.gateway.url, start_controller=c.start,
-        controller_args=controller_args)
+    return ProcessSettings(run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
+                           model_name=config.gateway.model_name, engine=config.engine, gateway_url=config.gateway.url,
+                           start_controller=c.start, controller_args=controller_args)
 
 
 def feed_config(config: RunConfig, plan: RunPlan) -> FeedConfig:
@@ -158,11 +145,6 @@ def in_flight_target(config: RunConfig) -> int:
     """Groups kept in flight: one batch for the sync schedule, `max_inflight_groups` for the async one."""
     r = config.rollout
     return r.batch_groups if r.schedule == "sync" else r.max_inflight_groups
-
-
-def sample_limits(config: RunConfig) -> SampleLimits:
-    """Per-call sample length limits."""
-    return SampleLimits(config.algorithm.max_prompt_tokens, config.algorithm.max_response_tokens)
 
 
 def task_stream(rows: Sequence[dict], start: int, reopen: Sequence[int] = ()) -> Iterator[tuple[int, dict]]:

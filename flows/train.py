@@ -34,7 +34,6 @@ from flows.setup import (
     process_settings,
     resumed_plan,
     run_name,
-    sample_limits,
     splits_store,
     task_stream,
     upload_due,
@@ -152,8 +151,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
         fill_in_flight(feed, in_flight_target(config), version)
         groups, rollout_s = collect_groups(feed, r.batch_groups, r.wait_timeout_s, f"iteration {iteration}")
         processes.check_alive()
-        prepared, split = build_batch(groups, version, r.max_version_lag, config.advantage_config(),
-                                         sample_limits(config), r.pass_threshold, decode)
+        prepared, split = build_batch(groups, version, r.max_version_lag, config.algorithm.advantage,
+                                         config.algorithm.samples, r.pass_threshold, decode)
         metrics = {**prepared.metrics, **split.as_metrics(), "time/rollout_s": rollout_s,
                    "train/policy_version": float(version), "train/iteration": float(iteration)}
         if prepared.no_signal:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from engines.vllm import VLLMConfig
 from flows.cli import parse_overrides
-from flows.config import PROFILES_DIR, apply_overrides, load_run_config
+from flows.config import PROFILES_DIR, RunConfig, apply_overrides, load_run_config
 from flows.setup import (
     fresh_plan,
     in_flight_target,
@@ -19,6 +21,12 @@ from flows.setup import (
     upload_due,
     validation_due,
 )
+from trainer.advantages import AdvantageConfig
+from trainer.backends.torch import OptimizerConfig
+from trainer.backends.verl import VerlBackendConfig
+from trainer.losses import LossConfig
+from trainer.samples import SampleLimits
+from trainer.scheduling import ScheduleConfig
 
 PROFILES = {"swe-local": "swe", "if-local": "instruction_following", "search-local": "search", "swe-gpu": "swe"}
 
@@ -37,13 +45,113 @@ def test_every_profile_on_disk_loads(path):
 
 def test_overrides_set_nested_keys_and_unknown_keys_are_errors():
     config = load_run_config("if-local", {"rollout.group_size": 3, "backend.loss": {"clip_high": 0.28}})
-    assert config.rollout.group_size == 3 and config.loss_config().clip_high == 0.28
-    with pytest.raises(ValidationError, match="rollout.bogus"):
-        load_run_config("if-local", {"rollout.bogus": 1})
-    with pytest.raises(ValueError, match=r"backend.loss has unknown keys \['clipp'\]"):
-        load_run_config("if-local", {"backend.loss": {"clipp": 0.1}})
+    assert config.rollout.group_size == 3 and config.backend.loss.clip_high == 0.28
+    assert config.backend.loss == LossConfig(clip_high=0.28), "the section is the trainer's own LossConfig"
     with pytest.raises(ValueError, match="is a value, not a section"):
         apply_overrides({"seed": 1}, {"seed.x": 2})
+
+
+UNKNOWN_KEYS = [  # (overrides, the section named, the unknown key, a valid key listed)
+    ({"bogus": 1}, "the top level of the run config", "bogus", "rollout"),
+    ({"rollout.bogus": 1}, "section 'rollout'", "bogus", "group_size"),
+    ({"backend.loss": {"clipp": 0.1}}, "section 'backend.loss'", "clipp", "clip_low"),
+    ({"backend.loss.clipp": 0.1}, "section 'backend.loss'", "clipp", "clip_high"),
+    ({"backend.schedule.budget": 1}, "section 'backend.schedule'", "budget", "max_tokens_per_micro_batch"),
+    ({"backend.optimizer.learning_rate": 1}, "section 'backend.optimizer'", "learning_rate", "lr"),
+    ({"backend.verl.flash": True}, "section 'backend.verl'", "flash", "attn_implementation"),
+    ({"backend.torch.threads": 1}, "section 'backend.torch'", "threads", "dtype"),
+    ({"backend.verl.model_path": "/m"}, "section 'backend.verl'", "model_path", "n_gpus_per_node"),
+    ({"engine.vllm.port": 8000}, "section 'engine.vllm'", "port", "gpu_memory_utilization"),
+    ({"algorithm.advantage.estimatr": "rloo"}, "section 'algorithm.advantage'", "estimatr", "estimator"),
+    ({"algorithm.samples.max_tokens": 1}, "section 'algorithm.samples'", "max_tokens", "overflow"),
+    ({"backend.lr": 1e-5}, "section 'backend'", "lr", "optimizer"),
+    ({"algorithm.max_response_tokens": 96}, "section 'algorithm'", "max_response_tokens", "samples"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "section", "key", "valid"), UNKNOWN_KEYS, ids=lambda v: str(v)[:40])
+def test_an_unknown_key_names_itself_its_section_and_the_valid_keys(overrides, section, key, valid):
+    with pytest.raises(ValidationError) as error:
+        load_run_config("if-local", overrides)
+    message = str(error.value)
+    assert f"unknown key {key!r} in {section}" in message and "valid keys: " in message
+    assert valid in message.split("valid keys: ")[1]
+
+
+def test_an_unknown_key_in_a_profile_file_is_named_with_its_section(tmp_path):
+    profile = tmp_path / "typo.yaml"
+    profile.write_text("recipe: swe\nbackend:\n  schedule: {layot: padded}\n")
+    with pytest.raises(ValidationError, match=r"unknown key 'layot' in section 'backend.schedule': did you mean "
+                                              r"'layout'\? valid keys: num_workers, num_updates"):
+        load_run_config(profile)
+
+
+SET_KNOBS = [  # (--set pair, where the value lands, the value)
+    ("backend.schedule.layout=padded", lambda c: c.backend.schedule.layout, "padded"),
+    ("backend.schedule.balancer=greedy", lambda c: c.backend.schedule.balancer, "greedy"),
+    ("backend.schedule.pad_to_multiple=64", lambda c: c.backend.schedule.pad_to_multiple, 64),
+    ("backend.schedule.max_tokens_per_micro_batch=1024", lambda c: c.backend.schedule.max_tokens_per_micro_batch,
+     1024),
+    ("backend.schedule.num_updates=3", lambda c: c.backend.schedule.num_updates, 3),
+    ("algorithm.samples.overflow=drop", lambda c: c.algorithm.samples.overflow, "drop"),
+    ("algorithm.samples.max_prompt_tokens=512", lambda c: c.algorithm.samples.max_prompt_tokens, 512),
+    ("algorithm.advantage.estimator=rloo", lambda c: c.algorithm.advantage.estimator, "rloo"),
+    ("algorithm.advantage.agent_failure_reward=null", lambda c: c.algorithm.advantage.agent_failure_reward, None),
+    ("backend.loss.kl_coef=0.01", lambda c: c.backend.loss.kl_coef, 0.01),
+    ("backend.optimizer.lr=3e-5", lambda c: c.backend.optimizer.lr, 3e-5),
+    ("backend.optimizer.betas=[0.9, 0.95]", lambda c: c.backend.optimizer.betas, (0.9, 0.95)),
+    ("backend.optimizer.max_grad_norm=null", lambda c: c.backend.optimizer.max_grad_norm, None),
+    ("backend.torch.dtype=bfloat16", lambda c: c.backend.torch.dtype, "bfloat16"),
+    ("backend.verl.temperature=0.7", lambda c: c.backend.verl.temperature, 0.7),
+    ("backend.verl.strategy=fsdp", lambda c: c.backend.verl.strategy, "fsdp"),
+    ("engine.vllm.enforce_eager=true", lambda c: c.engine.vllm.enforce_eager, True),
+    ("engine.vllm.extra_args=[--seed, '1']", lambda c: c.engine.vllm.extra_args, ("--seed", "1")),
+]
+
+
+@pytest.mark.parametrize(("pair", "read", "value"), SET_KNOBS, ids=[pair for pair, _, _ in SET_KNOBS])
+def test_every_component_knob_is_settable_with_set(pair, read, value):
+    assert read(load_run_config("if-local", parse_overrides([pair]))) == value
+
+
+BAD_VALUES = [  # (overrides, what the error names)
+    ({"backend.schedule.layout": "rows"}, "backend.schedule.layout"),
+    ({"backend.schedule.num_workers": 2}, "backend.schedule.num_workers=2: the backend sets it"),
+    ({"backend.loss.clip_low": 1.5}, "LossConfig clip_low=1.5"),
+    ({"algorithm.samples.max_response_tokens": 0}, "SampleLimits.max_response_tokens=0"),
+    ({"backend.optimizer.lr": -1}, "OptimizerConfig lr=-1"),
+    ({"algorithm.advantage.level": "token"}, "algorithm.advantage.level"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "named"), BAD_VALUES, ids=lambda v: str(v)[:40])
+def test_a_bad_value_is_refused_by_its_component_naming_the_setting(overrides, named):
+    with pytest.raises(ValidationError, match=re.escape(named)):
+        load_run_config("if-local", overrides)
+
+
+def test_each_knob_has_one_default_the_components():
+    config = RunConfig(recipe="swe")
+    assert config.backend.schedule == ScheduleConfig() and config.backend.loss == LossConfig()
+    assert config.backend.optimizer == OptimizerConfig() and config.algorithm.samples == SampleLimits()
+    assert config.algorithm.advantage == AdvantageConfig()
+    verl = VerlBackendConfig(Path("/m"))
+    assert config.backend.verl.attn_implementation == verl.attn_implementation
+    assert config.engine.vllm.gpu_memory_utilization == VLLMConfig("m").gpu_memory_utilization
+
+
+def test_the_settings_reference_in_the_profiles_readme_is_current():
+    """deploy/configs/README.md lists every setting with its default and doc; regenerate with
+    `python -m flows.config_reference` after changing one."""
+    from flows.config_reference import README, main, reference_rows, with_reference
+
+    text = README.read_text()
+    assert with_reference(text) == text, "run `.venv/bin/python -m flows.config_reference`"
+    assert main(["--check"]) == 0
+    rows = {key: (default, doc) for key, default, doc in reference_rows()}
+    assert rows["backend.schedule.max_tokens_per_micro_batch"][0] == "`8192`"
+    assert all(doc for _, doc in rows.values()), [key for key, (_, doc) in rows.items() if not doc]
+    assert {p.name for p in PROFILES_DIR.glob("*.yaml")} <= set(text.split("`")), "every profile is listed"
 
 
 def test_recipe_mismatch_and_unknown_profile_are_explained():
@@ -82,8 +190,8 @@ def test_run_name_plan_and_services_from_config(tmp_path):
     assert settings.model_name == "policy" and settings.policy_version == 0
     assert settings.controller_args[settings.controller_args.index("--concurrency") + 1] == "24"
     assert settings.controller_args[-2:] == ("--recipe", "instruction_following")
-    assert settings.engine_num_threads is None
-    threads = process_settings(load_run_config("if-local", {"engine.num_threads": 1}), plan).engine_num_threads
+    assert settings.engine.num_threads is None
+    threads = process_settings(load_run_config("if-local", {"engine.num_threads": 1}), plan).engine.num_threads
     from engines.embedded import EmbeddedEngine
 
     assert EmbeddedEngine("/m", num_threads=threads).environment()["OMP_NUM_THREADS"] == "1"
@@ -155,8 +263,8 @@ def test_the_gpu_profile_builds_vllm_and_verl_by_configuration_alone(tmp_path):
     assert flags["--dtype"] == "bfloat16" and flags["--max-model-len"] == "32768"
     assert flags["--gpu-memory-utilization"] == "0.6" and "--enable-sleep-mode" in argv
 
-    with pytest.raises(ValueError, match=r"backend.verl has unknown keys \['flash'\]"):
-        load_run_config("swe-gpu", {"backend.verl": {"flash": True}}, recipe="swe")
+    torch_backend = build_backend(load_run_config("swe-local", {"backend.schedule.layout": "padded"}), plan)
+    assert torch_backend.config.schedule == ScheduleConfig(max_tokens_per_micro_batch=2048, layout="padded")
 
 
 def test_a_running_gateway_without_its_admin_token_is_refused_with_the_fix(tmp_path, monkeypatch):

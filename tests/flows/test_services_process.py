@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from flows.config import EngineSection
 from flows.run_processes import ProcessSettings, RunProcesses
 from tests.services import process_gone, wait_for_file
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 def settings(run_dir: Path, model_dir: Path, engine_url: str, start_controller: bool) -> ProcessSettings:
     return ProcessSettings(run_dir=run_dir, model_path=model_dir, policy_version=0, model_name="policy",
-                           engine_url=engine_url, start_controller=start_controller)
+                           engine=EngineSection(url=engine_url), start_controller=start_controller)
 
 
 def test_check_alive_names_the_gateway_when_its_process_dies(tmp_path, tiny_model_dir, engine_url):

@@ -26,7 +26,7 @@ def overrides(tmp_path: Path, tiny_model_dir: Path, **extra) -> dict:
         "data.source": str(write_tasks(tmp_path / "tasks.jsonl", 16)), "data.train_tasks": 12, "data.val_tasks": 2,
         "rollout.group_size": 4, "rollout.batch_groups": 2, "rollout.max_inflight_groups": 3,
         "rollout.task_overrides": {"max_tokens": 12, "temperature": 1.0}, "rollout.wait_timeout_s": 300,
-        "controller.concurrency": 6, "backend.lr": 1e-3, "backend.max_tokens_per_micro_batch": 1024,
+        "controller.concurrency": 6, "backend.optimizer.lr": 1e-3, "backend.schedule.max_tokens_per_micro_batch": 1024,
         "algorithm.iterations": 2, "algorithm.val_every": 0,
         "tracking.tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "tracking.experiment": "flow-test",
         "checkpoints.store": f"file://{tmp_path / 'store'}", "checkpoints.keep_local": 1,
