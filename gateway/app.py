@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway.asgi import read_body, send_error
+from gateway.asgi import as_json_request, read_body, send_error
 from gateway.config import GatewayConfig
 from gateway.context import GatewayContext, open_context
 from gateway.errors import BadRequest, GatewayError, error_body
@@ -95,7 +95,7 @@ class GatewayApp:
             except GatewayError as error:
                 await send_error(send, error)
                 return
-            receive = _replay(body, receive)
+            scope, receive = as_json_request(scope, body), _replay(body, receive)
         await self.admin(scope, receive, send)
 
 

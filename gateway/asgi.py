@@ -1,6 +1,8 @@
-"""Minimal raw-ASGI helpers for the lean proxy path: read a bounded body, send a JSON answer."""
+"""Minimal raw-ASGI helpers: read a bounded body, declare a JSON body as JSON, send a JSON answer."""
 
 from __future__ import annotations
+
+import orjson
 
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
 
@@ -49,3 +51,25 @@ async def send_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, 
 async def send_error(send, error: GatewayError) -> None:
     """An OpenAI-style error response."""
     await send_bytes(send, error.status, error.body())
+
+
+def declares_json(scope: dict) -> bool:
+    """Whether the request's Content-Type is JSON (application/json or a +json type)."""
+    media_type = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
+def as_json_request(scope: dict, body: bytes) -> dict:
+    """`scope` declaring application/json when its body is a JSON object or array sent under another Content-Type.
+
+    `curl -d` sends `application/x-www-form-urlencoded`; the admin API reads JSON only, so a JSON body is accepted
+    whatever its declared type. Anything else is left as it came and meets the same validation errors as before.
+    """
+    if declares_json(scope) or body.lstrip()[:1] not in (b"{", b"["):
+        return scope
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return scope
+    headers = [(key, value) for key, value in scope["headers"] if key != b"content-type"]
+    return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
