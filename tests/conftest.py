@@ -12,6 +12,23 @@ import pytest
 
 TINY_SERVED_NAME = "tiny"
 
+INTEGRATION_FIXTURES = {
+    "embedded_engine": "an engine server process with the tiny model",
+    "reference_model": "the tiny model's weights loaded in the test process",
+    "tiny_model_dir": "the tiny model's weights (a test that asks for the folder loads or serves them)",
+    "prefect_api": "a Prefect server process",
+    "mlflow_server": "an MLflow server process",
+}
+"""Fixtures that make a test an integration test: any test using one (directly or through another fixture) is
+marked `slow` at collection, so `make test-fast` (-m "not slow") leaves it out without a marker per test."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks `slow` every test that uses an integration fixture."""
+    for item in items:
+        if INTEGRATION_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:

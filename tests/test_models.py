@@ -22,6 +22,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return prepare_model("tiny", tmp_path_factory.mktemp("models"))
 
 
+@pytest.mark.slow  # builds the tiny model's weights
 def test_tiny_builds_a_loadable_model_with_chat_template(tiny_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -39,6 +40,7 @@ def test_tiny_builds_a_loadable_model_with_chat_template(tiny_dir: Path) -> None
     assert logits.shape == (1, ids.shape[1], len(tokenizer))
 
 
+@pytest.mark.slow  # builds the tiny model's weights
 def test_tiny_is_deterministic_and_second_prepare_is_instant(tiny_dir: Path, tmp_path: Path) -> None:
     before = {p.name: p.stat().st_mtime_ns for p in tiny_dir.iterdir()}
     started_s = time.monotonic()
@@ -67,6 +69,7 @@ def test_unknown_name_lists_known_names(tmp_path: Path) -> None:
     assert all(name in message for name in KNOWN_MODELS)
 
 
+@pytest.mark.slow  # builds the tiny model's weights
 def test_resolve_uses_local_dir_as_is_and_prepares_known_names(tiny_dir: Path) -> None:
     assert resolve_model(tiny_dir) == tiny_dir.resolve()
     assert resolve_model("tiny", str(tiny_dir.parent)) == tiny_dir
@@ -116,6 +119,7 @@ def test_smollm2_prepares_and_reloads_with_matching_logits() -> None:
     assert text.strip() and text.isascii(), f"dequantised model produced {text!r}"
 
 
+@pytest.mark.slow  # builds the tiny model's weights
 def test_model_cli_prepares_and_lists(tiny_dir: Path) -> None:
     from typer.testing import CliRunner
 

@@ -19,14 +19,15 @@ from controller.recipe import TASK_FILE, GradeInput
 from controller.recipes import get_recipe
 from gateway.client import GatewayClient
 from gateway.records import CallStatus, RolloutSpec
-from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway
 
 HARNESS_TIMEOUT_S = 180
 
 
 @pytest.fixture(scope="module")
 def admin(tmp_path_factory, engine_url):
-    gateway = GatewayProcess(tmp_path_factory.mktemp("gw-agents") / "store.db").start()
+    gateway = InProcessGateway(tmp_path_factory.mktemp("gw-agents") / "store.db").start()
     with GatewayClient(gateway.url, ADMIN_TOKEN) as client:
         client.register_model("tiny", engine_url + "/v1")
         yield client

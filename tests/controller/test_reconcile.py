@@ -7,6 +7,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from controller.config import ControllerConfig
 from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
@@ -14,6 +16,8 @@ from gateway.client import GatewayClient
 from gateway.records import EventKind, FailureKind, Rollout, RolloutSpec, RolloutState
 from tests.controller.support import FlakyStartRunner, ScriptRecipe
 from tests.gateway.support import ADMIN_TOKEN
+
+pytestmark = pytest.mark.slow  # the reconcile loop with real harness processes through the LocalRunner
 
 RECIPES = {"script": ScriptRecipe(), "script-grading": ScriptRecipe(name="script-grading", grade_agent_failures=True)}
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +11,6 @@ import yaml
 
 from gateway.client import GatewayClient
 from gateway.records import RolloutCreated, RolloutSpec
-from tests.gateway.support import ScriptedProcess
 
 CHAT_PATH, COMPLETIONS_PATH, MODELS_PATH = "/v1/chat/completions", "/v1/completions", "/v1/models"
 
@@ -70,18 +65,3 @@ def write_config(path: Path, **settings: Any) -> Path:
     """A YAML gateway config file."""
     path.write_text(yaml.safe_dump(settings))
     return path
-
-
-class SilentScripted(ScriptedProcess):
-    """A scripted upstream started without health probes, so `--fail-first N` counts only the test's calls."""
-
-    def start(self) -> SilentScripted:
-        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.scripted", "--port", str(self.port), *self.args])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"scripted upstream on port {self.port} did not listen within 30 s")

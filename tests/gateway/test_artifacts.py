@@ -8,7 +8,8 @@ import pytest
 from gateway.client import GatewayAPIError, GatewayClient
 from gateway.records import RolloutState
 from tests.gateway.api_support import create_rollouts
-from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, GatewayProcess
+from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN
+from tests.inprocess import InProcessGateway
 
 LIMIT_BYTES = 4096
 BLOB = bytes(range(256)) * 4  # not UTF-8, not JSON: proves the bytes are opaque
@@ -20,7 +21,7 @@ def gateway(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gw-artifacts")
     config = folder / "gateway.yaml"
     config.write_text(f"max_body_bytes: {LIMIT_BYTES}\n")
-    gw = GatewayProcess(folder / "store.db", config_path=config).start()
+    gw = InProcessGateway(folder / "store.db", config_path=config).start()
     yield gw
     gw.stop()
 

@@ -19,7 +19,8 @@ from tests.gateway.api_support import (
     error_of,
     request,
 )
-from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, GatewayProcess
+from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN
+from tests.inprocess import InProcessGateway
 
 AGENT_EVENT = {"kind": "agent_output", "payload": {"text": "done"}}
 LOG_EVENT = {"kind": "log", "payload": {"line": "step 1"}}
@@ -199,7 +200,7 @@ def test_recreating_a_rollout_returns_the_same_key(admin, rollouts) -> None:
 
 
 def test_keys_survive_a_gateway_restart(tmp_path, scripted) -> None:
-    gw = GatewayProcess(tmp_path / "restart.db").start()
+    gw = InProcessGateway(tmp_path / "restart.db").start()
     try:
         with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
             admin.register_model("policy", scripted.base_url)

@@ -13,14 +13,15 @@ from transformers import AutoTokenizer
 
 from gateway.client import GatewayClient
 from gateway.records import CallStatus, RolloutMode, RolloutSpec
-from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway
 
 MESSAGES = [{"role": "user", "content": "Write one word about the sea."}]
 
 
 @pytest.fixture(scope="module")
 def engine_gateway(tmp_path_factory, engine_url):
-    gw = GatewayProcess(tmp_path_factory.mktemp("gw-engine") / "store.db").start()
+    gw = InProcessGateway(tmp_path_factory.mktemp("gw-engine") / "store.db").start()
     with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
         admin.register_model("tiny", engine_url + "/v1")
     yield gw

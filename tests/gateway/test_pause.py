@@ -13,7 +13,8 @@ import torch
 
 from gateway.client import GatewayClient
 from gateway.records import RolloutSpec
-from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway
 
 LONG = {"max_tokens": 160, "extra_body": {"ignore_eos": True}}
 
@@ -39,7 +40,7 @@ def _wait(predicate, timeout_s: float = 30.0) -> None:
 
 def test_pause_drains_holds_and_resumes_on_the_new_policy(tmp_path, embedded_engine, engine_url, tiny_model_dir,
                                                           perturbed_checkpoint):
-    gw = GatewayProcess(tmp_path / "store.db").start()
+    gw = InProcessGateway(tmp_path / "store.db").start()
     admin = GatewayClient(gw.url, ADMIN_TOKEN)
     try:
         admin.register_model("tiny", engine_url + "/v1", version=0)

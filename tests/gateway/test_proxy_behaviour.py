@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
 import httpx
 import orjson
@@ -11,10 +12,12 @@ import pytest
 
 from gateway.client import GatewayClient
 from gateway.records import CallStatus, RolloutMode
-from tests.gateway.api_support import SilentScripted, chat, completion, create_rollouts, error_of, write_config
-from tests.gateway.support import ADMIN_TOKEN, GatewayProcess, ScriptedProcess
+from gateway.scripted import Script
+from tests.gateway.api_support import chat, completion, create_rollouts, error_of, write_config
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway, InProcessScripted
 
-TOKENS = ["--prompt-tokens", "16", "--response-tokens", "8"]
+TOKENS = Script(prompt_tokens=16, response_tokens=8)
 ENGINE_VERSION, REGISTERED_VERSION = 7, 3
 PROMPT_IDS, RESPONSE_IDS = list(range(1000, 1016)), list(range(5000, 5008))
 LOGPROBS = [-0.01 * (i + 1) for i in range(8)]
@@ -25,11 +28,11 @@ RETRY_ATTEMPTS = 3
 def upstreams():
     """Scripted engines by role; `flaky` fails its first 2 calls, `dead` every call."""
     procs = {
-        "policy": ScriptedProcess([*TOKENS, "--policy-version", str(ENGINE_VERSION)]),
-        "echo": ScriptedProcess([*TOKENS, "--echo-request"]),
-        "pair-a": ScriptedProcess(TOKENS), "pair-b": ScriptedProcess(TOKENS),
-        "flaky": SilentScripted([*TOKENS, "--fail-first", "2"]),
-        "dead": SilentScripted([*TOKENS, "--fail-first", "1000000"]),
+        "policy": InProcessScripted(replace(TOKENS, policy_version=ENGINE_VERSION)),
+        "echo": InProcessScripted(replace(TOKENS, echo_request=True)),
+        "pair-a": InProcessScripted(TOKENS), "pair-b": InProcessScripted(TOKENS),
+        "flaky": InProcessScripted(replace(TOKENS, fail_first=2)),
+        "dead": InProcessScripted(replace(TOKENS, fail_first=1000000)),
     }
     for proc in procs.values():
         proc.start()
@@ -43,7 +46,7 @@ def gw(tmp_path_factory, upstreams):
     """A gateway with fast retries and the models policy, echo, pair (two endpoints), flaky and dead."""
     folder = tmp_path_factory.mktemp("proxy")
     config = write_config(folder / "gateway.yaml", retry_attempts=RETRY_ATTEMPTS, retry_backoff_s=0.01)
-    gateway = GatewayProcess(folder / "store.db", config_path=config).start()
+    gateway = InProcessGateway(folder / "store.db", config_path=config).start()
     with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
         admin.register_model("policy", upstreams["policy"].base_url, version=REGISTERED_VERSION)
         for name in ("echo", "flaky", "dead"):

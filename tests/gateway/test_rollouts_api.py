@@ -192,7 +192,7 @@ def test_long_poll_returns_as_soon_as_a_rollout_finishes(gateway, admin) -> None
     admin.set_state(created.id, RolloutState.CANCELLED)
     waiter.join(10)
     assert [r.id for r in result["page"].rollouts] == [created.id]
-    assert 0.4 < result["elapsed_s"] < 2.5, result["elapsed_s"]
+    assert 0.4 < result["elapsed_s"] < 4.0, result["elapsed_s"]  # answered on the change, not after wait_s=5
 
 
 def test_long_poll_without_news_waits_its_time_and_returns_empty(admin) -> None:

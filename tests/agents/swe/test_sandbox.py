@@ -12,7 +12,8 @@ from agents.swe.recipe import SweRecipe, rollout_input
 from agents.swe.sandbox import GIT_DISABLED_MESSAGE, Sandbox, SandboxError, isolation_problem
 from gateway.client import GatewayClient
 from gateway.records import RolloutSpec
-from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway
 
 pytestmark = pytest.mark.skipif(isolation_problem() is not None, reason=f"no namespaces here: {isolation_problem()}")
 
@@ -28,7 +29,7 @@ def agent(tiny_store, tmp_path) -> Sandbox:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    gw = GatewayProcess(tmp_path_factory.mktemp("gw") / "store.db").start()
+    gw = InProcessGateway(tmp_path_factory.mktemp("gw") / "store.db").start()
     yield gw
     gw.stop()
 
