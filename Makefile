@@ -28,8 +28,9 @@ test: $(STAMP) $(VLLM_STAMP) $(VERL_STAMP) models
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 
+# The fast tier (no model weights, no server processes; tests/README.md) on two xdist workers.
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n 2 $(PYTEST_ARGS)
 
 $(STAMP): pyproject.toml deploy/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -58,13 +58,20 @@ class MlflowServerProcess:
         self._server.stop()
 
 
-def process_gone(pid: int) -> bool:
-    """True once `pid` has exited (a zombie waiting for init to reap it counts as gone; Linux /proc)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state == "Z"
+def process_gone(pid: int, within_s: float = 2.0) -> bool:
+    """True once `pid` has exited, waiting up to `within_s` (a killed process exits when next scheduled, which takes a
+    moment on a loaded machine); a zombie waiting for init to reap it counts as gone (Linux /proc)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def wait_for_file(path: Path, timeout_s: float = 10.0) -> str:

@@ -19,10 +19,8 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engines.server_process import STOP_GRACE_S, stop_process_group
 from gateway.client import GatewayClient
 from gateway.records import RolloutState
 from tests.gateway.support import free_port
@@ -230,31 +229,6 @@ def created_comment(script: str) -> dict:
     return created
 
 
-def stop_group(proc: subprocess.Popen) -> None:
-    """Stop the shell's process group: the `&` servers it started stay in it after the shell exits."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the shell: as a zombie it would keep the group alive
-            if not group_alive(proc.pid):
-                return
-            time.sleep(0.2)
-    proc.wait(timeout=15)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of the group is left."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.slow
 def test_the_pieces_by_hand_run_as_written(tmp_path: Path) -> None:
     ports = {fixed: free_port() for fixed in BY_HAND_PORTS}
@@ -274,7 +248,7 @@ def test_the_pieces_by_hand_run_as_written(tmp_path: Path) -> None:
         check_by_hand_results(workdir, f"http://127.0.0.1:{ports['8100']}", created_comment(script),
                               log_path.read_text())
     finally:
-        stop_group(proc)
+        stop_process_group(proc, STOP_GRACE_S)
 
 
 def tail(path: Path, chars: int = 6000) -> str:
