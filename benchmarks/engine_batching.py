@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from engines.embedded import EmbeddedEngine
-from engines.models import prepare_model
+from engines.model_cache import prepare_model
 
 RESULTS_DIR = Path(__file__).parent / "results"
 

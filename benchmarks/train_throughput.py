@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engines.models import prepare_model
+from engines.model_cache import prepare_model
 from trainer.backends.base import TrainBatch
 from trainer.backends.model_inputs import build_model_inputs
 from trainer.backends.torch import OptimizerConfig, TorchBackend, TorchBackendConfig

@@ -16,7 +16,7 @@ import time
 
 from engine_batching import RESULTS_DIR, cpu_model, run_schedule
 
-from engines.models import prepare_model
+from engines.model_cache import prepare_model
 from engines.vllm import VLLMConfig, VLLMEngine
 
 

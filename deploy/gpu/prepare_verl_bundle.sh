@@ -35,7 +35,7 @@ for wheel in "$BUILD"/dl/*.whl; do
   python3 deploy/gpu/strip_wheel.py --stored "${drops[@]}" "$wheel" "$BUILD/stage/wheels/$(basename "$wheel")"
 done
 
-tiny=$("$PY" -c "from engines.models import prepare_model; print(prepare_model('tiny'))")
+tiny=$("$PY" -c "from engines.model_cache import prepare_model; print(prepare_model('tiny'))")
 cp -r "$tiny" "$BUILD/stage/models/tiny"
 chmod -R a+rX "$BUILD/stage/models"
 

@@ -39,7 +39,7 @@ print("flash_attn importable:", importlib.util.find_spec("flash_attn") is not No
 for name in ["tests.trainer.test_verl_backend_gpu", "trainer.backends.verl", "trainer.backends.verl_loss",
              "verl.workers.engine_workers", "verl.workers.engine.fsdp.transformer_impl", "verl.workers.utils.losses"]:
     importlib.import_module(name)
-from engines.models import prepare_model
+from engines.model_cache import prepare_model
 print("tiny model:", prepare_model("tiny"))
 EOF
   timeout $((TEST_TIMEOUT_S + 30)) python3 -m pytest -x -q -m gpu tests/trainer/test_verl_backend_gpu.py \

@@ -29,7 +29,7 @@ def serve(
     """Serve MODEL over an OpenAI-compatible API with token ids, logprobs and policy versions."""
     import uvicorn
 
-    from engines.models import resolve_model
+    from engines.model_cache import resolve_model
     from engines.serving.app import create_app
     from engines.serving.model_holder import ModelHolder
     from engines.serving.scheduler import GenerationScheduler

@@ -20,6 +20,7 @@ def test_engine_serve_help_lists_the_options() -> None:
         assert option in result.output
 
 
+@pytest.mark.slow  # an engine server process
 def test_start_failure_quotes_the_server_log(tmp_path: Path) -> None:
     engine = EmbeddedEngine(tmp_path, startup_timeout_s=60, log_path=tmp_path / "engine.log")
     with pytest.raises(RuntimeError, match="config.json"):
@@ -41,7 +42,7 @@ def test_smollm2_batched_logprobs_equal_teacher_forcing() -> None:
     import openai
     from transformers import AutoModelForCausalLM
 
-    from engines.models import prepare_model
+    from engines.model_cache import prepare_model
 
     model_dir = prepare_model("smollm2-135m-instruct")
     reference = AutoModelForCausalLM.from_pretrained(model_dir).eval()

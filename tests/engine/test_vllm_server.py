@@ -37,7 +37,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def smollm2_dir() -> Path:
-    from engines.models import prepare_model
+    from engines.model_cache import prepare_model
 
     return prepare_model("smollm2-135m-instruct")
 

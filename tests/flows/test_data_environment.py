@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import flows.data
-from flows.data import DataParams, clean, prepare_swe_data
+import flows.swe_data
+from flows.swe_data import DataParams, clean, prepare_swe_data
 
 
 def fail(what: str):
@@ -17,9 +17,9 @@ def fail(what: str):
 
 
 def test_registry_probes_are_refused_before_any_row_is_loaded(monkeypatch):
-    monkeypatch.setattr(flows.data, "load_swe_rows", fail("load_swe_rows"))
-    monkeypatch.setattr(flows.data, "resolve_weights", fail("resolve_weights"))
-    monkeypatch.setattr(flows.data, "environment_backend", fail("environment_backend"))
+    monkeypatch.setattr(flows.swe_data, "load_swe_rows", fail("load_swe_rows"))
+    monkeypatch.setattr(flows.swe_data, "resolve_weights", fail("resolve_weights"))
+    monkeypatch.setattr(flows.swe_data, "environment_backend", fail("environment_backend"))
     with pytest.raises(ValueError, match=r"environment='registry': the tasks need registry images.*"
                                          r"environment='local'"):
         prepare_swe_data.fn(environment="registry", model="tiny")
@@ -47,9 +47,9 @@ def test_the_environment_backend_is_closed_after_cleaning(monkeypatch, tmp_path)
                         tmp_path, "file://x")
     rows = [{"instance_id": "a", "problem_statement": "broken", "FAIL_TO_PASS": ["t::a"], "PASS_TO_PASS": []}]
     for step in ("clean_empty_statements", "clean_missing_environment", "clean_too_many_tests"):
-        monkeypatch.setattr(flows.data, step, getattr(flows.data, step).fn)  # the steps without a Prefect server
+        monkeypatch.setattr(flows.swe_data, step, getattr(flows.swe_data, step).fn)  # steps, no Prefect server
     for backend in (Backend(), Backend(broken=True)):
-        monkeypatch.setattr(flows.data, "environment_backend", lambda _params, backend=backend: backend)
+        monkeypatch.setattr(flows.swe_data, "environment_backend", lambda _params, backend=backend: backend)
         if backend.broken:
             with pytest.raises(RuntimeError, match="registry unreachable"):
                 clean(rows, params)

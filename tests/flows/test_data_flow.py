@@ -48,7 +48,7 @@ def read_prefect_artifact(key: str) -> str | None:
 def test_prepare_swe_data_on_generated_tasks(prefect_api, tiny_model_dir, tmp_path):
     from mlflow import MlflowClient
 
-    from flows.data import prepare_swe_data
+    from flows.swe_data import prepare_swe_data
 
     store, good_ids = store_with_bad_rows(tmp_path)
     overrides = {"name": "swe-data-test", "work_dir": str(tmp_path / "runs"), "engine.max_batch_size": 16,

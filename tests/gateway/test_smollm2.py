@@ -20,7 +20,7 @@ FIXTURE = Path(__file__).parents[1] / "fixtures" / "retokenization_smollm2.json"
 
 @pytest.fixture(scope="module")
 def smollm2_dir() -> Path:
-    from engines.models import prepare_model
+    from engines.model_cache import prepare_model
 
     return prepare_model("smollm2-135m-instruct")
 

@@ -84,8 +84,8 @@ def test_splits_task_writes_and_publishes(tmp_path):
 
 def test_flow_helpers_refuse_unsupported_setups(tmp_path, monkeypatch):
     from flows.config import load_run_config
-    from flows.data import DataParams, environment_backend, prepare_swe_data, run_probes
     from flows.setup import splits_store
+    from flows.swe_data import DataParams, environment_backend, prepare_swe_data, run_probes
 
     config = load_run_config("swe-data-local", recipe="swe")
     params = DataParams("generated", "swe-smith", None, None, 1, 1, 1, 2, 0, 1.0, 200, "registry",
@@ -107,7 +107,7 @@ def test_flow_helpers_refuse_unsupported_setups(tmp_path, monkeypatch):
 
 def test_the_flow_chooses_environment_backends_per_environment_and_kind(tmp_path):
     from agents.swe.environments import AllOf, GitBranchEnvironment, LocalStoreEnvironment, RegistryImageEnvironment
-    from flows.data import choose_environment
+    from flows.swe_data import choose_environment
 
     template = "file:///mirrors/{repo}.git"
     local = choose_environment("local", "swe-smith", tmp_path, "http://r", template)

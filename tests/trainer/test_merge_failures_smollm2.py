@@ -15,7 +15,7 @@ HISTORY = [*USER, {"role": "assistant", "content": "hello world"}, {"role": "use
 @pytest.fixture(scope="module")
 def tokenizer():
     transformers = pytest.importorskip("transformers")
-    from engines.models import prepare_model
+    from engines.model_cache import prepare_model
 
     return transformers.AutoTokenizer.from_pretrained(prepare_model("smollm2-135m-instruct"))
 
