@@ -9,6 +9,7 @@ model name, and a rollout controller process (`controller.cli run`) unless one a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -74,7 +75,7 @@ class RunProcesses:
         self.engine: Engine | None = None
         self.gateway_url = settings.gateway_url or ""
         self.admin: GatewayClient | None = None
-        self._started_engine = False
+        self._stops = contextlib.ExitStack()  # what this object started, stopped in reverse order
         self._gateway: ServerProcess | None = None
         self._controller: subprocess.Popen | None = None
 
@@ -96,12 +97,12 @@ class RunProcesses:
         served_name = self.settings.model_name
         if self.settings.engine.url is None:
             self.engine.start()
-            self._started_engine = True
+            self._stops.callback(self.engine.stop)
         else:
             served_name = self._align_running_engine()
         if not self.gateway_url:
             self._start_gateway()
-        self.admin = GatewayClient(self.gateway_url, self.admin_token)
+        self.admin = self._stops.enter_context(GatewayClient(self.gateway_url, self.admin_token))
         self.admin.register_model(self.settings.model_name, self.engine.base_url + "/v1",
                                   version=self.settings.policy_version, served_name=served_name)
         if self.settings.start_controller:
@@ -147,6 +148,7 @@ class RunProcesses:
         self._gateway = ServerProcess("gateway", self.gateway_url, self.logs_dir / "gateway.log")
         db = self.settings.run_dir / "gateway.db"
         command = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", f"sqlite:///{db}"]
+        self._stops.callback(self._gateway.stop)
         self._gateway.start(command, self._env(), startup_timeout_s=60.0)
 
     def controller_command(self) -> list[str]:
@@ -160,6 +162,7 @@ class RunProcesses:
         # Its own process group, which stop() ends whole: the controller's harness processes are in it.
         self._controller = subprocess.Popen(self.controller_command(), stdout=log, stderr=subprocess.STDOUT,
                                             env=self._env(), start_new_session=True)
+        self._stops.callback(stop_process_group, self._controller, CONTROLLER_STOP_GRACE_S)
         log.close()
 
     def check_alive(self) -> None:
@@ -173,19 +176,9 @@ class RunProcesses:
                                               self._gateway.log_tail(LOG_TAIL_CHARS)))
 
     def stop(self) -> None:
-        """Stops the controller (its whole process group), the gateway and the engine that this object started."""
-        if self._controller is not None:
-            stop_process_group(self._controller, CONTROLLER_STOP_GRACE_S)
-            self._controller = None
-        if self.admin is not None:
-            self.admin.close()
-            self.admin = None
-        if self._gateway is not None:
-            self._gateway.stop()
-            self._gateway = None
-        if self.engine is not None and self._started_engine:
-            self.engine.stop()
-            self._started_engine = False
+        """Stops what this object started, last started first: the controller (its whole process group), the admin
+        client, the gateway, the engine; each is stopped even when stopping another failed."""
+        self._stops.close()
 
 
 def exited_message(service: str, exit_code: int, log_path: Path, log_tail: str) -> str:
