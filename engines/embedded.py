@@ -11,6 +11,11 @@ import httpx
 
 from engines.server_process import ProcessEngine, ServerProcess, free_port, with_repo_on_path
 
+MAX_BATCH_SIZE = 16
+"""Default of concurrent sequences (the run config's `engine.max_batch_size` takes it)."""
+STARTUP_TIMEOUT_S = 300.0
+"""Default longest start-up, model load included (the run config's `engine.startup_timeout_s` takes it)."""
+
 
 class EmbeddedEngine(ProcessEngine):
     """Implements `Engine` by running `python -m engines.serving.cli serve` on this machine."""
@@ -19,8 +24,8 @@ class EmbeddedEngine(ProcessEngine):
     """update_weights while asleep is applied at wake-up (one load): see trainer.collocation.publish_weights."""
 
     def __init__(self, model: str | Path, host: str = "127.0.0.1", port: int = 0,
-                 served_model_name: str | None = None, max_batch_size: int = 16,
-                 startup_timeout_s: float = 180.0, request_timeout_s: float = 600.0,
+                 served_model_name: str | None = None, max_batch_size: int = MAX_BATCH_SIZE,
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S, request_timeout_s: float = 600.0,
                  log_path: Path | None = None, num_threads: int | None = None) -> None:
         self.model = str(model)
         self.host = host

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controller.settings_file import read_settings
+from engines import embedded
 from engines.vllm import VLLMConfig
 from flows.config_schema import options_model, unknown_key_error
 from trainer.advantages import AdvantageConfig
@@ -76,8 +77,10 @@ class EngineSection(Section):
     model: str = Field(default="smollm2-135m-instruct", description="A prepared model name "
                        "(`harnessrl model list`) or an HF model directory.")
     url: str | None = Field(default=None, description="Connect to an engine already serving `model` (none: start).")
-    max_batch_size: int = Field(default=16, ge=1, description="Embedded engine: concurrent sequences.")
-    startup_timeout_s: float = Field(default=300.0, gt=0, description="Embedded engine: longest start-up "
+    max_batch_size: int = Field(default=embedded.MAX_BATCH_SIZE, ge=1,
+                                description="Embedded engine: concurrent sequences.")
+    startup_timeout_s: float = Field(default=embedded.STARTUP_TIMEOUT_S, gt=0,
+                                     description="Embedded engine: longest start-up "
                                      "(vLLM: engine.vllm.startup_timeout_s).")
     num_threads: int | None = Field(default=None, ge=1, description="Embedded engine: torch threads (none: one per "
                                     "core; 1 can be faster on a small machine that also runs the harnesses).")
