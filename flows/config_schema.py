@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import inspect
 import textwrap
 import typing
@@ -27,6 +28,7 @@ def is_section(annotation: Any) -> bool:
     return isinstance(annotation, type) and (issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation))
 
 
+@functools.cache  # parsed once per class: unknown_key_error walks the sections on every load
 def field_docs(cls: type) -> dict[str, str]:
     """The one-line docstrings under a dataclass's fields (`x: int = 0` then `\"\"\"doc\"\"\"`), by field name."""
     docs: dict[str, str] = {}
