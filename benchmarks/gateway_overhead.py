@@ -1,18 +1,24 @@
-"""Gateway overhead: added latency (p50/p99) and throughput versus calling the upstream directly.
+"""Gateway overhead: added latency (p50/p99) and throughput versus calling the upstream directly, per store.
 
 The upstream is `gateway.scripted` (instant answers in vLLM's shapes: 512 prompt token IDs, 64 response token IDs with
-logprobs). The gateway runs as its real server process on a fresh SQLite store, pinned to one core (taskset); the
-upstream and the load generator share the other core. Every call through the gateway is durably committed before
-its reply. Run: `.venv/bin/python benchmarks/gateway_overhead.py [--seconds 5] [--json out.json]`.
+logprobs). The gateway runs as its real server process on a fresh store, pinned to one core (taskset); the upstream
+and the load generator share the other core. Every call through the gateway is durably committed before its reply.
+One invocation measures each store side by side: SQLite with synchronous=FULL, SQLite with synchronous=NORMAL, and a
+real PostgreSQL server (fsync and synchronous commits on, pinned to the gateway's core: everything that makes a call
+durable shares that core, as with SQLite). Run:
+`.venv/bin/python benchmarks/gateway_overhead.py [--seconds 5] [--stores sqlite-FULL sqlite-NORMAL postgres]
+[--rounds 1] [--json out.json]`; the stores' gateways run at once and each point is measured store after store.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -28,6 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.gateway.support import ADMIN_TOKEN, free_port, wait_healthy  # noqa: E402
+from tests.services import PostgresServer, postgres_bin_dir  # noqa: E402
+
+STORES = ("sqlite-FULL", "sqlite-NORMAL", "postgres")
+"""The stores measured: SQLite at a synchronous level (the gateway's `sqlite_synchronous`), or PostgreSQL."""
+GATEWAY_CORE, LOAD_CORE = 0, 1
 
 BODY = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "Fix the failing test in utils.py."}],
                    "max_tokens": 64, "temperature": 1.0}).encode()
@@ -78,16 +89,43 @@ def summarize(latencies: list[float], wall_s: float) -> dict:
             "p99_ms": ordered[int(0.99 * (len(ordered) - 1))], "calls_per_s": len(ordered) / wall_s}
 
 
-def setup_gateway(workdir: Path, upstream_url: str, rollouts: int,
+def store_url(store: str, workdir: Path, cleanup: contextlib.ExitStack) -> tuple[str, Path | None]:
+    """The gateway's --db URL and --config file for `store`; for `postgres` a server is started (in its own /tmp
+    folder: it runs as nobody when we are root, who cannot enter `workdir`), stopped by `cleanup`."""
+    if store == "postgres":
+        bin_dir = postgres_bin_dir()
+        if bin_dir is None:
+            raise SystemExit("no PostgreSQL server binary (postgres, initdb): install the Debian package postgresql "
+                             "or leave postgres out of --stores")
+        with_affinity = os.sched_getaffinity(0)
+        if _has_taskset():
+            os.sched_setaffinity(0, {GATEWAY_CORE})  # the server and every backend it forks inherit this core
+        root = Path(tempfile.mkdtemp(prefix="harnessrl-bench-pg-"))
+        cleanup.callback(shutil.rmtree, root, ignore_errors=True)
+        try:
+            server = PostgresServer(root, bin_dir).start()
+        finally:
+            os.sched_setaffinity(0, with_affinity)
+        cleanup.callback(server.stop)
+        return server.create_database("bench"), None
+    level = store.removeprefix("sqlite-")
+    config = workdir / f"gateway-{level}.yaml"
+    config.write_text(f"sqlite_synchronous: {level}\n")
+    return f"sqlite:///{workdir / f'bench-{level}.db'}", config
+
+
+def setup_gateway(store: str, workdir: Path, cleanup: contextlib.ExitStack, upstream_url: str, rollouts: int,
                   profile: Path | None) -> tuple[subprocess.Popen, list[tuple[str, str]]]:
     port = free_port()
     env = {**os.environ, "HARNESSRL_ADMIN_TOKEN": ADMIN_TOKEN}
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port),
-           "--db", f"sqlite:///{workdir / 'bench.db'}"]
+    db_url, config = store_url(store, workdir, cleanup)
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", db_url]
+    if config is not None:
+        cmd += ["--config", str(config)]
     if profile is not None:  # py-spy samples the gateway for the whole run (raw collapsed stacks)
-        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "500", "-f", "raw", "-o", str(profile),
-               "--", *cmd]
-    proc = pinned(0, cmd, env)
+        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "500", "-f", "raw", "-o",
+               str(profile.with_suffix(f".{store}{profile.suffix}")), "--", *cmd]
+    proc = pinned(GATEWAY_CORE, cmd, env)
     wait_healthy(f"http://127.0.0.1:{port}/health", proc)
     admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
     admin.post("/v1/admin/models", json={"name": "policy", "base_url": upstream_url}).raise_for_status()
@@ -96,43 +134,65 @@ def setup_gateway(workdir: Path, upstream_url: str, rollouts: int,
     return proc, [(c["base_url"] + "/chat/completions", c["api_key"]) for c in created]
 
 
+def measure_point(store: str, gateway: subprocess.Popen, routes: list[tuple[str, str]], upstream_url: str,
+                  clients: int, seconds: float) -> dict:
+    """One client count against one store's gateway, beside a direct run of the same load just before it."""
+    d = summarize(*asyncio.run(run_load([(upstream_url + "/chat/completions", "unused")], clients, seconds)))
+    cpu_before = cpu_seconds(gateway.pid)
+    g = summarize(*asyncio.run(run_load(routes, clients, seconds)))
+    g["cpu_ms_per_call"] = (cpu_seconds(gateway.pid) - cpu_before) * 1000 / g["calls"]
+    point = {"store": store, "clients": clients, "direct": d, "gateway": g,
+             "added_p50_ms": g["p50_ms"] - d["p50_ms"], "added_p99_ms": g["p99_ms"] - d["p99_ms"]}
+    print(f"{store:>13} {clients:>3} clients | direct p50 {d['p50_ms']:.2f} ms p99 {d['p99_ms']:.2f} ms "
+          f"{d['calls_per_s']:.0f}/s | gateway p50 {g['p50_ms']:.2f} ms p99 {g['p99_ms']:.2f} ms "
+          f"{g['calls_per_s']:.0f}/s, {g['cpu_ms_per_call']:.3f} CPU ms/call | "
+          f"added p50 {point['added_p50_ms']:.2f} ms", flush=True)
+    return point
+
+
+def measure(workdir: Path, upstream_url: str, args: argparse.Namespace) -> list[dict]:
+    """Every store's gateway started at once (idle ones wait on the same core), then for each round and client count
+    the stores one after another: side by side, so a change of load on a shared machine hits them alike."""
+    with contextlib.ExitStack() as cleanup:
+        gateways = {}
+        for store in args.stores:
+            gateway, routes = setup_gateway(store, workdir, cleanup, upstream_url, max(args.clients), args.profile)
+            cleanup.callback(_stop, gateway)
+            asyncio.run(run_load(routes, 8, 1.0))  # warm up
+            gateways[store] = (gateway, routes)
+        asyncio.run(run_load([(upstream_url + "/chat/completions", "unused")], 8, 1.0))
+        return [{**measure_point(store, gateway, routes, upstream_url, clients, args.seconds), "round": r}
+                for r in range(args.rounds) for clients in args.clients
+                for store, (gateway, routes) in gateways.items()]
+
+
+def _stop(gateway: subprocess.Popen) -> None:
+    gateway.send_signal(signal.SIGINT)
+    gateway.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--stores", nargs="+", choices=STORES, default=list(STORES))
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every point, interleaved, this many times")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--profile", type=Path, default=None, help="py-spy the gateway into this file")
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy the gateway into this file (per store)")
     args = parser.parse_args()
     up_port = free_port()
-    upstream = pinned(1, [sys.executable, "-m", "gateway.scripted", "--port", str(up_port)])
+    upstream = pinned(LOAD_CORE, [sys.executable, "-m", "gateway.scripted", "--port", str(up_port)])
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     wait_healthy(upstream_url + "/models", upstream)
+    if _has_taskset():
+        os.sched_setaffinity(0, {LOAD_CORE})
     with tempfile.TemporaryDirectory() as tmp:
-        gateway, routes = setup_gateway(Path(tmp), upstream_url, max(args.clients), args.profile)
-        if _has_taskset():
-            os.sched_setaffinity(0, {1})
-        direct = [(upstream_url + "/chat/completions", "unused")]
-        results = []
         try:
-            asyncio.run(run_load(routes, 8, 1.0))  # warm up both paths
-            asyncio.run(run_load(direct, 8, 1.0))
-            for clients in args.clients:
-                d = summarize(*asyncio.run(run_load(direct, clients, args.seconds)))
-                cpu_before = cpu_seconds(gateway.pid)
-                g = summarize(*asyncio.run(run_load(routes, clients, args.seconds)))
-                g["cpu_ms_per_call"] = (cpu_seconds(gateway.pid) - cpu_before) * 1000 / g["calls"]
-                results.append({"clients": clients, "direct": d, "gateway": g,
-                                "added_p50_ms": g["p50_ms"] - d["p50_ms"], "added_p99_ms": g["p99_ms"] - d["p99_ms"]})
-                print(f"{clients:>3} clients | direct p50 {d['p50_ms']:.2f} ms p99 {d['p99_ms']:.2f} ms "
-                      f"{d['calls_per_s']:.0f}/s | gateway p50 {g['p50_ms']:.2f} ms p99 {g['p99_ms']:.2f} ms "
-                      f"{g['calls_per_s']:.0f}/s, {g['cpu_ms_per_call']:.3f} CPU ms/call | "
-                      f"added p50 {results[-1]['added_p50_ms']:.2f} ms", flush=True)
+            results = measure(Path(tmp), upstream_url, args)
         finally:
-            gateway.send_signal(signal.SIGINT)
             upstream.terminate()
-            gateway.wait(timeout=60)
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-              "gateway_core": 0 if _has_taskset() else None, "results": results}
+              "gateway_core": GATEWAY_CORE if _has_taskset() else None, "results": results}
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 

@@ -7,8 +7,13 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from controller.config import ControllerConfig
+    from controller.runners.harness_sandbox import HarnessSandbox
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -68,7 +73,14 @@ def _runner(cfg, admin):
         return KubernetesRunner(cfg.kubernetes, cfg.concurrency, admin)
     from controller.runners.local import LocalRunner
 
-    return LocalRunner(cfg.concurrency, kill_grace_s=cfg.kill_grace_s)
+    return LocalRunner(cfg.concurrency, kill_grace_s=cfg.kill_grace_s, sandbox=harness_sandbox(cfg))
+
+
+def harness_sandbox(cfg: ControllerConfig) -> HarnessSandbox:
+    """How the LocalRunner sandboxes harnesses under `cfg` (the network switch; everything else fixed)."""
+    from controller.runners.harness_sandbox import HarnessSandbox
+
+    return HarnessSandbox(allow_network=cfg.harness_network == "host")
 
 
 if __name__ == "__main__":

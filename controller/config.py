@@ -59,6 +59,9 @@ class ControllerConfig(BaseModel):
     logs_dir: Path = Field(default=Path("harnessrl-logs"), description="Parent of the attempts' stdout/stderr files.")
     keep_workdirs: bool = Field(default=False, description="Keep working directories after grading (debugging).")
     harness_env: dict[str, str] = Field(default_factory=dict, description="Extra variables given to every harness.")
+    harness_network: Literal["gateway", "host"] = Field(
+        default="gateway", description="LocalRunner harnesses' network: only their rollout's gateway path, or 'host' "
+        "(the network allowed: weakens the network and nothing else; the store, the project and secrets stay out).")
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="KubernetesRunner settings.")
 
 

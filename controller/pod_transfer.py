@@ -28,7 +28,8 @@ print(f"[harnessrl] {name}: {len(data)} bytes extracted into {target}", file=sys
 """
 
 RUN_AND_RETURN_PROGRAM = """\
-import io, os, signal, subprocess, sys, tarfile, urllib.request
+import ctypes, io, os, signal, subprocess, sys, tarfile, urllib.request
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the agent's commands (same uid) cannot read our environ
 target, name, command = sys.argv[1], sys.argv[2], sys.argv[3:]
 try:
     child = subprocess.Popen(command)

@@ -24,7 +24,7 @@ from controller.outcomes import Outcome
 from controller.recipe import Recipe
 from controller.recipes import get_recipe
 from controller.report import report_attempt
-from controller.runners.base import Runner, RunResult, Termination
+from controller.runners.base import OrphanReaper, Runner, RunResult, Termination
 from gateway.client import GatewayAPIError, GatewayClient
 from gateway.records import EventKind, FailureKind, Rollout, RolloutState
 
@@ -60,6 +60,7 @@ class Reconciler:
         self._reporting: dict[str, tuple[_Active, Future]] = {}  # ended attempts being graded and reported
         self._pool = ThreadPoolExecutor(config.grade_workers, thread_name_prefix="harnessrl-report")
         self.stats = ReconcileStats()
+        self._orphans_reaped = False
 
     def idle(self) -> bool:
         """True when no attempt is running or being reported."""
@@ -67,6 +68,8 @@ class Reconciler:
 
     def tick(self) -> int:
         """One reconcile pass; returns how many rollouts were claimed."""
+        if not self._orphans_reaped:
+            self._reap_orphans()
         self._collect_ended()
         self._collect_reports()
         self._renew_leases()
@@ -84,6 +87,23 @@ class Reconciler:
         finally:
             self.shutdown()
         return self.stats
+
+    def _reap_orphans(self) -> None:
+        """Once, before the first claim: stop what an earlier life of this controller left running (its leases
+        expire in the gateway, which requeues those rollouts)."""
+        if not isinstance(self.runner, OrphanReaper):
+            self._orphans_reaped = True
+            return
+        try:
+            reaped = self.runner.reap_orphans(self.config.controller_id, set(self._active))
+        except Exception as exc:  # noqa: BLE001 - an unreachable cluster: look again next tick
+            log.warning("could not look for orphaned attempts of %s, retrying next tick: %s",
+                        self.config.controller_id, exc)
+            return
+        self._orphans_reaped = True
+        if reaped:
+            log.warning("stopped %d attempts left by an earlier life of %s: %s", len(reaped),
+                        self.config.controller_id, ", ".join(reaped))
 
     def _claim_and_start(self) -> int:
         free = self.runner.free_slots()
@@ -130,7 +150,8 @@ class Reconciler:
             self._fail_now(rollout, f"{error}; all {rollout.max_attempts} attempts used")
             return
         try:
-            self.admin.set_state(rollout.id, RolloutState.QUEUED, error=f"{error}; requeued")
+            self.admin.set_state(rollout.id, RolloutState.QUEUED, error=f"{error}; requeued", attempt=rollout.attempt,
+                                 controller_id=self.config.controller_id)
             self._count("queued")
         except GATEWAY_ERRORS as gateway_exc:
             log.warning("could not requeue rollout %s (its lease will expire and requeue it): %s",
@@ -140,7 +161,8 @@ class Reconciler:
         """Fail a rollout that no retry can fix (unknown recipe, attempts spent)."""
         log.error("%s", error)
         try:
-            self.admin.set_state(rollout.id, RolloutState.FAILED, FailureKind.INFRA, error)
+            self.admin.set_state(rollout.id, RolloutState.FAILED, FailureKind.INFRA, error, attempt=rollout.attempt,
+                                 controller_id=self.config.controller_id)
             self._count("failed:infra")
         except GATEWAY_ERRORS as exc:
             log.warning("could not fail rollout %s (its lease will expire): %s", rollout.id, exc)

@@ -1,4 +1,8 @@
-"""Report an ended attempt: classify it, grade it in this process, post the reward as the grader, set the state."""
+"""Report an ended attempt: classify it, grade it in this process, post the reward as the grader, set the state.
+
+Both writes name the attempt and this controller's lease, so the gateway refuses them (409) once the attempt is no
+longer current or the lease was lost; nothing is then reported.
+"""
 
 from __future__ import annotations
 
@@ -28,15 +32,16 @@ def report_attempt(attempt: Attempt, result: RunResult, admin: GatewayClient, gr
                        grade_agent_failures=getattr(attempt.recipe, "grade_agent_failures", False))
     retryable = True
     if outcome.graded:
-        outcome, retryable = _grade(attempt, result, calls, grader, outcome)
+        outcome, retryable = _grade(attempt, result, calls, grader, outcome, controller_id)
     final = settle(outcome, number, attempt.rollout.max_attempts) if retryable else outcome
-    admin.set_state(rollout_id, final.state, final.failure_kind, final.error)
+    admin.set_state(rollout_id, final.state, final.failure_kind, final.error, attempt=number,
+                    controller_id=controller_id)
     log.info("rollout %s attempt %s: %s %s", rollout_id, number, final.state, final.error or "")
     return final
 
 
-def _grade(attempt: Attempt, result: RunResult, calls: list, grader: GatewayClient,
-           outcome: Outcome) -> tuple[Outcome, bool]:
+def _grade(attempt: Attempt, result: RunResult, calls: list, grader: GatewayClient, outcome: Outcome,
+           controller_id: str) -> tuple[Outcome, bool]:
     """Run the grader and post its reward; a grader that raises fails the rollout, not retried: (outcome, retryable)."""
     graded = GradeInput(task=dict(attempt.spec.task), workdir=attempt.spec.workdir, calls=calls,
                         exit_code=result.exit_code)
@@ -47,5 +52,6 @@ def _grade(attempt: Attempt, result: RunResult, calls: list, grader: GatewayClie
         return Outcome(RolloutState.FAILED, FailureKind.INFRA,
                        f"grader of recipe {attempt.recipe.name!r} raised {type(exc).__name__}: {exc}; "
                        "fix the grader (the harness is not re-run for a grader error)", graded=False), False
-    grader.post_reward(attempt.rollout.id, grade.reward, grade.details)
+    grader.post_reward(attempt.rollout.id, grade.reward, grade.details, attempt=attempt.rollout.attempt,
+                       controller_id=controller_id)
     return outcome, True

@@ -8,6 +8,7 @@ directory is always complete and a second `prepare_model` call returns at once.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -65,10 +66,16 @@ def smollm2_gguf_path() -> Path:
 
 def _load_gguf_tokenizer():
     """The SmolLM2 tokenizer (with its ChatML chat template) read from the GGUF metadata only."""
+    return _tokenizer_from_gguf(smollm2_gguf_path())
+
+
+@functools.cache
+def _tokenizer_from_gguf(gguf: Path):
+    """The tokenizer in `gguf`'s metadata (about 15 s: read once per process and file, so that preparing `tiny` and
+    SmolLM2 in one command reads it once)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
-    gguf = smollm2_gguf_path()
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,13 +12,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway.asgi import as_json_request, read_body, send_error
+from gateway.asgi import as_json_request, header, read_body, send_error
+from gateway.auth import Role
 from gateway.config import GatewayConfig
 from gateway.context import GatewayContext, open_context
-from gateway.errors import BadRequest, GatewayError, error_body
+from gateway.errors import BadRequest, Forbidden, GatewayError, InternalError, error_body
 from gateway.openapi import harness_paths
 from gateway.routes import artifacts, calls, control, models, rollouts
 from gateway.routes.harness import handle_harness
+
+log = logging.getLogger("harnessrl.gateway")
 
 
 def build_admin_app(config: GatewayConfig) -> FastAPI:
@@ -47,13 +51,20 @@ def build_admin_app(config: GatewayConfig) -> FastAPI:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GatewayError)
     async def gateway_error(_: Request, exc: GatewayError) -> Response:
-        return Response(exc.body(), status_code=exc.status, media_type="application/json")
+        return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> Response:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         err = BadRequest(f"invalid request: {problems}", param=_field(exc.errors()))
         return Response(err.body(), status_code=400, media_type="application/json")
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> Response:
+        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+        err = InternalError(f"the gateway failed on this request ({type(exc).__name__}); this is a bug of the "
+                            "gateway, reported in its log")
+        return Response(err.body(), status_code=err.status, media_type="application/json")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
@@ -74,6 +85,9 @@ def _extend_openapi(app: FastAPI) -> None:
     app.openapi = openapi
 
 
+PUBLIC_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
 class GatewayApp:
     """The ASGI application of one gateway."""
 
@@ -90,13 +104,24 @@ class GatewayApp:
             await handle_harness(self.context, scope, receive, send)
             return
         if scope["type"] == "http":
-            try:  # read the body here so that chunked bodies are bounded too
-                body = await read_body(scope, receive, self.config.max_body_bytes)
+            try:
+                self._admit(scope)  # the credential first: nothing of the body is read for a stranger
+                body = await read_body(scope, receive, self.config.max_body_bytes)  # chunked bodies are bounded too
             except GatewayError as error:
                 await send_error(send, error)
                 return
             scope, receive = as_json_request(scope, body), _replay(body, receive)
         await self.admin(scope, receive, send)
+
+
+    def _admit(self, scope: dict) -> None:
+        """Unauthorized or Forbidden unless the caller of a non-public admin path holds an admin or grader token (the
+        routes then check which of the two they need)."""
+        if scope["path"] in PUBLIC_PATHS:
+            return
+        principal = self.context.auth.identify(header(scope, b"authorization"))
+        if principal.role == Role.ROLLOUT:
+            raise Forbidden("a rollout key may not use the admin API; it is valid only under /r/{rollout_id}/")
 
 
 def _replay(body: bytes, receive):

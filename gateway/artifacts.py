@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import schema
-from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from gateway.records import TERMINAL_STATES
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -48,18 +48,34 @@ def _rollout(conn: sa.Connection, rollout_id: str) -> sa.Row:
 
 
 def put_artifact(conn: sa.Connection, rollout_id: str, name: str, data: bytes, now: float, *,
-                 refuse_finished: bool) -> ArtifactInfo:
-    """Store (or replace) `name` under the rollout's current attempt; Conflict on a finished rollout if asked."""
+                 refuse_finished: bool, attempt: int | None = None, quota_bytes: int | None = None) -> ArtifactInfo:
+    """Store (or replace) `name` under the rollout's current attempt; Conflict on a finished rollout if asked, or
+    when `attempt` is given and is no longer the current one; PayloadTooLarge when the attempt's artifacts would
+    pass `quota_bytes`."""
     rollout = _rollout(conn, rollout_id)
     if refuse_finished and rollout.state in TERMINAL_STATES:
         raise Conflict(f"rollout {rollout_id!r} is {rollout.state}; its artifacts can no longer be written by the "
                        "harness", code="rollout_finished")
+    if attempt is not None and rollout.attempt != attempt:
+        raise Conflict(f"rollout {rollout_id!r} moved on to attempt {rollout.attempt}; an artifact of attempt "
+                       f"{attempt} is refused", code="stale_attempt")
+    if quota_bytes is not None:
+        _check_quota(conn, rollout_id, rollout.attempt, name, len(data), quota_bytes)
     key = (A.rollout_id == rollout_id) & (A.attempt == rollout.attempt) & (A.name == name)
     conn.execute(schema.artifacts.delete().where(key))
     conn.execute(schema.artifacts.insert().values(rollout_id=rollout_id, attempt=rollout.attempt, name=name,
                                                   data=data, size_bytes=len(data), created_at=now))
     return ArtifactInfo(rollout_id=rollout_id, attempt=rollout.attempt, name=name, size_bytes=len(data),
                         created_at=now)
+
+
+def _check_quota(conn: sa.Connection, rollout_id: str, attempt: int, name: str, size: int, quota_bytes: int) -> None:
+    others = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(A.size_bytes), 0)).where(
+        (A.rollout_id == rollout_id) & (A.attempt == attempt) & (A.name != name))).scalar()
+    if others + size > quota_bytes:
+        raise PayloadTooLarge(f"attempt {attempt} of rollout {rollout_id!r} holds {others} bytes of other artifacts; "
+                              f"{name!r} ({size} bytes) would pass the limit of {quota_bytes} bytes per attempt "
+                              "(max_artifact_bytes_per_attempt)", param="name", code="artifact_quota_exceeded")
 
 
 def get_artifact(conn: sa.Connection, rollout_id: str, name: str, attempt: int | None) -> bytes:

@@ -50,7 +50,8 @@ async def send_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, 
 
 async def send_error(send, error: GatewayError) -> None:
     """An OpenAI-style error response."""
-    await send_bytes(send, error.status, error.body())
+    headers = [(name.encode(), value.encode()) for name, value in error.headers().items()]
+    await send_bytes(send, error.status, error.body(), headers)
 
 
 def declares_json(scope: dict) -> bool:

@@ -1,7 +1,9 @@
 """Credentials: the admin token, an optional grader token, and per-rollout keys minted from a stored secret.
 
-A rollout key embeds its rollout id and an HMAC of it, so checking a key needs no database read, a key for another
-rollout is recognised (403, not 401), and the same key is returned when creation is retried.
+A rollout key embeds its rollout id, the attempt it was minted for and an HMAC of both, so checking a key needs no
+database read, a key for another rollout is recognised (403, not 401), and the same key is returned when creation is
+retried during one attempt. The routes compare the key's attempt with the rollout's current one (cached): after a
+requeue, the previous attempt's key records nothing more (409).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import hmac
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.errors import Forbidden, Unauthorized
+from gateway.errors import Conflict, Forbidden, Unauthorized
+from gateway.records import RolloutState
 
 KEY_PREFIX = "hrl"
 
@@ -30,8 +33,9 @@ class Role(StrEnum):
 class Principal:
     """An authenticated caller."""
 
-    role: Role
-    rollout_id: str | None = None
+    role: Role  # what the credential may do
+    rollout_id: str | None = None  # the rollout a rollout key belongs to
+    attempt: int | None = None  # the attempt a rollout key was minted for
 
 
 def _b64(data: bytes) -> str:
@@ -42,25 +46,45 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _mac(secret: bytes, rollout_id: str) -> str:
-    return _b64(hmac.new(secret, b"rollout-key:" + rollout_id.encode(), hashlib.sha256).digest()[:24])
+def _mac(secret: bytes, rollout_id: str, attempt: int) -> str:
+    message = b"rollout-key:" + rollout_id.encode() + b":" + str(attempt).encode()
+    return _b64(hmac.new(secret, message, hashlib.sha256).digest()[:24])
 
 
-def mint_rollout_key(secret: bytes, rollout_id: str) -> str:
-    """The rollout's API key: `hrl.<id>.<mac>` (deterministic, so idempotent creation returns the same key)."""
-    return f"{KEY_PREFIX}.{_b64(rollout_id.encode())}.{_mac(secret, rollout_id)}"
+def mint_rollout_key(secret: bytes, rollout_id: str, attempt: int) -> str:
+    """The key of one attempt of a rollout: `hrl.<id>.<attempt>.<mac>` (deterministic: a retried creation gets the
+    same key back while the attempt is the same)."""
+    return f"{KEY_PREFIX}.{_b64(rollout_id.encode())}.{attempt}.{_mac(secret, rollout_id, attempt)}"
 
 
-def rollout_of_key(secret: bytes, key: str) -> str | None:
-    """The rollout id a valid key belongs to, or None for anything forged or malformed."""
+def rollout_of_key(secret: bytes, key: str) -> tuple[str, int] | None:
+    """(rollout id, attempt) of a valid key, or None for anything forged or malformed."""
     parts = key.split(".")
-    if len(parts) != 3 or parts[0] != KEY_PREFIX:
+    if len(parts) != 4 or parts[0] != KEY_PREFIX or not parts[2].isascii() or not parts[2].isdigit():
         return None
     try:
         rollout_id = _unb64(parts[1]).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
-    return rollout_id if hmac.compare_digest(parts[2], _mac(secret, rollout_id)) else None
+    attempt = int(parts[2])
+    if str(attempt) != parts[2] or not hmac.compare_digest(parts[3], _mac(secret, rollout_id, attempt)):
+        return None
+    return rollout_id, attempt
+
+
+def check_key_attempt(principal: Principal, rollout_id: str, state: RolloutState, attempt: int, *,
+                      live: bool = True) -> None:
+    """Conflict (409 `stale_attempt`) when a rollout key is not for the rollout's current attempt or, with `live`
+    (writes), when that attempt (>= 1) is over (requeued or finished). Admin and grader credentials pass."""
+    if principal.role != Role.ROLLOUT:
+        return
+    if principal.attempt != attempt:
+        raise Conflict(f"this key belongs to attempt {principal.attempt} of rollout {rollout_id!r}, whose current "
+                       f"attempt is {attempt}; only the key of the current attempt is accepted (the controller "
+                       "hands it to the harness it starts)", code="stale_attempt")
+    if live and attempt > 0 and state != RolloutState.RUNNING:
+        raise Conflict(f"attempt {attempt} of rollout {rollout_id!r} is over (the rollout is {state}); its key "
+                       "records nothing more", code="stale_attempt")
 
 
 def bearer(authorization: str | None) -> str | None:
@@ -91,10 +115,10 @@ class Authenticator:
             return Principal(Role.ADMIN)
         if self._grader is not None and hmac.compare_digest(raw, self._grader):
             return Principal(Role.GRADER)
-        rollout_id = rollout_of_key(self._secret, token)
-        if rollout_id is None:
+        owner = rollout_of_key(self._secret, token)
+        if owner is None:
             raise Unauthorized("invalid credential: not an admin token, grader token or rollout key")
-        return Principal(Role.ROLLOUT, rollout_id)
+        return Principal(Role.ROLLOUT, *owner)
 
     def require_rollout(self, authorization: str | None, rollout_id: str) -> Principal:
         """Allow the rollout's own key (or the admin); another rollout's key is Forbidden."""

@@ -3,6 +3,8 @@
 Chat: top-level `prompt_token_ids`, `choices[i].token_ids`, `choices[i].logprobs.content[*].logprob`.
 Completions: `choices[i].prompt_token_ids` (or top-level), `choices[i].token_ids`, `choices[i].logprobs.token_logprobs`.
 Streams: the same fields spread over SSE chunks (prompt IDs once, each chunk's new IDs).
+An answer that breaks these shapes (a JSON list, `choices: [1]`, `policy_version: "abc"`, a token ID outside
+[0, 2^31), an undecodable chunk) is not guessed at: `Captured.broken` is set and `error` says what broke.
 """
 
 from __future__ import annotations
@@ -12,6 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+MAX_TOKEN_ID = 2**31 - 1  # token IDs are stored as int32
+MAX_CHOICES = 1024  # the largest `index` of a choice taken as valid
+
+
+class ProtocolError(ValueError):
+    """The upstream's answer breaks the OpenAI/vLLM shapes the gateway records."""
 
 
 @dataclass
@@ -27,6 +36,7 @@ class Captured:
     response_id: str | None = None
     policy_version: int | None = None
     error: str | None = None
+    broken: bool = False  # the answer breaks the protocol (error says how): an upstream error, answered 502
 
     @property
     def response_text(self) -> str:
@@ -34,56 +44,117 @@ class Captured:
         return "".join(self.text_parts)
 
 
+def _short(value: Any) -> str:
+    return repr(value)[:80]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ids(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not all(_is_int(v) and 0 <= v <= MAX_TOKEN_ID for v in value):
+        raise ProtocolError(f"{where} must be a list of token IDs in [0, 2^31), got {_short(value)}")
+    return value
+
+
 def _logprob(value: Any) -> float:
-    return float(value) if value is not None else math.nan
+    if value is None:
+        return math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ProtocolError(f"a logprob must be a number or null, got {_short(value)}")
 
 
-def _add_choice(cap: Captured, choice: dict[str, Any]) -> None:
+def _typed(container: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """`container[key]` when it is absent/null or of `kind`; ProtocolError otherwise."""
+    value = container.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise ProtocolError(f"{where}.{key} must be {getattr(kind, '__name__', kind)}, got {_short(value)}")
+    return value
+
+
+def _add_logprobs(cap: Captured, logprobs: dict[str, Any]) -> None:
+    content = _typed(logprobs, "content", list, "logprobs")
+    if content is not None:
+        if not all(isinstance(item, dict) for item in content):
+            raise ProtocolError(f"logprobs.content must be a list of objects, got {_short(content)}")
+        cap.response_logprobs.extend(_logprob(item.get("logprob")) for item in content)
+        return
+    token_logprobs = _typed(logprobs, "token_logprobs", list, "logprobs")
+    if token_logprobs is not None:
+        cap.response_logprobs.extend(_logprob(v) for v in token_logprobs)
+
+
+def _add_choice(cap: Captured, choice: Any) -> None:
     """Fold one choice (or one streamed choice delta) into `cap`."""
+    if not isinstance(choice, dict):
+        raise ProtocolError(f"a choice must be an object, got {_short(choice)}")
     index = choice.get("index", 0)
+    if not _is_int(index) or not 0 <= index < MAX_CHOICES:
+        raise ProtocolError(f"choice index must be an integer in [0, {MAX_CHOICES}), got {_short(index)}")
     cap.n_choices = max(cap.n_choices, index + 1)
     if index != 0:
         return
     if choice.get("prompt_token_ids"):
-        cap.prompt_token_ids = list(choice["prompt_token_ids"])
+        cap.prompt_token_ids = list(_ids(choice["prompt_token_ids"], "choices[0].prompt_token_ids"))
     if choice.get("token_ids"):
-        cap.response_token_ids.extend(choice["token_ids"])
-    logprobs = choice.get("logprobs")
-    if isinstance(logprobs, dict):
-        if logprobs.get("content") is not None:
-            cap.response_logprobs.extend(_logprob(item.get("logprob")) for item in logprobs["content"])
-        elif logprobs.get("token_logprobs") is not None:
-            cap.response_logprobs.extend(_logprob(v) for v in logprobs["token_logprobs"])
-    message = choice.get("message") or choice.get("delta")
-    if isinstance(message, dict):
-        if message.get("content"):
-            cap.text_parts.append(message["content"])
-    elif choice.get("text"):
-        cap.text_parts.append(choice["text"])
-    if choice.get("finish_reason") is not None:
-        cap.finish_reason = choice["finish_reason"]
+        cap.response_token_ids.extend(_ids(choice["token_ids"], "choices[0].token_ids"))
+    logprobs = _typed(choice, "logprobs", dict, "choices[0]")
+    if logprobs is not None:
+        _add_logprobs(cap, logprobs)
+    message = _typed(choice, "message", dict, "choices[0]") or _typed(choice, "delta", dict, "choices[0]")
+    text = _typed(message, "content", str, "message") if message else _typed(choice, "text", str, "choices[0]")
+    if text:
+        cap.text_parts.append(text)
+    finish_reason = _typed(choice, "finish_reason", str, "choices[0]")
+    if finish_reason is not None:
+        cap.finish_reason = finish_reason
 
 
-def _add_body(cap: Captured, body: dict[str, Any]) -> None:
+def _version(value: Any) -> int:
+    if _is_int(value) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise ProtocolError(f"policy_version must be a non-negative integer, got {_short(value)}")
+
+
+def _add_body(cap: Captured, body: Any) -> None:
     """Fold one response body or one stream chunk into `cap`."""
+    if not isinstance(body, dict):
+        raise ProtocolError(f"an answer must be a JSON object, got {type(body).__name__}")
     if body.get("error") is not None:
         error = body["error"]
         cap.error = error.get("message", str(error)) if isinstance(error, dict) else str(error)
         return
-    cap.response_id = cap.response_id or body.get("id")
+    cap.response_id = cap.response_id or _typed(body, "id", str, "answer")
     if body.get("prompt_token_ids"):
-        cap.prompt_token_ids = list(body["prompt_token_ids"])
+        cap.prompt_token_ids = list(_ids(body["prompt_token_ids"], "prompt_token_ids"))
     if body.get("policy_version") is not None:
-        cap.policy_version = int(body["policy_version"])
-    for choice in body.get("choices") or ():
+        cap.policy_version = _version(body["policy_version"])
+    for choice in _typed(body, "choices", list, "answer") or ():
         _add_choice(cap, choice)
 
 
-def capture_json(body: dict[str, Any]) -> Captured:
-    """Capture a non-streamed response body."""
-    cap = Captured()
-    _add_body(cap, body)
+def _broken(cap: Captured, problem: str) -> Captured:
+    cap.error, cap.broken = f"the upstream's answer breaks the protocol: {problem}", True
     return cap
+
+
+def capture_json(body: Any) -> Captured:
+    """Capture a non-streamed response body (any decoded JSON value; anything but the protocol's shapes is broken)."""
+    cap = Captured()
+    try:
+        _add_body(cap, body)
+    except ProtocolError as exc:
+        return _broken(Captured(), str(exc))
+    return cap
+
+
+def parse_version_header(value: str | None) -> int | None:
+    """The `x-policy-version` header as an integer (None when absent); ProtocolError when it is not one."""
+    return None if value is None else _version(value.strip())
 
 
 def capture_sse(stream: bytes) -> Captured:
@@ -96,10 +167,9 @@ def capture_sse(stream: bytes) -> Captured:
         if not payload or payload == b"[DONE]":
             continue
         try:
-            chunk = orjson.loads(payload)
+            _add_body(cap, orjson.loads(payload))
         except orjson.JSONDecodeError:
-            cap.error = f"undecodable stream chunk: {payload[:200]!r}"
-            continue
-        if isinstance(chunk, dict):
-            _add_body(cap, chunk)
+            return _broken(cap, f"undecodable stream chunk: {payload[:200]!r}")
+        except ProtocolError as exc:
+            return _broken(cap, str(exc))
     return cap

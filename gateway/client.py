@@ -118,14 +118,19 @@ class GatewayClient:
         return Rollout.model_validate(self._call("POST", f"/v1/admin/rollouts/{rollout_id}/lease", json=body))
 
     def set_state(self, rollout_id: str, state: RolloutState, failure_kind: FailureKind | None = None,
-                  error: str | None = None) -> Rollout:
-        """Move a rollout along the state machine."""
-        body = RolloutPatch(state=state, failure_kind=failure_kind, error=error).model_dump(mode="json")
+                  error: str | None = None, *, attempt: int | None = None,
+                  controller_id: str | None = None) -> Rollout:
+        """Move a rollout along the state machine (fenced: 409 unless `attempt` is current and `controller_id` holds
+        the lease, for each one given)."""
+        body = RolloutPatch(state=state, failure_kind=failure_kind, error=error, attempt=attempt,
+                            controller_id=controller_id).model_dump(mode="json")
         return Rollout.model_validate(self._call("PATCH", f"/v1/admin/rollouts/{rollout_id}", json=body))
 
-    def post_reward(self, rollout_id: str, reward: float, details: dict[str, Any] | None = None) -> Rollout:
-        """Post the grader's reward."""
-        body = RewardIn(reward=reward, details=details or {}).model_dump()
+    def post_reward(self, rollout_id: str, reward: float, details: dict[str, Any] | None = None, *,
+                    attempt: int | None = None, controller_id: str | None = None) -> Rollout:
+        """Post the grader's reward (fenced like `set_state`; final once the rollout is finished)."""
+        body = RewardIn(reward=reward, details=details or {}, attempt=attempt,
+                        controller_id=controller_id).model_dump()
         return Rollout.model_validate(self._call("POST", f"/v1/admin/rollouts/{rollout_id}/reward", json=body))
 
     def post_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any]) -> Event:

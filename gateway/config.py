@@ -26,7 +26,16 @@ class GatewayConfig(BaseModel):
     retry_budget_s: float = Field(default=60.0, gt=0, description="Total time allowed for retries of one call.")
     pause_hold_timeout_s: float = Field(default=1800.0, gt=0, description="Longest a call is held by a pause.")
     pause_drain_timeout_s: float = Field(default=900.0, gt=0, description="Longest `pause` waits for in-flight calls.")
-    sqlite_synchronous: str = Field(default="NORMAL", description="SQLite synchronous level; FULL survives power loss.")
+    sqlite_synchronous: str = Field(default="NORMAL", description="SQLite synchronous level: NORMAL survives a killed "
+                                    "process, FULL a power cut too at one fsync per commit (README: Durability).")
+    max_calls_per_attempt: int = Field(default=10_000, gt=0,
+                                       description="Most calls one rollout attempt may make (429 after).")
+    max_artifact_bytes_per_attempt: int = Field(default=256 * 1024 * 1024, gt=0,
+                                                description="Most artifact bytes a harness stores per attempt (413).")
+    max_event_bytes_per_attempt: int = Field(default=16 * 1024 * 1024, gt=0,
+                                             description="Most event payload bytes a harness posts per attempt (413).")
+    store_lock_wait_s: float = Field(default=0.75, gt=0, le=30,
+                                     description="Longest a write waits for a locked or busy database (503 after).")
     cache_rollouts: bool = Field(default=True, description="Cache rollout state in memory (one gateway per store).")
     admin_token: str | None = Field(default=None, description="Admin token; default $HARNESSRL_ADMIN_TOKEN.")
     grader_token: str | None = Field(default=None, description="Grader token; default $HARNESSRL_GRADER_TOKEN.")

@@ -40,7 +40,7 @@ async def open_context(config: GatewayConfig) -> GatewayContext:
     if not admin_token:
         raise SystemExit("no admin token: set HARNESSRL_ADMIN_TOKEN (or admin_token in the gateway config)")
     store = SqlStore(config.db_url, sqlite_synchronous=config.sqlite_synchronous,
-                     cache_rollouts=config.cache_rollouts)
+                     cache_rollouts=config.cache_rollouts, lock_wait_s=config.store_lock_wait_s)
     grader_token = config.grader_token or os.environ.get("HARNESSRL_GRADER_TOKEN") or None
     auth = Authenticator(admin_token, grader_token, await store.secret())
     retry = RetryPolicy(config.retry_attempts, config.retry_backoff_s, config.retry_budget_s)

@@ -23,6 +23,10 @@ class GatewayError(Exception):
         """The JSON body sent to the client."""
         return error_body(self.message, self.type, code=self.code, param=self.param)
 
+    def headers(self) -> dict[str, str]:
+        """Extra response headers (Retry-After on a 503 or 429)."""
+        return {}
+
 
 class BadRequest(GatewayError):
     status, type, code = 400, "invalid_request_error", "invalid_request"
@@ -60,8 +64,34 @@ class UpstreamUnavailable(GatewayError):
     status, type, code = 502, "upstream_error", "upstream_unavailable"
 
 
+class UpstreamProtocolError(GatewayError):
+    status, type, code = 502, "upstream_error", "upstream_protocol_error"
+
+
 class PausedTooLong(GatewayError):
     status, type, code = 503, "server_error", "paused_too_long"
+
+
+class InternalError(GatewayError):
+    """A bug of the gateway's own: answered as an OpenAI-style error (never a bare 500) and logged with its trace."""
+
+    status, type, code = 500, "server_error", "internal_error"
+
+
+class StoreUnavailable(GatewayError):
+    """The database is locked, busy, full or unreachable: nothing was written; retry after `retry_after_s`."""
+
+    status, type, code = 503, "server_error", "store_unavailable"
+    retry_after_s = 1
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s)}
+
+
+class QuotaExceeded(GatewayError):
+    """A per-rollout count quota (calls) is spent: 429; the message names the limit and its setting."""
+
+    status, type, code = 429, "rate_limit_error", "quota_exceeded"
 
 
 def error_body(message: str, type_: str, *, code: str | None = None, param: str | None = None) -> bytes:

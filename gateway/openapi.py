@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 _ERR = {"description": "OpenAI-style error: {\"error\": {message, type, param, code}}"}
-_ERRORS = {"400": _ERR, "401": _ERR, "403": _ERR, "404": _ERR, "409": _ERR, "413": _ERR, "502": _ERR, "503": _ERR}
+_ERRORS = {"400": _ERR, "401": _ERR, "403": _ERR, "404": _ERR, "409": _ERR, "413": _ERR, "429": _ERR,
+           "502": _ERR, "503": _ERR}
 _ROLLOUT = {"name": "rollout_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _SECURITY = [{"rolloutKey": []}]
 _NAME = {"name": "name", "in": "path", "required": True,

@@ -13,16 +13,17 @@ from typing import Any
 
 import orjson
 
-from gateway.capture import Captured, capture_json, capture_sse
+from gateway.asgi import send_error
+from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, parse_version_header
 from gateway.context import GatewayContext
-from gateway.errors import BadRequest, GatewayError, UpstreamUnavailable, error_body
+from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
 from gateway.records import CallStatus, ModelRecord, RolloutMode
 from gateway.tokens import pack_floats, pack_ids
 from gateway.upstream import UpstreamFailed
 
 CHAT, COMPLETION = "chat", "completion"
 PATHS = {CHAT: "/chat/completions", COMPLETION: "/completions"}
-DONE_MARK = b"data: [DONE]"
+DONE_TOKEN = b"[DONE]"  # the final SSE event is `data: [DONE]`
 
 
 def parse_request(raw: bytes, kind: str) -> dict[str, Any]:
@@ -89,11 +90,12 @@ def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status
 
 
 def _version(cap: Captured, header_value: str | None, fallback: int) -> int:
+    """The answer's policy version: its body's, else its header's, else the endpoint's (ProtocolError on a bad
+    header)."""
     if cap.policy_version is not None:
         return cap.policy_version
-    if header_value is not None and header_value.isdigit():
-        return int(header_value)
-    return fallback
+    parsed = parse_version_header(header_value)
+    return fallback if parsed is None else parsed
 
 
 def _answer_headers(ctx: CallContext, version: int) -> list[tuple[bytes, bytes]]:
@@ -109,13 +111,14 @@ async def forward_unary(svc: GatewayContext, ctx: CallContext, body: bytes, send
         except UpstreamFailed as exc:
             await _record_failure(svc, ctx, exc, send)
             return
-        cap = Captured()
-        if status == 200:
-            try:
-                cap = capture_json(orjson.loads(payload))
-            except orjson.JSONDecodeError:
-                cap.error = "upstream answered 200 with a body that is not JSON"
-        version = _version(cap, version_header, ctx.endpoint.version)
+        cap = _capture_unary(status, payload)
+        try:
+            version = _version(cap, version_header, ctx.endpoint.version)
+        except ProtocolError as exc:
+            cap, version = Captured(error=f"the upstream's answer breaks the protocol: {exc}", broken=True), None
+        if cap.broken or status >= 500:
+            await _record_protocol_failure(svc, ctx, status, cap.error, payload, send)
+            return
         failed = status != 200 or cap.error is not None
         error = (cap.error or payload[:2000].decode("utf-8", "replace")) if failed else None
         await svc.store.insert_call(call_row(ctx, cap, status=CallStatus.ERROR if failed else CallStatus.OK,
@@ -125,6 +128,26 @@ async def forward_unary(svc: GatewayContext, ctx: CallContext, body: bytes, send
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(payload)).encode()), *_answer_headers(ctx, version)]})
         await send({"type": "http.response.body", "body": payload})
+
+
+def _capture_unary(status: int, payload: bytes) -> Captured:
+    if status != 200:
+        return Captured()
+    try:
+        decoded = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return Captured(error="the upstream's answer breaks the protocol: a 200 body that is not JSON", broken=True)
+    return capture_json(decoded)
+
+
+async def _record_protocol_failure(svc: GatewayContext, ctx: CallContext, status: int, problem: str | None,
+                                   payload: bytes, send) -> None:
+    """An answer that breaks the protocol, or an upstream 5xx: recorded as an upstream error, answered 502."""
+    reason = problem or f"the upstream answered HTTP {status}: {payload[:500].decode('utf-8', 'replace')}"
+    error = UpstreamProtocolError(f"{reason} (upstream {ctx.endpoint.base_url}); the answer was not used")
+    await svc.store.insert_call(call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
+                                         error=reason, response_raw=payload, policy_version=None))
+    await send_error(send, error)
 
 
 async def _record_failure(svc: GatewayContext, ctx: CallContext, exc: UpstreamFailed, send) -> None:
@@ -153,35 +176,69 @@ async def forward_stream(svc: GatewayContext, ctx: CallContext, body: bytes, sen
 
 async def _relay(svc: GatewayContext, ctx: CallContext, response, send) -> None:
     status = response.status
-    version_header = response.headers.get("x-policy-version")
+    try:
+        header_version = parse_version_header(response.headers.get("x-policy-version"))
+    except ProtocolError as exc:
+        await _record_protocol_failure(svc, ctx, status, f"the upstream's answer breaks the protocol: {exc}",
+                                       await response.read(), send)
+        return
+    if status >= 500:
+        await _record_protocol_failure(svc, ctx, status, None, await response.read(), send)
+        return
     content_type = response.headers.get("content-type", "text/event-stream").encode()
+    version = ctx.endpoint.version if header_version is None else header_version
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache"),
-                            *_answer_headers(ctx, ctx.endpoint.version if version_header is None
-                                             else int(version_header))]})
+                            *_answer_headers(ctx, version)]})
+    received, held, stream_error = await _pass_through(response, send)
+    raw = b"".join(received)
+    cap = capture_sse(raw) if status == 200 else Captured(error=raw[:2000].decode("utf-8", "replace"))
+    if stream_error is None and cap.broken:
+        held = _error_event(cap.error or "broken stream", "upstream_protocol_error")
+    error = stream_error or cap.error
+    try:
+        await svc.store.insert_call(call_row(
+            ctx, cap, status=CallStatus.ERROR if error or status != 200 else CallStatus.OK, http_status=status,
+            error=error, response_raw=raw, policy_version=cap.policy_version if cap.policy_version is not None
+            else version))
+    except GatewayError as exc:  # not recorded: the harness must not take the answer as final
+        held = _error_event(exc.message, exc.code or "store_unavailable")
+    await send({"type": "http.response.body", "body": held, "more_body": False})
+
+
+def _error_event(message: str, code: str) -> bytes:
+    return b"data: " + error_body(message, "upstream_error", code=code) + b"\n\n"
+
+
+async def _pass_through(response, send) -> tuple[list[bytes], bytes, str | None]:
+    """Relay the stream's complete lines as they come, holding back the line with `[DONE]` and everything after it
+    (and any incomplete last line): (every chunk received, the bytes held back, why the stream broke or None)."""
     received: list[bytes] = []
-    held = b""
-    stream_error: str | None = None
+    pending = b""
+    done = False
     try:
         async for chunk in response.content.iter_any():
             received.append(chunk)
-            if held:
-                held += chunk
+            if done:
+                pending += chunk
                 continue
-            mark = chunk.find(DONE_MARK)
-            if mark >= 0:
-                chunk, held = chunk[:mark], chunk[mark:]
-            if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            ready, pending, done = split_held(pending + chunk)
+            if ready:
+                await send({"type": "http.response.body", "body": ready, "more_body": True})
     except GatewayError:
         raise
     except Exception as exc:  # the engine dropped the stream: record what came, tell the harness
-        stream_error = f"upstream stream broke: {type(exc).__name__}: {exc}"
-        held = b"data: " + error_body(stream_error, "upstream_error", code="stream_broken") + b"\n\n"
-    raw = b"".join(received)
-    cap = capture_sse(raw) if status == 200 else Captured(error=raw[:2000].decode("utf-8", "replace"))
-    error = stream_error or cap.error
-    await svc.store.insert_call(call_row(
-        ctx, cap, status=CallStatus.ERROR if error or status != 200 else CallStatus.OK, http_status=status,
-        error=error, response_raw=raw, policy_version=_version(cap, version_header, ctx.endpoint.version)))
-    await send({"type": "http.response.body", "body": held, "more_body": False})
+        error = f"upstream stream broke: {type(exc).__name__}: {exc}"
+        return received, _error_event(error, "stream_broken"), error
+    return received, pending, None
+
+
+def split_held(data: bytes) -> tuple[bytes, bytes, bool]:
+    """(what may be sent now, what is held back, whether the final event was seen): complete lines before the line
+    holding `[DONE]` go now; that line and everything after it, or an incomplete last line, are held."""
+    mark = data.find(DONE_TOKEN)
+    if mark >= 0:
+        start = data.rfind(b"\n", 0, mark) + 1
+        return data[:start], data[start:], True
+    end = data.rfind(b"\n") + 1
+    return data[:end], data[end:], False

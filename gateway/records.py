@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MAX_ATTEMPT = 1_000_000  # the largest attempt number a request may name (the store's integers are 64-bit)
+MAX_CURSOR = 2**63 - 1  # the largest `finished` cursor (SQLite's and PostgreSQL's BIGINT)
 
 class RolloutState(StrEnum):
     """Lifecycle of one rollout; the store enforces TRANSITIONS."""
@@ -142,6 +144,10 @@ class RolloutPatch(WireModel):
     state: RolloutState = Field(description="Target state; must be allowed by the state machine.")
     failure_kind: FailureKind | None = Field(default=None, description="Required when state is failed.")
     error: str | None = Field(default=None, max_length=20_000, description="Failure reason.")
+    attempt: int | None = Field(default=None, ge=0, le=MAX_ATTEMPT,
+                                description="The attempt this change is about; 409 when it is not the current one.")
+    controller_id: str | None = Field(default=None, min_length=1, max_length=200,
+                                      description="The lease holder making the change; 409 when it holds no lease.")
 
 
 class RewardIn(WireModel):
@@ -149,6 +155,10 @@ class RewardIn(WireModel):
 
     reward: float = Field(allow_inf_nan=False, description="The scalar reward.")
     details: dict[str, Any] = Field(default_factory=dict, description="Free-form grading details.")
+    attempt: int | None = Field(default=None, ge=0, le=MAX_ATTEMPT,
+                                description="The attempt graded; 409 when it is not the current one.")
+    controller_id: str | None = Field(default=None, min_length=1, max_length=200,
+                                      description="The lease holder posting it; 409 when it holds no lease.")
 
 
 class EventIn(WireModel):

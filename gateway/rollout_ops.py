@@ -1,6 +1,8 @@
 """Rollout write operations, each run on the writer connection inside one transaction.
 
-They enforce the state machine of `records.TRANSITIONS`, the lease rules, and idempotent creation.
+They enforce the state machine of `records.TRANSITIONS`, the lease rules, idempotent creation, and the fences of
+reward and state writes: a write naming an attempt that is not the current one, or a lease its writer does not hold,
+is refused (409) and changes nothing; a finished rollout's reward is final; a requeue drops the ended attempt's reward.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from gateway.records import (
     TRANSITIONS,
     EventKind,
     FailureKind,
+    RewardIn,
     Rollout,
     RolloutPatch,
     RolloutSpec,
@@ -26,6 +29,7 @@ from gateway.records import (
 )
 
 R = schema.rollouts.c
+FINISHED_SEQ_LOCK = 0x6872_6C5F_6669_6E  # "hrl_fin": PostgreSQL advisory lock key serializing finished_seq numbers
 
 
 def row_to_rollout(row: Any) -> Rollout:
@@ -83,8 +87,8 @@ def _check_same_spec(row: Any, spec: RolloutSpec) -> None:
 def claim_rollouts(conn: sa.Connection, controller_id: str, limit: int, lease_s: float,
                    now: float) -> tuple[list[Rollout], list[str]]:
     """Expire lost leases (requeue, or fail as infra when attempts are spent), then lease queued rollouts FIFO."""
-    expired = conn.execute(sa.select(schema.rollouts).where(
-        R.state == RolloutState.RUNNING.value, R.lease_expires_at < now)).all()
+    expired = conn.execute(sa.select(schema.rollouts).where(  # locked: another gateway on the store may be here
+        R.state == RolloutState.RUNNING.value, R.lease_expires_at < now).with_for_update(skip_locked=True)).all()
     for row in expired:
         reason = f"lease of {row.lease_owner!r} expired during attempt {row.attempt}"
         _requeue_or_fail(conn, row, reason, now)
@@ -101,6 +105,7 @@ def claim_rollouts(conn: sa.Connection, controller_id: str, limit: int, lease_s:
 
 
 def _requeue_or_fail(conn: sa.Connection, row: Any, reason: str, now: float) -> None:
+    conn.execute(schema.rollouts.update().where(R.id == row.id).values(reward=None))  # the attempt did not finish
     if row.attempt < row.max_attempts:
         conn.execute(schema.rollouts.update().where(R.id == row.id).values(
             state=RolloutState.QUEUED.value, lease_owner=None, lease_expires_at=None, error=reason))
@@ -113,6 +118,8 @@ def _requeue_or_fail(conn: sa.Connection, row: Any, reason: str, now: float) -> 
 
 def _finish(conn: sa.Connection, rollout_id: str, state: RolloutState, kind: FailureKind | None,
             error: str | None, now: float) -> None:
+    if conn.dialect.name == "postgresql":  # gateways sharing the store take finished_seq numbers one at a time
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(FINISHED_SEQ_LOCK)))
     last = conn.execute(sa.select(sa.func.max(R.finished_seq))).scalar() or 0
     conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(
         state=state.value, failure_kind=kind.value if kind else None, error=error, finished_at=now,
@@ -130,9 +137,22 @@ def renew_lease(conn: sa.Connection, rollout_id: str, controller_id: str, lease_
     return row_to_rollout(_load(conn, rollout_id))
 
 
+def check_fence(row: Any, attempt: int | None, controller_id: str | None) -> None:
+    """Conflict unless the write's attempt (when named) is the rollout's current one and its writer (when named)
+    holds the lease of a running rollout."""
+    if attempt is not None and attempt != row.attempt:
+        raise Conflict(f"rollout {row.id!r} is at attempt {row.attempt}, not {attempt}; a write for an attempt that "
+                       "is not current changes nothing", param="attempt", code="stale_attempt")
+    if controller_id is not None and row.state == RolloutState.RUNNING.value and row.lease_owner != controller_id:
+        raise Conflict(f"rollout {row.id!r} is leased by {row.lease_owner!r}, not {controller_id!r}; a controller "
+                       "that lost the lease may not write its state or reward", param="controller_id",
+                       code="lease_lost")
+
+
 def transition_rollout(conn: sa.Connection, rollout_id: str, patch: RolloutPatch, now: float) -> Rollout:
-    """Move a rollout along the state machine; invalid moves raise InvalidTransition (409)."""
+    """Move a rollout along the state machine; invalid moves and fenced-off writers raise Conflict (409)."""
     row = _load(conn, rollout_id)
+    check_fence(row, patch.attempt, patch.controller_id)
     current, target = RolloutState(row.state), patch.state
     if not can_transition(current, target):
         raise InvalidTransition(f"rollout {rollout_id!r}: {current} -> {target} is not allowed "
@@ -141,9 +161,9 @@ def transition_rollout(conn: sa.Connection, rollout_id: str, patch: RolloutPatch
         raise BadRequest("state=failed needs failure_kind 'agent' or 'infra'", param="failure_kind")
     if target != RolloutState.FAILED and patch.failure_kind is not None:
         raise BadRequest(f"failure_kind is only valid with state=failed, not {target}", param="failure_kind")
-    if target == RolloutState.QUEUED:
+    if target == RolloutState.QUEUED:  # a requeue: the ended attempt's reward goes with it
         conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(
-            state=target.value, lease_owner=None, lease_expires_at=None, error=patch.error))
+            state=target.value, lease_owner=None, lease_expires_at=None, error=patch.error, reward=None))
     elif target in TERMINAL_STATES:
         _finish(conn, rollout_id, target, patch.failure_kind, patch.error, now)
     else:
@@ -157,11 +177,18 @@ def _allowed(state: RolloutState) -> str:
     return ", ".join(sorted(s.value for s in TRANSITIONS[state])) or "none, it is terminal"
 
 
-def set_reward(conn: sa.Connection, rollout_id: str, reward: float, details: dict, now: float) -> Rollout:
-    """Record a reward; refused on queued and cancelled rollouts."""
+def set_reward(conn: sa.Connection, rollout_id: str, reward: RewardIn, now: float) -> Rollout:
+    """Record a running rollout's reward; refused on queued and cancelled rollouts and fenced writers. A finished
+    rollout's reward is final: the same value again is an idempotent no-op, another value a Conflict."""
     row = _load(conn, rollout_id)
+    check_fence(row, reward.attempt, reward.controller_id)
     if row.state in (RolloutState.QUEUED.value, RolloutState.CANCELLED.value):
         raise Conflict(f"rollout {rollout_id!r} is {row.state}; rewards are accepted once it has run")
-    conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(reward=reward))
-    _event(conn, rollout_id, row.attempt, EventKind.REWARD, {"reward": reward, "details": details}, now)
+    if row.state in TERMINAL_STATES:
+        if row.reward is not None and row.reward == reward.reward:
+            return row_to_rollout(row)
+        raise Conflict(f"rollout {rollout_id!r} is {row.state} with reward {row.reward}; a finished rollout's reward "
+                       "is final (post it before setting the final state)", param="reward", code="reward_final")
+    conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(reward=reward.reward))
+    _event(conn, rollout_id, row.attempt, EventKind.REWARD, {"reward": reward.reward, "details": reward.details}, now)
     return row_to_rollout(_load(conn, rollout_id))

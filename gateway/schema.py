@@ -40,19 +40,19 @@ calls = sa.Table(
     sa.Column("seq", sa.Integer, nullable=False),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("stream", sa.Boolean, nullable=False),
-    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("model", sa.Text, nullable=False),  # as the harness sent it: unbounded, as on SQLite
     sa.Column("upstream", sa.String(500)),
     sa.Column("status", sa.String(8), nullable=False),
     sa.Column("http_status", sa.Integer, nullable=False),
     sa.Column("error", sa.Text),
     sa.Column("request", sa.LargeBinary, nullable=False),
     sa.Column("response_raw", sa.LargeBinary),
-    sa.Column("response_id", sa.String(200)),
+    sa.Column("response_id", sa.Text),  # from the upstream: unbounded
     sa.Column("prompt_token_ids", sa.LargeBinary, nullable=False),
     sa.Column("response_token_ids", sa.LargeBinary, nullable=False),
     sa.Column("response_logprobs", sa.LargeBinary, nullable=False),
     sa.Column("response_text", sa.Text),
-    sa.Column("finish_reason", sa.String(32)),
+    sa.Column("finish_reason", sa.Text),  # from the upstream: unbounded
     sa.Column("n_choices", sa.Integer, nullable=False),
     sa.Column("policy_version", sa.Integer),
     sa.Column("latency_ms", sa.Float, nullable=False),

@@ -7,22 +7,40 @@ from pathlib import Path
 import sqlalchemy as sa
 
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+LOCK_TIMEOUT_S = 30.0
+"""Longest a statement waits for a lock another connection holds before it fails (SQLite's busy timeout,
+PostgreSQL's lock_timeout)."""
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+"""PostgreSQL URLs without a driver; SQLAlchemy would pick psycopg2, which the project does not install."""
 
 
-def make_engine(url: str, *, sqlite_synchronous: str = "NORMAL") -> sa.Engine:
-    """An engine for `url`; for SQLite: WAL journal, busy timeout, and BEGIN emitted by SQLAlchemy (savepoints work).
+def with_default_driver(url: str) -> str:
+    """`url` with psycopg 3 as the driver of a PostgreSQL URL that names none (the driver the gateway image ships)."""
+    for scheme in POSTGRES_SCHEMES:
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url.removeprefix(scheme)
+    return url
+
+
+def make_engine(url: str, *, sqlite_synchronous: str = "NORMAL", lock_timeout_s: float = LOCK_TIMEOUT_S) -> sa.Engine:
+    """An engine for `url`; for SQLite: WAL journal, busy timeout, and BEGIN emitted by SQLAlchemy (savepoints work);
+    for PostgreSQL: psycopg 3 unless the URL names a driver, and a lock timeout.
 
     `sqlite_synchronous=NORMAL` makes every commit survive a killed process (kill -9); FULL also survives power loss.
+    A statement that waits `lock_timeout_s` for another connection's lock fails (instead of hanging the writer).
     """
+    lock_timeout_ms = int(lock_timeout_s * 1000)
     if not url.startswith("sqlite"):
-        return sa.create_engine(url, pool_pre_ping=True)
+        url = with_default_driver(url)
+        connect_args = {"options": f"-c lock_timeout={lock_timeout_ms}"} if url.startswith("postgresql") else {}
+        return sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     level = sqlite_synchronous.upper()
     if level not in SYNCHRONOUS_LEVELS:
         raise ValueError(f"sqlite_synchronous={sqlite_synchronous!r}; use one of {', '.join(SYNCHRONOUS_LEVELS)}")
     database = sa.engine.make_url(url).database
     if database and database != ":memory:":
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": lock_timeout_s})
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:
@@ -30,7 +48,7 @@ def make_engine(url: str, *, sqlite_synchronous: str = "NORMAL") -> sa.Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={level}")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={lock_timeout_ms}")
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")

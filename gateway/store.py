@@ -20,8 +20,8 @@ import sqlalchemy as sa
 
 from gateway import artifacts, schema
 from gateway.artifacts import ArtifactInfo
-from gateway.committer import make_committer
-from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.committer import StoreBusy, make_committer
+from gateway.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StoreUnavailable
 from gateway.records import (
     CallRecord,
     Event,
@@ -29,6 +29,7 @@ from gateway.records import (
     FinishedPage,
     ModelIn,
     ModelRecord,
+    RewardIn,
     Rollout,
     RolloutMode,
     RolloutPatch,
@@ -65,8 +66,9 @@ class Store(Protocol):
     async def claim(self, controller_id: str, limit: int, lease_s: float) -> list[Rollout]: ...
     async def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float) -> Rollout: ...
     async def transition(self, rollout_id: str, patch: RolloutPatch) -> Rollout: ...
-    async def set_reward(self, rollout_id: str, reward: float, details: dict[str, Any]) -> Rollout: ...
-    async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any]) -> Event: ...
+    async def set_reward(self, rollout_id: str, reward: RewardIn) -> Rollout: ...
+    async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any], *,
+                        attempt: int | None = None, quota_bytes: int | None = None) -> Event: ...
     async def list_events(self, rollout_id: str) -> list[Event]: ...
     async def list_finished(self, after: int, limit: int, wait_s: float) -> FinishedPage: ...
     async def next_call_seq(self, rollout_id: str, attempt: int) -> int: ...
@@ -76,8 +78,8 @@ class Store(Protocol):
     async def set_model_version(self, name: str, version: int) -> list[ModelRecord]: ...
     async def delete_model(self, name: str, base_url: str | None) -> int: ...
     async def list_models(self) -> list[ModelRecord]: ...
-    async def put_artifact(self, rollout_id: str, name: str, data: bytes, *,
-                           refuse_finished: bool) -> ArtifactInfo: ...
+    async def put_artifact(self, rollout_id: str, name: str, data: bytes, *, refuse_finished: bool,
+                           attempt: int | None = None, quota_bytes: int | None = None) -> ArtifactInfo: ...
     async def get_artifact(self, rollout_id: str, name: str, attempt: int | None) -> bytes: ...
     async def secret(self) -> bytes: ...
     def close(self) -> None: ...
@@ -86,12 +88,14 @@ class Store(Protocol):
 class SqlStore:
     """`Store` over SQLAlchemy; one process owns the writer."""
 
-    def __init__(self, url: str, *, sqlite_synchronous: str = "NORMAL", cache_rollouts: bool = True) -> None:
+    def __init__(self, url: str, *, sqlite_synchronous: str = "NORMAL", cache_rollouts: bool = True,
+                 lock_wait_s: float = 0.75) -> None:
         self._engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
         schema.metadata.create_all(self._engine)
         self._finished = asyncio.Event()
         commits_wait_on_io = not url.startswith("sqlite") or sqlite_synchronous.upper() in ("FULL", "EXTRA")
-        self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io)
+        self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io,
+                                         lock_wait_s=lock_wait_s)
         self._cache_rollouts = cache_rollouts
         self._briefs: dict[str, RolloutBrief] = {}
         self._seqs: dict[tuple[str, int], int] = {}
@@ -101,7 +105,8 @@ class SqlStore:
 
     async def _write(self, fn, *, rollout_id: str | None = None, finishes: bool = False) -> Any:
         try:
-            return await self._committer.run(fn)
+            with unavailable_as_503():
+                return await self._committer.run(fn)
         finally:
             if rollout_id is not None:
                 self._briefs.pop(rollout_id, None)
@@ -110,7 +115,7 @@ class SqlStore:
 
     async def _read(self, fn) -> Any:
         def run() -> Any:
-            with self._engine.connect() as conn:
+            with unavailable_as_503(), self._engine.connect() as conn:
                 return fn(conn)
         return await asyncio.to_thread(run)
 
@@ -165,9 +170,9 @@ class SqlStore:
         return await self._write(lambda conn: transition_rollout(conn, rollout_id, patch, time.time()),
                                  rollout_id=rollout_id, finishes=True)
 
-    async def set_reward(self, rollout_id: str, reward: float, details: dict[str, Any]) -> Rollout:
-        """Record the grader's reward (and a reward event)."""
-        return await self._write(lambda conn: set_reward(conn, rollout_id, reward, details, time.time()),
+    async def set_reward(self, rollout_id: str, reward: RewardIn) -> Rollout:
+        """Record the grader's reward (and a reward event), fenced by its attempt and lease."""
+        return await self._write(lambda conn: set_reward(conn, rollout_id, reward, time.time()),
                                  rollout_id=rollout_id)
 
     async def list_finished(self, after: int, limit: int, wait_s: float) -> FinishedPage:
@@ -184,9 +189,12 @@ class SqlStore:
 
     # -- events ---------------------------------------------------------------------------------------------
 
-    async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any]) -> Event:
-        """Append an event to a rollout's log."""
-        return await self._write(lambda conn: _add_event(conn, rollout_id, kind, payload, time.time()))
+    async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any], *,
+                        attempt: int | None = None, quota_bytes: int | None = None) -> Event:
+        """Append an event to a rollout's log (409 when `attempt` is given and is no longer the current one; 413 when
+        the attempt's event payloads would pass `quota_bytes`)."""
+        return await self._write(lambda conn: _add_event(conn, rollout_id, kind, payload, time.time(), attempt,
+                                                         quota_bytes))
 
     async def list_events(self, rollout_id: str) -> list[Event]:
         """A rollout's events in order."""
@@ -213,7 +221,8 @@ class SqlStore:
 
     async def insert_call(self, row: dict[str, Any]) -> None:
         """Durably record one call (group-committed)."""
-        await self._committer.run_insert(schema.calls, row)
+        with unavailable_as_503():
+            await self._committer.run_insert(schema.calls, row)
 
     async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]:
         """A rollout's calls ordered by attempt and arrival."""
@@ -259,10 +268,13 @@ class SqlStore:
 
     # -- artifacts ------------------------------------------------------------------------------------------
 
-    async def put_artifact(self, rollout_id: str, name: str, data: bytes, *, refuse_finished: bool) -> ArtifactInfo:
-        """Store a blob under the rollout's current attempt (409 on a finished rollout with `refuse_finished`)."""
+    async def put_artifact(self, rollout_id: str, name: str, data: bytes, *, refuse_finished: bool,
+                           attempt: int | None = None, quota_bytes: int | None = None) -> ArtifactInfo:
+        """Store a blob under the rollout's current attempt (409 on a finished rollout with `refuse_finished`, or
+        when `attempt` is given and is no longer the current one; 413 past `quota_bytes` per attempt)."""
         return await self._write(lambda conn: artifacts.put_artifact(
-            conn, rollout_id, name, data, time.time(), refuse_finished=refuse_finished))
+            conn, rollout_id, name, data, time.time(), refuse_finished=refuse_finished, attempt=attempt,
+            quota_bytes=quota_bytes))
 
     async def get_artifact(self, rollout_id: str, name: str, attempt: int | None) -> bytes:
         """A stored blob of `attempt` (default: the current one), or NotFound."""
@@ -275,6 +287,20 @@ class SqlStore:
         return self._secret
 
 
+@contextlib.contextmanager
+def unavailable_as_503():
+    """A database that is locked past the write's deadline, busy, full or unreachable as StoreUnavailable (503 with
+    Retry-After), naming the database's own words."""
+    try:
+        yield
+    except StoreBusy as exc:
+        raise StoreUnavailable(f"the store is busy: {exc}; nothing was written, retry after "
+                               f"{StoreUnavailable.retry_after_s} s") from None
+    except sa.exc.OperationalError as exc:
+        raise StoreUnavailable(f"the store is unavailable ({exc.orig}); nothing was written, retry after "
+                               f"{StoreUnavailable.retry_after_s} s") from None
+
+
 def _finished_page(conn: sa.Connection, after: int, limit: int) -> FinishedPage:
     r = schema.rollouts.c
     rows = conn.execute(sa.select(schema.rollouts).where(r.finished_seq > after)
@@ -283,15 +309,31 @@ def _finished_page(conn: sa.Connection, after: int, limit: int) -> FinishedPage:
     return FinishedPage(rollouts=rollouts, cursor=rollouts[-1].finished_seq if rollouts else after)
 
 
-def _add_event(conn: sa.Connection, rollout_id: str, kind: EventKind, payload: dict[str, Any], now: float) -> Event:
+def _add_event(conn: sa.Connection, rollout_id: str, kind: EventKind, payload: dict[str, Any], now: float,
+               expected_attempt: int | None, quota_bytes: int | None) -> Event:
     attempt = conn.execute(sa.select(schema.rollouts.c.attempt)
                            .where(schema.rollouts.c.id == rollout_id)).scalar()
     if attempt is None:
         raise NotFound(f"rollout {rollout_id!r} does not exist", param="rollout_id")
+    if expected_attempt is not None and attempt != expected_attempt:
+        raise Conflict(f"rollout {rollout_id!r} moved on to attempt {attempt}; an event of attempt "
+                       f"{expected_attempt} is refused", code="stale_attempt")
+    raw = orjson.dumps(payload)
+    if quota_bytes is not None:
+        _check_event_quota(conn, rollout_id, attempt, len(raw), quota_bytes)
     event_id = conn.execute(schema.events.insert().values(
-        rollout_id=rollout_id, attempt=attempt, kind=kind.value, payload=orjson.dumps(payload),
-        created_at=now)).inserted_primary_key[0]
+        rollout_id=rollout_id, attempt=attempt, kind=kind.value, payload=raw, created_at=now)).inserted_primary_key[0]
     return Event(id=event_id, rollout_id=rollout_id, attempt=attempt, kind=kind, payload=payload, created_at=now)
+
+
+def _check_event_quota(conn: sa.Connection, rollout_id: str, attempt: int, size: int, quota_bytes: int) -> None:
+    e = schema.events.c
+    used = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(e.payload)), 0)).where(
+        e.rollout_id == rollout_id, e.attempt == attempt)).scalar()
+    if used + size > quota_bytes:
+        raise PayloadTooLarge(f"attempt {attempt} of rollout {rollout_id!r} has posted {used} bytes of events; this "
+                              f"{size}-byte payload would pass the limit of {quota_bytes} bytes per attempt "
+                              "(max_event_bytes_per_attempt)", param="payload", code="event_quota_exceeded")
 
 
 def _upsert_model(conn: sa.Connection, record: ModelRecord) -> None:

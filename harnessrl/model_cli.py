@@ -13,20 +13,22 @@ app = typer.Typer(help="Provision models into the local cache.", no_args_is_help
 
 @app.command()
 def prepare(
-    name: str = typer.Argument("smollm2-135m-instruct", help=f"One of: {', '.join(sorted(KNOWN_MODELS))}."),
+    names: list[str] = typer.Argument(  # noqa: B008 - typer reads its defaults from the signature
+        None, help=f"One or more of: {', '.join(sorted(KNOWN_MODELS))} (default smollm2-135m-instruct)."),
     models_dir_opt: str | None = typer.Option(
         None, "--models-dir",
         help="Cache directory (default $HARNESSRL_MODELS_DIR or ~/.cache/harnessrl/models)."),
 ) -> None:
-    """Build NAME into the cache (once) and print its directory."""
-    started_s = time.monotonic()
-    try:
-        path = prepare_model(name, models_dir_opt)
-    except ModelProvisioningError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=2) from exc
-    typer.echo(f"{path}", nl=True)
-    typer.echo(f"prepared {name} in {time.monotonic() - started_s:.1f} s", err=True)
+    """Build each of NAMES into the cache (once) and print its directory, one per line."""
+    for name in names or ["smollm2-135m-instruct"]:
+        started_s = time.monotonic()
+        try:
+            path = prepare_model(name, models_dir_opt)
+        except ModelProvisioningError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(code=2) from exc
+        typer.echo(f"{path}", nl=True)
+        typer.echo(f"prepared {name} in {time.monotonic() - started_s:.1f} s", err=True)
 
 
 @app.command("list")

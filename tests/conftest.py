@@ -17,6 +17,7 @@ INTEGRATION_FIXTURES = {
     "reference_model": "the tiny model's weights loaded in the test process",
     "tiny_model_dir": "the tiny model's weights (a test that asks for the folder loads or serves them)",
     "prefect_api": "a Prefect server process",
+    "postgres_server": "a PostgreSQL server process",
     "mlflow_server": "an MLflow server process",
 }
 """Fixtures that make a test an integration test: any test using one (directly or through another fixture) is

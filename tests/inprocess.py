@@ -27,11 +27,13 @@ START_TIMEOUT_S = 30.0
 @dataclass
 class InProcessGateway:
     """The gateway's ASGI app under uvicorn on a daemon thread (own event loop), on a free loopback port, with the
-    tests' admin and grader tokens; restartable on the same database and port. `config_path` is a gateway YAML."""
+    tests' admin and grader tokens; restartable on the same database and port. `config_path` is a gateway YAML;
+    `db_url` a store URL (a PostgreSQL database) used instead of the SQLite file `db_path`."""
 
-    db_path: Path
+    db_path: Path | None = None
     config_path: Path | None = None
     port: int = field(default_factory=free_port)
+    db_url: str | None = None
 
     def __post_init__(self) -> None:
         self._server: uvicorn.Server | None = None
@@ -42,7 +44,8 @@ class InProcessGateway:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> InProcessGateway:
-        config = load_gateway_config(self.config_path, db_url=f"sqlite:///{self.db_path}", port=self.port,
+        db_url = self.db_url or f"sqlite:///{self.db_path}"
+        config = load_gateway_config(self.config_path, db_url=db_url, port=self.port,
                                      admin_token=ADMIN_TOKEN, grader_token=GRADER_TOKEN)
         server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=self.port,
                                                log_level="warning", access_log=False, lifespan="on",

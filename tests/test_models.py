@@ -132,3 +132,5 @@ def test_model_cli_prepares_and_lists(tiny_dir: Path) -> None:
     assert "tiny" in listing.output and "prepared" in listing.output
     failed = CliRunner().invoke(app, ["prepare", "gpt-17", "--models-dir", str(tiny_dir.parent)])
     assert failed.exit_code == 2 and "unknown model name 'gpt-17'" in failed.output
+    several = CliRunner().invoke(app, ["prepare", "tiny", "gpt-17", "--models-dir", str(tiny_dir.parent)])
+    assert several.exit_code == 2 and str(tiny_dir) in several.output and "'gpt-17'" in several.output

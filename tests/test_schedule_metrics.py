@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,3 +40,15 @@ def test_spread_summary_tail_ratios():
     summary = spread_summary([1.0] * 99 + [10.0])
     assert summary["median"] == 1.0 and summary["max_over_median"] == 10.0 and summary["count"] == 100.0
     assert spread_summary([]) == {}
+
+
+@pytest.mark.parametrize("schedule", ["sync", "async"])
+def test_the_benchmarks_run_config_is_valid(schedule, tmp_path, monkeypatch):
+    """The benchmark builds the flow's own RunConfig: a renamed config key breaks it here, not after minutes."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # a script imports its siblings
+    from benchmarks.async_vs_sync import BenchSettings, run_config
+
+    settings = BenchSettings(updates=2, batch_groups=1, group_size=2, inflight_groups=3, max_version_lag=2, calls=1,
+                             median_s=1.0, sigma=0.5, cap=5.0, max_tokens=4, seed=0)
+    config = run_config(settings, schedule, tmp_path)
+    assert (config.rollout.schedule, config.backend.optimizer.lr) == (schedule, 1e-5)

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.records import CallRecord, FinishedPage, RolloutCreated, RolloutMode, RolloutSpec
-from trainer.rollout_groups import FinishedGroup, PendingGroup
+from gateway.records import CallRecord, Event, FinishedPage, RolloutCreated, RolloutMode, RolloutSpec
+from trainer.rollout_groups import FinishedGroup, PendingGroup, graded_tamper
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,8 @@ class FeedClient(Protocol):
     def finished(self, after: int = 0, limit: int = 100, wait_s: float = 0.0) -> FinishedPage: ...
 
     def calls(self, rollout_id: str, attempt: int | None = None) -> list[CallRecord]: ...
+
+    def list_events(self, rollout_id: str) -> list[Event]: ...
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class FeedConfig:
     """Keys merged into every task input (e.g. max_tokens, step_limit)."""
     fetch_calls: bool = True
     """Fetch each member's recorded calls (final attempt) when its group completes; off where only rewards count."""
+    fetch_grades: bool = True
+    """Read each graded member's reward event for the grader's `tamper` flag (`FinishedGroup.tampered`)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1:
@@ -146,7 +150,9 @@ class RolloutFeed:
         members = tuple(group.finished[rid] for rid in group.rollout_ids)
         calls = {r.id: tuple(self._client.calls(r.id, attempt=r.attempt)) if self.config.fetch_calls else ()
                  for r in members}
-        return FinishedGroup(group.group_id, group.task, members, calls, group.submitted_version)
+        tampered = frozenset(r.id for r in members if self.config.fetch_grades and r.reward is not None
+                             and graded_tamper(r, self._client.list_events(r.id)))
+        return FinishedGroup(group.group_id, group.task, members, calls, group.submitted_version, tampered)
 
     def wait_for(self, groups: int, timeout_s: float, poll_s: float = 5.0,
                  on_poll: Callable[[int], None] | None = None) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gateway.records import CallRecord, CallStatus, Rollout
+from gateway.records import CallRecord, CallStatus, Event, EventKind, Rollout
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class FinishedGroup:
     """Each member's recorded calls (its final attempt; empty when the feed does not fetch calls), by rollout id."""
     submitted_version: int
     """The trainer's policy version when the group was created."""
+    tampered: frozenset[str] = frozenset()
+    """Members whose final attempt's grade was flagged `tamper` (the grader caught a reward hack; reward 0)."""
 
 
 @dataclass
@@ -51,6 +53,12 @@ class PendingGroup:
     def complete(self) -> bool:
         """All members finished."""
         return len(self.finished) == len(self.rollout_ids)
+
+
+def graded_tamper(rollout: Rollout, events: Sequence[Event]) -> bool:
+    """Whether the last reward of the rollout's final attempt carries the grader's `tamper` flag."""
+    rewards = [e for e in events if e.kind == EventKind.REWARD and e.attempt == rollout.attempt]
+    return bool(rewards) and (rewards[-1].payload.get("details") or {}).get("tamper") is True
 
 
 def min_call_version(rollout: Rollout, calls: Sequence[CallRecord]) -> int | None:
@@ -82,6 +90,8 @@ class StalenessSplit:
     """Rollouts dropped as too stale."""
     lags: tuple[int, ...]
     """The lag of every rollout with calls (kept or dropped), in group order."""
+    tampered: int = 0
+    """Rollouts of these groups (kept or dropped) whose grade the grader flagged `tamper`."""
 
     @property
     def lag_mean(self) -> float:
@@ -96,7 +106,8 @@ class StalenessSplit:
     def as_metrics(self) -> dict[str, float]:
         """Flat metrics for the tracker."""
         return {"staleness/dropped_rollouts": float(self.dropped_rollouts),
-                "staleness/lag_mean": self.lag_mean, "staleness/lag_max": float(self.lag_max)}
+                "staleness/lag_mean": self.lag_mean, "staleness/lag_max": float(self.lag_max),
+                "rollout/tamper": float(self.tampered)}
 
 
 def drop_stale(groups: Sequence[FinishedGroup], current_version: int, max_version_lag: int) -> StalenessSplit:
@@ -113,5 +124,7 @@ def drop_stale(groups: Sequence[FinishedGroup], current_version: int, max_versio
         members = tuple(r for r in group.rollouts if r.id in kept_ids)
         if members:
             kept.append(FinishedGroup(group.group_id, group.task, members,
-                                      {r.id: group.calls.get(r.id, ()) for r in members}, group.submitted_version))
-    return StalenessSplit(tuple(kept), int(stale.sum()), tuple(int(lag) for lag in lag_R[has_calls_R]))
+                                      {r.id: group.calls.get(r.id, ()) for r in members}, group.submitted_version,
+                                      group.tampered & kept_ids))
+    return StalenessSplit(tuple(kept), int(stale.sum()), tuple(int(lag) for lag in lag_R[has_calls_R]),
+                          sum(len(group.tampered) for group in groups))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import filecmp
 import fnmatch
 import os
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 IGNORED_PARTS = (".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis")
 IGNORED_SUFFIXES = (".pyc", ".pyo")
 NO_NEWLINE = "\\ No newline at end of file\n"
+MAX_TEXT_FILE_BYTES = 8 << 20  # a larger file is diffed as binary (never read whole into memory)
 
 
 def _ignored(relative: Path) -> bool:
@@ -26,6 +28,12 @@ def tree_files(root: Path) -> set[str]:
             if p.is_file() and not p.is_symlink() and not _ignored(p.relative_to(root))}
 
 
+def tree_links(root: Path) -> dict[str, str]:
+    """Relative POSIX paths of the symlinks under `root` (never followed), with their targets."""
+    return {p.relative_to(root).as_posix(): os.readlink(p) for p in root.rglob("*")
+            if p.is_symlink() and not _ignored(p.relative_to(root))}
+
+
 def copy_tree(source: Path, destination: Path) -> None:
     """Copy `source` to `destination` (which must not exist) without .git and caches."""
     shutil.copytree(source, destination, symlinks=True,
@@ -33,8 +41,11 @@ def copy_tree(source: Path, destination: Path) -> None:
 
 
 def _lines(path: Path | None) -> list[str] | None:
+    """The file's lines ([] when absent; None when binary or larger than MAX_TEXT_FILE_BYTES)."""
     if path is None or not path.exists():
         return []
+    if path.stat().st_size > MAX_TEXT_FILE_BYTES:
+        return None
     try:
         return path.read_text(encoding="utf-8").splitlines(keepends=True)
     except UnicodeDecodeError:
@@ -42,11 +53,14 @@ def _lines(path: Path | None) -> list[str] | None:
 
 
 def file_diff(relative: str, before: Path | None, after: Path | None) -> str:
-    """The git-style diff of one file ('' when equal; binary files yield a one-line note git apply rejects)."""
+    """The git-style diff of one file ('' when equal; binary and oversized files yield a one-line note that the patch
+    policy and git apply reject)."""
     old, new = _lines(before), _lines(after)
     if old is None or new is None:
-        return f"diff --git a/{relative} b/{relative}\nBinary files a/{relative} and b/{relative} differ\n" \
-            if old != new else ""
+        # Both binary or oversized (so both exist): compared byte by byte, never read whole.
+        same = old is None and new is None and filecmp.cmp(before, after, shallow=False)  # type: ignore[arg-type]
+        note = f"diff --git a/{relative} b/{relative}\nBinary files a/{relative} and b/{relative} differ\n"
+        return "" if same else note
     old_name = f"a/{relative}" if before is not None and before.exists() else "/dev/null"
     new_name = f"b/{relative}" if after is not None and after.exists() else "/dev/null"
     body = []
@@ -72,9 +86,38 @@ def _git_mode(path: Path) -> str:
 
 
 def tree_diff(before: Path, after: Path) -> str:
-    """The unified diff that turns tree `before` into tree `after`."""
-    names = sorted(tree_files(before) | tree_files(after))
-    return "".join(file_diff(name, before / name, after / name) for name in names)
+    """The unified diff that turns tree `before` into tree `after`. A symlink is never followed: a path that is a
+    symlink on either side (and differs) gets a section of mode 120000 naming its target, for the patch policy to
+    refuse; empty new or deleted files get their header-only section, as git writes them."""
+    links_before, links_after = tree_links(before), tree_links(after)
+    files_before, files_after = tree_files(before), tree_files(after)
+    sections = {}
+    for name in sorted(files_before | files_after | set(links_before) | set(links_after)):
+        if name in links_before or name in links_after:
+            if links_before.get(name) != links_after.get(name) or (name in files_before) != (name in files_after):
+                sections[name] = _link_section(name, links_after.get(name))
+            continue
+        old = before / name if name in files_before else None
+        new = after / name if name in files_after else None
+        sections[name] = file_diff(name, old, new) or _empty_file_section(name, old, new)
+    return "".join(sections.values())
+
+
+def _link_section(relative: str, target: str | None) -> str:
+    """A symlink's section: created (its target as the content) or removed."""
+    if target is None:
+        return f"diff --git a/{relative} b/{relative}\ndeleted file mode 120000\n"
+    return (f"diff --git a/{relative} b/{relative}\nnew file mode 120000\n--- /dev/null\n+++ b/{relative}\n"
+            f"@@ -0,0 +1 @@\n+{target}\n{NO_NEWLINE}")
+
+
+def _empty_file_section(relative: str, before: Path | None, after: Path | None) -> str:
+    """The header-only section of an empty file created or deleted ('' when the file is on both sides)."""
+    if before is None and after is not None:
+        return f"diff --git a/{relative} b/{relative}\nnew file mode {_git_mode(after)}\n"
+    if after is None and before is not None:
+        return f"diff --git a/{relative} b/{relative}\ndeleted file mode {_git_mode(before)}\n"
+    return ""
 
 
 def split_patch(patch: str) -> dict[str, str]:

@@ -27,9 +27,11 @@ from agents.swe.bugs import Mutation, apply_mutation, candidate_mutations
 from agents.swe.diffs import copy_tree, matches_any
 from agents.swe.testrun import TestRun, run_tests
 
-# Files the generator never mutates and the grader restores: tests, conftest files, test configuration.
-TEST_PATTERNS = ("test_*.py", "*_test.py", "conftest.py", "tests/*", "test/*", "testing/*")
-TEST_CONFIG_FILES = ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
+# Files the generator never mutates (the grader's patch policy refuses the agent's changes to them, and more): tests,
+# test folders at any depth, conftest files, test configuration.
+TEST_PATTERNS = ("test_*.py", "*_test.py", "conftest.py", "tests/*", "test/*", "testing/*", "*/tests/*", "*/test/*",
+                 "*/testing/*")
+TEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
 NOT_SOURCE = ("setup.py", "docs/*", "doc/*", "examples/*", "benchmarks/*", "*.egg-info/*")
 SWE_SMITH_FIELDS = ("instance_id", "repo", "patch", "FAIL_TO_PASS", "PASS_TO_PASS", "created_at", "image_name",
                     "base_commit", "problem_statement")

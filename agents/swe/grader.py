@@ -1,38 +1,30 @@
-"""The SWE grader: the agent's final diff (its repository copy vs a fresh buggy checkout), applied to another FRESH
-checkout at the task's base with test files restored, then FAIL_TO_PASS and PASS_TO_PASS run with pytest (sandboxed).
+"""The SWE grader: the agent's final diff (its repository copy vs a fresh buggy checkout), judged by the task's
+patch policy (`patch_policy`), the allowed part applied to another FRESH checkout of the task's base (no .git, no
+gold), then FAIL_TO_PASS and PASS_TO_PASS run with pytest isolated in the hardened sandbox as another user, with
+neither the task store nor the grader's code in it (`testrun`).
 
 Resolved (reward 1.0) iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes or is skipped; a skipped
 FAIL_TO_PASS test counts as a failure (SWE-bench's rule). Otherwise the reward is 0.0. Nothing the harness says is used.
-The details carry the agent's diff as `model_patch` (a SWE-bench prediction's field): evaluations read it from the
-reward event.
+An attempt whose diff changes what decides its grade, or whose test run's outcomes, exit status and sentinel disagree,
+is flagged `tamper: true` with `tamper_reasons` and gets 0. The details carry the agent's diff as `model_patch` (a
+SWE-bench prediction's field): evaluations read it from the reward event.
 """
 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.swe.diffs import apply_patch, copy_tree, matches_any, split_patch, tree_diff
-from agents.swe.generator import TEST_CONFIG_FILES, TEST_PATTERNS, base_path
+from agents.swe.diffs import apply_patch, copy_tree, tree_diff, tree_files
+from agents.swe.generator import base_path
+from agents.swe.patch_policy import DEFAULT_POLICY, PatchPolicy, review_patch
 from agents.swe.testrun import TestRun, run_tests
 from controller.recipe import Grade
 
-# Changes to these files are dropped before grading: the tests, conftest files and test configuration stay the base's.
-PROTECTED_PATTERNS = TEST_PATTERNS + TEST_CONFIG_FILES
 # The grade details carry the agent's diff (SWE-bench's `model_patch`) up to this size; a larger one is left out (the
 # reward is posted to the gateway with the details, whose request body limit is 32 MiB by default).
 MAX_MODEL_PATCH_CHARS = 1_000_000
-
-
-@dataclass(frozen=True)
-class FilteredPatch:
-    """The agent's diff split into what is graded and what is restored."""
-
-    graded: str  # the diff applied before the tests run
-    restored: tuple[str, ...]  # protected files the agent changed (their changes are dropped)
-    binary: tuple[str, ...]  # binary files the agent changed (not applied)
 
 
 def checkout(store: Path, instance: dict[str, Any], destination: Path) -> Path:
@@ -40,19 +32,6 @@ def checkout(store: Path, instance: dict[str, Any], destination: Path) -> Path:
     copy_tree(base_path(store, instance), destination)
     apply_patch(destination, instance["patch"])
     return destination
-
-
-def filter_patch(patch: str) -> FilteredPatch:
-    """Drop the changes to protected files and binary files from a multi-file diff."""
-    graded, restored, binary = [], [], []
-    for path, chunk in split_patch(patch).items():
-        if matches_any(path, PROTECTED_PATTERNS):
-            restored.append(path)
-        elif "\n@@ " not in chunk:
-            binary.append(path)
-        else:
-            graded.append(chunk)
-    return FilteredPatch(graded="".join(graded), restored=tuple(restored), binary=tuple(binary))
 
 
 def is_resolved(run: TestRun, fail_to_pass: list[str], pass_to_pass: list[str]) -> tuple[bool, dict[str, list[str]]]:
@@ -68,20 +47,50 @@ def agent_patch(store: Path, instance: dict[str, Any], agent_repo: Path) -> str:
         return tree_diff(checkout(store, instance, Path(scratch) / "repo"), agent_repo)
 
 
-def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s: float = 600.0) -> Grade:
-    """Grade a diff against the buggy checkout of `instance` in a fresh copy."""
-    filtered = filter_patch(patch)
+def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s: float = 600.0,
+                policy: PatchPolicy = DEFAULT_POLICY) -> Grade:
+    """Grade a diff against the buggy checkout of `instance` in a fresh copy, restricted to what `policy` allows."""
     details: dict[str, Any] = {"instance_id": instance["instance_id"], "patch_chars": len(patch),
                                "model_patch": patch if len(patch) <= MAX_MODEL_PATCH_CHARS else None,
-                               "restored_files": list(filtered.restored), "binary_files": list(filtered.binary)}
+                               "resolved": False, "tamper": False}
     with tempfile.TemporaryDirectory(prefix="harnessrl-swe-grade-") as scratch:
-        fresh = checkout(store, instance, Path(scratch) / "repo")
-        try:
-            apply_patch(fresh, filtered.graded)
-        except ValueError as error:
-            return Grade(reward=0.0, details={**details, "resolved": False, "patch_error": str(error)})
+        fresh = Path(scratch) / "repo"
+        if (nothing_to_run := graded_checkout(store, instance, patch, policy, details, fresh)) is not None:
+            return nothing_to_run
         tests = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]
-        run = run_tests(fresh, tests, timeout_s=timeout_s)
+        run = run_tests(fresh, tests, timeout_s=timeout_s)  # the store is not in the sandbox
+    return Grade(reward=0.0, details={**details, **run_details(run)}) if run.problem or run.timed_out else \
+        _graded(run, instance, details)
+
+
+def graded_checkout(store: Path, instance: dict[str, Any], patch: str, policy: PatchPolicy, details: dict[str, Any],
+                    destination: Path) -> Grade | None:
+    """A fresh checkout at `destination` with only the part of `patch` that `policy` allows applied; or the grade (0)
+    when there is nothing to run (a tampered or unappliable diff). `details` gets the policy's findings."""
+    fresh = checkout(store, instance, destination)
+    review = review_patch(patch, frozenset(tree_files(fresh)), policy)
+    details |= {"graded_files": list(review.graded_files), "dropped_files": list(review.dropped)}
+    if review.tampered:
+        reasons = [f"{v.path}: {v.reason}" for v in review.violations]
+        return Grade(reward=0.0, details={**details, "tamper": True, "tamper_reasons": reasons})
+    try:
+        apply_patch(fresh, review.graded)
+    except ValueError as error:
+        return Grade(reward=0.0, details={**details, "patch_error": str(error)})
+    return None
+
+
+def run_details(run: TestRun) -> dict[str, Any]:
+    """Why a run does not count: outcomes that cannot be believed (tamper) or the time limit."""
+    details: dict[str, Any] = {"pytest_returncode": run.returncode, "pytest_tail": run.output_tail}
+    if run.problem is not None:
+        details |= {"tamper": True, "tamper_reasons": [run.problem]}
+    if run.timed_out:
+        details["timed_out"] = True
+    return details
+
+
+def _graded(run: TestRun, instance: dict[str, Any], details: dict[str, Any]) -> Grade:
     resolved, broken = is_resolved(run, instance["FAIL_TO_PASS"], instance["PASS_TO_PASS"])
     details |= {"resolved": resolved, **broken, "pytest_returncode": run.returncode}
     if not resolved:

@@ -2,7 +2,10 @@
 
 A plain program: `python -m agents.swe.harness`, run in the rollout's working directory, which holds `task.json` and
 `repo/` (the buggy repository copy, no .git). It talks to OPENAI_BASE_URL with OPENAI_API_KEY through litellm
-(`openai/<model>`); the harness keeps the network, the agent's commands do not (see sandbox.py).
+(`openai/<model>`). Under the local runner it runs inside the runner's sandbox (its only way out is its rollout's
+gateway path); each command of the agent runs in a sandbox of its own inside that one, with no network at all and
+only `repo/` writable (see sandbox.py). The harness makes itself non-dumpable so that nothing running as its uid can
+read its memory or environment.
 Task fields: "problem_statement", "store" (hidden from the agent's commands); optional "model" (default "policy"),
 "step_limit" (default 30), "max_tokens" (default 1024), "temperature" (default 1.0), "command_timeout_s" (default 60).
 It writes the trajectory to `trajectory.json` next to `repo/`, for humans only: the grader computes the diff itself.
@@ -21,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from agents.swe.sandbox import ALLOW_NETWORK_ENV, Sandbox
+from agents.swe.sandbox import ALLOW_NETWORK_ENV, SANDBOX_MODE_ENV, ContainerCommands, Sandbox
 
 REPO_DIR = "repo"
 TRAJECTORY_FILE = "trajectory.json"
@@ -51,7 +54,7 @@ def build_model(task: dict[str, Any], config: dict[str, Any]):
                                  cost_tracking="ignore_errors", **model_config)
 
 
-def build_environment(sandbox: Sandbox, timeout_s: int):
+def build_environment(sandbox: Sandbox | ContainerCommands, timeout_s: int):
     """mini-swe-agent's local environment, with every command run through the sandbox."""
     return sandboxed_environment(lambda command, _cwd, limit_s: sandbox.run(command, limit_s), str(sandbox.cwd),
                                  timeout_s)
@@ -79,6 +82,21 @@ def sandboxed_environment(run: Callable[[str, str, int], Any], cwd: str, timeout
     return SandboxedEnvironment(cwd=cwd, timeout=timeout_s)
 
 
+def make_undumpable() -> None:
+    """prctl(PR_SET_DUMPABLE, 0): this process's /proc files (environ with the rollout key, memory) become root's."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+
+
+def command_runner(task: dict[str, Any], workdir: Path, shim_dir: Path) -> Sandbox | ContainerCommands:
+    """Where the agent's commands run: a sandbox each, or (SANDBOX_MODE_ENV=container) the pod that is the sandbox."""
+    if os.environ.get(SANDBOX_MODE_ENV) == "container":
+        return ContainerCommands(cwd=workdir / REPO_DIR, shim_dir=shim_dir)
+    return Sandbox(cwd=workdir / REPO_DIR, shim_dir=shim_dir, hidden=(Path(task["store"]),),
+                   allow_network=os.environ.get(ALLOW_NETWORK_ENV) == "1")
+
+
 def run_agent(task: dict[str, Any], workdir: Path, shim_dir: Path) -> dict[str, Any]:
     """Run mini-swe-agent to its end (submitted, step limit, format errors); returns its exit info."""
     from minisweagent.agents.default import DefaultAgent
@@ -87,8 +105,7 @@ def run_agent(task: dict[str, Any], workdir: Path, shim_dir: Path) -> dict[str, 
     if workdir.resolve().is_relative_to(Path(task["store"]).resolve()):
         raise ValueError(f"working directory {workdir} is inside the task store {task['store']}, which the sandbox "
                          f"hides from the agent; run rollouts in a directory outside the store")
-    sandbox = Sandbox(cwd=workdir / REPO_DIR, shim_dir=shim_dir, hidden=(Path(task["store"]),),
-                      allow_network=os.environ.get(ALLOW_NETWORK_ENV) == "1")
+    sandbox = command_runner(task, workdir, shim_dir)
     agent_config = config["agent"] | {"step_limit": task["step_limit"], "cost_limit": 0,
                                       "output_path": workdir / TRAJECTORY_FILE}
     agent = DefaultAgent(build_model(task, config), build_environment(sandbox, task["command_timeout_s"]),
@@ -104,8 +121,9 @@ def main() -> int:
     if not (workdir / REPO_DIR).is_dir():
         print(f"no {REPO_DIR}/ in {workdir}: the recipe's prepare_workdir lays it out", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="harnessrl-swe-shim-") as shim_dir:
-        info = run_agent(task, workdir, Path(shim_dir))
+    make_undumpable()
+    with tempfile.TemporaryDirectory(prefix="harnessrl-swe-") as scratch:  # the commands' scratch: only the shim
+        info = run_agent(task, workdir, Path(scratch) / "shim")
     print(json.dumps({"exit_status": info.get("exit_status"), "submission_chars": len(info.get("submission") or "")}))
     return 0
 

@@ -1,9 +1,12 @@
 """The `swe` recipe: generated SWE-smith-style tasks, mini-swe-agent in the local sandbox, the fresh-checkout grader.
 
 The rollout input (what the harness and the agent can read) holds only the instance id, the problem statement and the
-store path; the bug patch and the tests to run stay in the store, which the agent's commands cannot see.
+store path; the bug patch and the tests to run stay in the store, which is in no sandbox: not the local runner's (the
+harness), not the agent's commands', not the grading runs'.
 Configuration: $HARNESSRL_SWE_STORE (default ~/.cache/harnessrl/swe) and $HARNESSRL_SWE_SOURCE (`pypi:<name>` or a
-local project path; default pypi:xmltodict).
+local project path; default pypi:xmltodict). Grading follows the runner: when $HARNESSRL_SWE_CONTROLLER_CONFIG names a
+controller config with `runner: kubernetes` (the shipped manifests), each rollout is graded in a grading Job
+(`kube_grading_swe`); otherwise locally under bubblewrap (`grader`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from agents.swe.generator import find_instance, generate
 from agents.swe.grader import checkout, grade_workdir
 from agents.swe.harness import REPO_DIR
+from agents.swe.kube_grading_swe import JobGrading, job_settings_from_env
 from controller.recipe import Grade, GradeInput
 
 DEFAULT_SOURCE = "pypi:xmltodict"
@@ -39,6 +43,7 @@ class SweRecipe:
     name: str = "swe"
     store: Path = field(default_factory=_default_store)  # where bases and instances.jsonl live
     source: str = field(default_factory=lambda: os.environ.get("HARNESSRL_SWE_SOURCE", DEFAULT_SOURCE))
+    job_grading: JobGrading | None = None  # grading Jobs (tests pass one); None: from the environment, if any
 
     def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
         """`count` tasks (generated now and stored), reproducible from `seed` for a given source."""
@@ -59,8 +64,16 @@ class SweRecipe:
     def grade(self, graded: GradeInput) -> Grade:
         """Reward 1.0 iff the agent's diff resolves the instance in a fresh checkout."""
         store = Path(graded.task["store"])
-        grade = grade_workdir(store, find_instance(store, graded.task["id"]), graded.workdir / REPO_DIR)
+        instance, repo, jobs = find_instance(store, graded.task["id"]), graded.workdir / REPO_DIR, self._jobs()
+        grade = grade_workdir(store, instance, repo) if jobs is None else \
+            jobs.grade_workdir(store, instance, repo, graded.workdir.name)
         return Grade(reward=grade.reward, details={**grade.details, "exit_code": graded.exit_code})
+
+    def _jobs(self) -> JobGrading | None:
+        """The grading Jobs when the controller runs on Kubernetes (read once from the environment)."""
+        if self.job_grading is None and (settings := job_settings_from_env()) is not None:
+            object.__setattr__(self, "job_grading", JobGrading(settings))
+        return self.job_grading
 
 
 RECIPE = SweRecipe()

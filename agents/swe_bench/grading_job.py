@@ -3,38 +3,30 @@ test patch and runs the instance's tests (`eval_script`); its log is the verdict
 
 The model patch, the test patch and the script travel in a Secret (`harnessrl-grade-<hash>`, the controller may
 already manage Secrets; Kubernetes caps one at 1 MiB), mounted read-only at GRADE_DIR. The pod has no API token and
-no retries, a deadline and a TTL; its labels (component `grader`) keep it out of the agent runner's selector.
+no retries, a deadline and a TTL; its labels (component `grader`) keep it out of the agent runner's selector. The
+names, labels and the Secret's limit are shared with the `swe` recipe's grading Job (`agents.swe.grading_job`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
+from agents.swe.grading_job import (
+    GRADE_CONTAINER,
+    GRADER_COMPONENT,
+    INSTANCE_LABEL,
+    MAX_SECRET_BYTES,
+    GradingInputTooLarge,
+    grading_labels,
+    grading_name,
+)
 from agents.swe_bench.eval_script import GRADE_DIR, eval_script
 from controller.config import KubernetesSettings
-from controller.runners.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL, label_value
 
-GRADER_COMPONENT = "grader"
-GRADE_CONTAINER = "grade"
-INSTANCE_LABEL = "harnessrl.io/instance-id"
-MAX_SECRET_BYTES = 1024 * 1024 - 16 * 1024  # Kubernetes' 1 MiB limit on a Secret, less room for its metadata
-
-
-class GradingInputTooLarge(ValueError):
-    """The patches do not fit in one Secret."""
-
-
-def grading_name(instance_id: str, attempt_key: str) -> str:
-    """`harnessrl-grade-<hash>`: the grading Job's and Secret's name, unique per instance and attempt."""
-    return f"harnessrl-grade-{hashlib.sha256(f'{instance_id}/{attempt_key}'.encode()).hexdigest()[:16]}"
-
-
-def grading_labels(instance_id: str) -> dict[str, str]:
-    """Labels of the grading objects."""
-    return {PART_OF_LABEL: PART_OF, COMPONENT_LABEL: GRADER_COMPONENT, INSTANCE_LABEL: label_value(instance_id)}
+__all__ = ["GRADE_CONTAINER", "GRADER_COMPONENT", "INSTANCE_LABEL", "MAX_SECRET_BYTES", "GradingInputTooLarge",
+           "build_grading_job", "build_grading_secret", "grading_labels", "grading_name"]
 
 
 def build_grading_secret(instance: Mapping[str, Any], model_patch: str, name: str, namespace: str) -> dict[str, Any]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class Termination(StrEnum):
@@ -84,4 +84,15 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Cancel and release everything (controller shutdown)."""
+        ...
+
+
+@runtime_checkable
+class OrphanReaper(Protocol):
+    """A runner whose attempts can outlive the controller that started them (Kubernetes Jobs): a restarted controller
+    finds the ones labelled with its identity and stops them."""
+
+    def reap_orphans(self, controller_id: str, held: Collection[str]) -> list[str]:
+        """Stop every attempt started under `controller_id` whose rollout is not in `held`; returns their rollout ids.
+        Attempts started after this call are labelled with `controller_id`."""
         ...

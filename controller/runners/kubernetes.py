@@ -4,7 +4,10 @@ Each poll lists the controller's agent Jobs (and their pods) by label and maps t
 (`k8s_status`); a list per tick, rather than a long-lived watch stream, cannot miss an event when a connection drops.
 A task naming an `image` gets a sandbox container in that image beside the harness (`manifests.job_manifest_for`).
 Pods stuck on image or config errors are failed as `start_failed` after `image_pull_grace_s`. Creations are
-rate-limited by a token bucket. The runner deletes the Jobs and Secrets it created (`release`, `close`).
+rate-limited by a token bucket. The runner deletes the Jobs and Secrets it created (`release`, `close`). Each Job
+carries its controller's identity (`CONTROLLER_LABEL`), so a restarted controller finds the Jobs of its previous life
+and deletes those whose rollout it does not hold (`reap_orphans`). The key Secret is replaced at each attempt: a
+rollout key is bound to its attempt.
 The harness's combined output is copied from the pod log into the stdout file when the attempt ends.
 The working directory travels through the gateway's artifacts: `start` uploads the prepared one as
 `workdir.tar.gz` (the Job's init container fetches it); when the attempt ends, the `result.tar.gz` the pod's
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,8 +33,10 @@ from controller.runners.manifests import (
     HARNESS_CONTAINER,
     PART_OF,
     PART_OF_LABEL,
+    ROLLOUT_ANNOTATION,
     build_secret_manifest,
     job_manifest_for,
+    label_value,
     secret_name,
 )
 from controller.runners.ratelimit import TokenBucket
@@ -46,6 +52,8 @@ log = logging.getLogger("harnessrl.controller")
 SELECTOR = f"{PART_OF_LABEL}={PART_OF},{COMPONENT_LABEL}={AGENT_COMPONENT}"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 NO_RESULT = (Termination.START_FAILED, Termination.CANCELLED)  # endings after which no result is looked for
+CONTROLLER_LABEL = "harnessrl.io/controller"  # the identity of the controller that created a Job
+SECRET_ATTEMPT_ANNOTATION = "harnessrl.io/attempt"  # the attempt whose key a rollout's Secret holds
 
 
 class ArtifactClient(Protocol):
@@ -120,10 +128,11 @@ class KubernetesRunner:
     """Runs attempts as Jobs in one namespace; driven from the reconcile thread."""
 
     def __init__(self, settings: KubernetesSettings, concurrency: int, artifacts: ArtifactClient, *,
-                 api: Any = None) -> None:
+                 api: Any = None, controller_id: str | None = None) -> None:
         from kubernetes import client
 
         self.settings, self.concurrency, self.artifacts = settings, concurrency, artifacts
+        self.controller_id = controller_id  # labels the Jobs this runner creates (set by reap_orphans if None)
         self._api = api or api_client(settings)
         self._batch, self._core = client.BatchV1Api(self._api), client.CoreV1Api(self._api)
         self._bucket = TokenBucket(settings.creates_per_s, settings.create_burst)
@@ -145,6 +154,8 @@ class KubernetesRunner:
             job = job_manifest_for(spec, self.settings)
         except ValueError as exc:
             raise RunnerStartError(f"no Job for {spec.rollout_id!r}: {exc}") from exc
+        if self.controller_id is not None:
+            job["metadata"]["labels"] = {**job["metadata"]["labels"], CONTROLLER_LABEL: label_value(self.controller_id)}
         self._upload_workdir(spec)
         try:
             self._create_secret(spec)
@@ -163,14 +174,20 @@ class KubernetesRunner:
                                    f"{exc}; check the gateway and its max_body_bytes") from exc
 
     def _create_secret(self, spec: RunSpec) -> None:
+        """Create the rollout's key Secret; one left by an earlier attempt holds that attempt's key: replace it."""
         from kubernetes.client.exceptions import ApiException
 
+        manifest = build_secret_manifest(spec, self.settings.namespace)
+        annotations = {**(manifest["metadata"].get("annotations") or {}), SECRET_ATTEMPT_ANNOTATION: str(spec.attempt)}
+        manifest["metadata"]["annotations"] = annotations
         try:
-            self._core.create_namespaced_secret(self.settings.namespace, build_secret_manifest(
-                spec, self.settings.namespace), _preload_content=False)
+            self._core.create_namespaced_secret(self.settings.namespace, manifest, _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            delete_if_present(self._core.delete_namespaced_secret, secret_name(spec.rollout_id),
+                              self.settings.namespace)
+            self._core.create_namespaced_secret(self.settings.namespace, manifest, _preload_content=False)
 
     def poll(self) -> list[RunResult]:
         """Ended attempts: Job conditions, pod reasons, vanished Jobs, pods stuck on image errors."""
@@ -249,6 +266,26 @@ class KubernetesRunner:
         except Exception as exc:  # noqa: BLE001 - the note is best effort
             log.warning("could not post the missing-result event of %s: %s", spec.rollout_id, exc)
 
+    def reap_orphans(self, controller_id: str, held: Collection[str]) -> list[str]:
+        """Delete the Jobs labelled with `controller_id` whose rollout is neither in `held` nor run by this runner:
+        those a previous life of this controller left behind (their Secrets hold keys of attempts that are over)."""
+        self.controller_id = self.controller_id or controller_id
+        namespace = self.settings.namespace
+        selector = f"{SELECTOR},{CONTROLLER_LABEL}={label_value(controller_id)}"
+        response = self._batch.list_namespaced_job(namespace, label_selector=selector, _preload_content=False)
+        ours = {job.name for job in [*self._jobs.values(), *self._ended.values()]}
+        reaped = []
+        for job in json.loads(response.data)["items"]:
+            meta = job["metadata"]
+            rollout_id = (meta.get("annotations") or {}).get(ROLLOUT_ANNOTATION, meta["name"])
+            if meta["name"] in ours or rollout_id in held:
+                continue
+            log.warning("deleting Job %s of rollout %s: left by an earlier life of controller %s", meta["name"],
+                        rollout_id, controller_id)
+            self._delete_job(meta["name"])
+            reaped.append(rollout_id)
+        return reaped
+
     def cancel(self, rollout_id: str) -> None:
         """Delete the attempt's Job now; the next poll reports it as cancelled."""
         job = self._jobs.get(rollout_id)
@@ -257,12 +294,30 @@ class KubernetesRunner:
             self._delete_job(job.name)
 
     def release(self, rollout_id: str) -> None:
-        """Delete the ended attempt's Job (and its pods) and the rollout's key Secret."""
+        """Delete the ended attempt's Job (and its pods) and the rollout's key Secret, unless the Secret now holds a
+        later attempt's key (another controller took the rollout over)."""
         job = self._ended.pop(rollout_id, None)
         if job is None:
             return
         self._delete_job(job.name)
-        delete_if_present(self._core.delete_namespaced_secret, secret_name(rollout_id), self.settings.namespace)
+        self._delete_secret_of(job.spec)
+
+    def _delete_secret_of(self, spec: RunSpec) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        name, namespace = secret_name(spec.rollout_id), self.settings.namespace
+        try:
+            secret = json.loads(self._core.read_namespaced_secret(name, namespace, _preload_content=False).data)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("reading Secret %s in %s failed: %s %s", name, namespace, exc.status, exc.reason)
+            return
+        meta = secret["metadata"]
+        holder = (meta.get("annotations") or {}).get(SECRET_ATTEMPT_ANNOTATION)
+        if holder is not None and holder != str(spec.attempt):
+            return  # a later attempt's key: not ours to delete
+        delete_if_present(self._core.delete_namespaced_secret, name, namespace,
+                          body={"preconditions": {"uid": meta.get("uid")}})
 
     def _delete_job(self, name: str) -> None:
         delete_if_present(self._batch.delete_namespaced_job, name, self.settings.namespace,

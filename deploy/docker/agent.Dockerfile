@@ -18,7 +18,8 @@ WORKDIR /opt/harnessrl
 COPY deploy/constraints.txt constraints.txt
 RUN pip install -c constraints.txt --index-url "${TORCH_INDEX_URL}" torch
 COPY . src
-RUN pip install -c constraints.txt ./src "mini-swe-agent==${MINI_SWE_AGENT_VERSION}"
+# pytest: the swe recipe's grading Jobs run the task's tests in this image (agents/swe/grading_job.py).
+RUN pip install -c constraints.txt ./src "mini-swe-agent==${MINI_SWE_AGENT_VERSION}" pytest
 
 # No git in this image on purpose (the SWE sandbox disables it anyway); the working directory is an emptyDir.
 RUN useradd --uid 10001 --user-group --no-create-home --home-dir /work harnessrl \

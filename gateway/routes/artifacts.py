@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from gateway.artifacts import ArtifactInfo, check_name
 from gateway.context import GatewayContext
+from gateway.records import MAX_ATTEMPT
 from gateway.routes.deps import admin, context, grader
 
 router = APIRouter(prefix="/v1/admin/rollouts", tags=["artifacts"])
@@ -25,7 +26,8 @@ async def put_artifact(rollout_id: str, name: str, request: Request,
 @router.get("/{rollout_id}/artifacts/{name}", dependencies=[Depends(grader)], response_class=Response,
             responses={200: {"description": "The artifact's bytes.", **_OCTETS}})
 async def get_artifact(rollout_id: str, name: str,
-                       attempt: int | None = Query(None, ge=0, description="Attempt (default: the current one)."),
+                       attempt: int | None = Query(None, ge=0, le=MAX_ATTEMPT,
+                                                    description="Attempt (default: the current one)."),
                        svc: GatewayContext = Depends(context)) -> Response:
     """An artifact's bytes (404 when absent)."""
     data = await svc.store.get_artifact(rollout_id, check_name(name), attempt)

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Query
 from gateway.auth import mint_rollout_key
 from gateway.context import GatewayContext
 from gateway.records import (
+    MAX_CURSOR,
     ClaimRequest,
     CreateRolloutsRequest,
     Event,
@@ -29,8 +30,9 @@ async def create_rollouts(body: CreateRolloutsRequest, svc: GatewayContext = Dep
     results = await svc.store.create_rollouts(body.rollouts)
     secret = await svc.store.secret()
     base = svc.config.base_url()
-    return [RolloutCreated(id=r.id, base_url=f"{base}/r/{r.id}/v1", api_key=mint_rollout_key(secret, r.id),
-                           created=created) for r, created in results]
+    return [RolloutCreated(id=r.id, base_url=f"{base}/r/{r.id}/v1",
+                           api_key=mint_rollout_key(secret, r.id, r.attempt), created=created)
+            for r, created in results]
 
 
 @router.post("/claim", dependencies=[Depends(admin)])
@@ -40,7 +42,7 @@ async def claim(body: ClaimRequest, svc: GatewayContext = Depends(context)) -> l
 
 
 @router.get("/finished", dependencies=[Depends(admin)])
-async def finished(after: int = Query(0, ge=0, description="Cursor from the previous page."),
+async def finished(after: int = Query(0, ge=0, le=MAX_CURSOR, description="Cursor from the previous page."),
                    limit: int = Query(100, ge=1, le=1000), wait_s: float = Query(0.0, ge=0, le=300),
                    svc: GatewayContext = Depends(context)) -> FinishedPage:
     """Rollouts finished after the cursor; long-polls up to `wait_s` when there are none yet."""
@@ -67,8 +69,8 @@ async def renew_lease(rollout_id: str, body: LeaseRenewal, svc: GatewayContext =
 
 @router.post("/{rollout_id}/reward", dependencies=[Depends(grader)])
 async def post_reward(rollout_id: str, body: RewardIn, svc: GatewayContext = Depends(context)) -> Rollout:
-    """The grader's reward."""
-    return await svc.store.set_reward(rollout_id, body.reward, body.details)
+    """The grader's reward, fenced by `attempt` and `controller_id` when given; a finished rollout's reward is final."""
+    return await svc.store.set_reward(rollout_id, body)
 
 
 @router.post("/{rollout_id}/events", dependencies=[Depends(grader)])

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -137,3 +139,18 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             self._route("DELETE")
 
     return Handler
+
+
+def when_job_exists(kube: FakeKube, act: Callable[[str], None], *, prefix: str = "harnessrl-grade-",
+                    timeout_s: float = 60.0) -> threading.Thread:
+    """Acts as the cluster: once a Job named `prefix...` exists, `act(its name)` in a (started, daemon) thread."""
+    def wait_then_act() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if names := [name for name in kube.objects["jobs"] if name.startswith(prefix)]:
+                act(names[0])
+                return
+            time.sleep(0.02)
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    return thread

@@ -21,12 +21,24 @@ def test_yaml_then_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("text", ["concurency: 3\n", "kubernetes:\n  namespaces: x\n", "runner: docker\n",
-                                  "concurrency: 0\n"])
+                                  "concurrency: 0\n", "harness_network: none\n"])
 def test_bad_settings_are_errors(tmp_path, text):
     path = tmp_path / "controller.yaml"
     path.write_text(text)
     with pytest.raises(pydantic.ValidationError):
         load_controller_config(path)
+
+
+@pytest.mark.parametrize(("text", "allowed"), [("", False), ("harness_network: gateway\n", False),
+                                               ("harness_network: host\n", True)])
+def test_the_harness_network_switch_reaches_the_local_runners_sandbox(tmp_path, text, allowed):
+    from controller.cli import harness_sandbox
+
+    path = tmp_path / "controller.yaml"
+    path.write_text(text)
+    sandbox = harness_sandbox(load_controller_config(path))
+    assert sandbox.allow_network is allowed
+    assert sandbox.limits == type(sandbox)().limits  # the switch weakens the network and nothing else
 
 
 def test_renewal_must_come_before_the_lease_expires():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from controller.config import KubernetesSettings
 from controller.runners.base import RunnerFullError, RunnerStartError, RunSpec, Termination
 from controller.runners.k8s_status import job_ending, pod_ending
-from controller.runners.kubernetes import KubernetesRunner
+from controller.runners.kubernetes import CONTROLLER_LABEL, KubernetesRunner
 from controller.runners.manifests import job_name, secret_name
 from controller.workdir_transfer import WORKDIR_ARCHIVE
 from gateway.client import GatewayAPIError
@@ -200,3 +201,49 @@ def test_pod_ending_table(status, ending):
 
 def test_running_job_has_no_ending():
     assert job_ending({"status": {"active": 1}}, [{"status": {"phase": "Running"}}]) is None
+
+
+def test_each_attempt_replaces_the_key_secret_left_by_the_previous_one(kube, tmp_path):
+    """A rollout key is bound to its attempt: attempt 2's Job must not mount attempt 1's key."""
+    run = runner(kube)
+    run.start(spec(tmp_path, attempt=1))
+    run.cancel("r1")
+    run.poll()
+    second = dataclasses.replace(spec(tmp_path, attempt=2), api_key="hrl.r1.attempt-2")
+    run.start(second)
+    assert kube.objects["secrets"][secret_name("r1")]["stringData"]["api-key"] == "hrl.r1.attempt-2"
+
+
+def test_a_restarted_controller_deletes_only_the_jobs_of_its_previous_life_it_does_not_hold(kube, tmp_path):
+    before = KubernetesRunner(KubernetesSettings(namespace=NS, api_url=kube.url), 4, MemoryArtifacts(),
+                              controller_id="ctl-a")
+    neighbour = KubernetesRunner(KubernetesSettings(namespace=NS, api_url=kube.url), 4, MemoryArtifacts(),
+                                 controller_id="ctl-b")
+    for rollout_id in ("orphan", "kept"):
+        before.start(spec(tmp_path, rollout_id))
+    neighbour.start(spec(tmp_path, "neighbours"))
+    restarted = runner(kube)  # a new process: knows nothing of the Jobs above
+    reaped = restarted.reap_orphans("ctl-a", held={"kept"})
+    restarted.start(spec(tmp_path, "new"))
+    jobs = kube.objects["jobs"]
+    assert reaped == ["orphan"] and job_name("orphan", 1) not in jobs
+    assert {job_name("kept", 1), job_name("neighbours", 1), job_name("new", 1)} <= set(jobs)
+    assert jobs[job_name("new", 1)]["metadata"]["labels"][CONTROLLER_LABEL] == "ctl-a"
+    assert restarted.reap_orphans("ctl-a", held=set()) == ["kept"]  # its own new Job is never an orphan
+
+
+def test_releasing_an_old_attempt_keeps_the_secret_of_the_attempt_that_took_over(kube, tmp_path):
+    """Controller A's attempt 1 ended (its lease was lost) while controller B started attempt 2: A's clean-up must not
+    delete the Secret that now holds attempt 2's key."""
+    first, second = runner(kube), runner(kube)
+    first.start(spec(tmp_path, attempt=1))
+    first.cancel("r1")
+    first.poll()
+    second.start(dataclasses.replace(spec(tmp_path, attempt=2), api_key="hrl.r1.attempt-2"))
+    first.release("r1")
+    kept = kube.objects["secrets"][secret_name("r1")]
+    assert kept["stringData"]["api-key"] == "hrl.r1.attempt-2"
+    second.cancel("r1")
+    second.poll()
+    second.release("r1")
+    assert secret_name("r1") not in kube.objects["secrets"]

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from controller.attempt import rollout_key
 from controller.config import KubernetesSettings
 from controller.runners.base import RunSpec, Termination
 from controller.runners.k8s_status import pod_ending
@@ -37,15 +38,16 @@ def kube():
 def claimed(admin, tmp_path) -> tuple[Any, RunSpec]:
     """A running rollout (attempt 1) and its prepared local workdir, as the controller's prepare_attempt leaves them."""
     rollout_id = f"kw-{tmp_path.name[-24:].replace('_', '-')}"
-    [created] = admin.create_rollouts([RolloutSpec(id=rollout_id, group_id="kw", input={"id": rollout_id})])
+    admin.create_rollouts([RolloutSpec(id=rollout_id, group_id="kw", input={"id": rollout_id})])
     rollout = next(r for r in admin.claim("kw-test", limit=100, lease_s=300) if r.id == rollout_id)
+    base_url, api_key = rollout_key(admin, rollout)  # the key of attempt 1, as prepare_attempt gets it
     workdir = tmp_path / "local"
     (workdir / "repo").mkdir(parents=True)
     (workdir / "task.json").write_text(f'{{"id": "{rollout_id}"}}')
     (workdir / "prepared.txt").write_text("corpus")
     (workdir / "repo" / "main.py").write_text("print('hi')\n")
     spec = RunSpec(rollout_id=rollout_id, attempt=rollout.attempt, command=(sys.executable, "-c", HARNESS),
-                   base_url=created.base_url, api_key=created.api_key, task={"id": rollout_id}, workdir=workdir,
+                   base_url=base_url, api_key=api_key, task={"id": rollout_id}, workdir=workdir,
                    timeout_s=60, stdout_path=tmp_path / "out", stderr_path=tmp_path / "err")
     return rollout, spec
 

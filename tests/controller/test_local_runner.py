@@ -1,4 +1,5 @@
-"""LocalRunner: exit codes, crashes, timeouts that kill the whole process group, the concurrency bound, cleanup."""
+"""LocalRunner: exit codes, crashes, timeouts that kill everything the harness started, the concurrency bound,
+cleanup; the sandbox it runs harnesses in (unprivileged, no secrets, only its rollout's gateway path, fails closed)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,33 @@ from pathlib import Path
 import pytest
 
 from controller.runners.base import RunnerFullError, RunnerStartError, RunResult, RunSpec, Termination
+from controller.runners.harness_sandbox import HarnessSandbox
 from controller.runners.local import LocalRunner
+from tests.sandbox.support import fresh_uid, wait_no_processes
+from tests.sandbox.test_forwarder import Upstream
 
-# Starts a grandchild that ignores SIGTERM, records its pid, then does `then`.
+# Starts a grandchild that ignores SIGTERM in a session of its own, then does `then`.
 GRANDCHILD = """
 import os, signal, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c",
-    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"])
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"], start_new_session=True)
 open("grandchild.pid", "w").write(str(child.pid))
 {then}
 """
 
 
-def spec(tmp_path: Path, code: str, *, rollout_id: str = "r1", timeout_s: float = 30.0) -> RunSpec:
+def own_uid_runner(**kwargs) -> tuple[LocalRunner, int]:
+    """A one-slot runner whose harness runs as a uid no other test uses (its processes can be counted)."""
+    uid = fresh_uid()
+    return LocalRunner(1, sandbox=HarnessSandbox(first_uid=uid), **kwargs), uid
+
+
+def spec(tmp_path: Path, code: str, *, rollout_id: str = "r1", timeout_s: float = 30.0,
+         gateway: str = "http://gw") -> RunSpec:
     workdir = tmp_path / rollout_id
     workdir.mkdir(parents=True, exist_ok=True)
     return RunSpec(rollout_id=rollout_id, attempt=1, command=(sys.executable, "-c", code),
-                   base_url="http://gw/r/r1/v1", api_key="hrl.key", task={"mode": "x"}, workdir=workdir,
+                   base_url=f"{gateway}/r/{rollout_id}/v1", api_key="hrl.key", task={"mode": "x"}, workdir=workdir,
                    timeout_s=timeout_s, stdout_path=tmp_path / "logs" / f"{rollout_id}.out",
                    stderr_path=tmp_path / "logs" / f"{rollout_id}.err", extra_env={"EXTRA": "1"})
 
@@ -86,40 +97,43 @@ def test_contract_env_workdir_and_logs(tmp_path, monkeypatch):
     cwd, names, key = run.stdout_path.read_text().splitlines()
     assert cwd == str(run.workdir) and key == "hrl.key"
     assert eval(names) == sorted(["EXTRA", "HARNESSRL_TASK", "HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+                                  "USER", "LOGNAME", "PWD",  # set by the sandbox
                                   *[n for n in ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR") if n in os.environ]])
     assert run.stderr_path.read_text() == "to stderr\n"
 
 
-def test_timeout_kills_the_whole_group_including_a_grandchild(tmp_path):
-    runner = LocalRunner(1, kill_grace_s=0.5)
-    run = spec(tmp_path, GRANDCHILD.format(then="time.sleep(1000)"), timeout_s=1.0)
+def test_timeout_kills_everything_including_a_grandchild(tmp_path):
+    runner, uid = own_uid_runner(kill_grace_s=0.5)
+    run = spec(tmp_path, GRANDCHILD.format(then="time.sleep(1000)"), timeout_s=3.0)  # time to start the grandchild
     started = time.monotonic()
     runner.start(run)
     [result] = wait_results(runner, 1)
     assert result.termination == Termination.TIMED_OUT and result.exit_code is None
-    assert 1.0 <= time.monotonic() - started < 10
-    grandchild = int((run.workdir / "grandchild.pid").read_text())
-    assert wait_dead(grandchild), "the grandchild ignoring SIGTERM must be SIGKILLed with its group"
+    assert 3.0 <= time.monotonic() - started < 15
+    assert (run.workdir / "grandchild.pid").exists()
+    assert wait_no_processes(uid) == [], "the grandchild ignoring SIGTERM must be SIGKILLed with its sandbox"
 
 
 def test_harness_ignoring_sigterm_is_killed_after_grace(tmp_path):
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
            "time.sleep(1000)"
     runner = LocalRunner(1, kill_grace_s=0.3)
-    runner.start(spec(tmp_path, code, timeout_s=0.5))
-    [result] = wait_results(runner, 1, timeout_s=10)
+    run = spec(tmp_path, code, timeout_s=2.0)  # time for the sandboxed interpreter to start and ignore SIGTERM
+    runner.start(run)
+    [result] = wait_results(runner, 1, timeout_s=15)
+    assert run.stdout_path.read_text() == "ready\n"
     assert result.termination == Termination.TIMED_OUT
-    assert result.duration_s >= 0.8
+    assert result.duration_s >= 2.3
 
 
 def test_daemons_left_behind_by_a_harness_that_exited_are_killed(tmp_path):
-    runner = LocalRunner(1)
+    runner, uid = own_uid_runner()
     run = spec(tmp_path, GRANDCHILD.format(then="sys.exit(0)"))
     runner.start(run)
     [result] = wait_results(runner, 1)
     assert result.exit_code == 0
-    grandchild = int((run.workdir / "grandchild.pid").read_text())
-    assert wait_dead(grandchild)
+    assert (run.workdir / "grandchild.pid").exists()
+    assert wait_no_processes(uid) == []
     runner.release("r1")
     assert runner.free_slots() == 1
 
@@ -158,3 +172,93 @@ def test_cancel_and_close(tmp_path):
     assert (result.rollout_id, result.termination) == ("a", Termination.CANCELLED)
     runner.close()
     assert runner.free_slots() == 2 and runner.poll() == []
+
+
+# Runs inside the harness sandbox: who it is, what it can reach, what it can read.
+PROBE = """
+import json, os, urllib.request, urllib.error
+base = os.environ["OPENAI_BASE_URL"]
+def post(url):
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url, data=b"{}", method="POST"), timeout=10).status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return "unreachable"
+secrets = [p for p in os.listdir("/proc") if p.isdigit()
+           and b"admin-secret" in (open(f"/proc/{p}/environ", "rb").read() if os.access(f"/proc/{p}/environ", os.R_OK)
+           else b"")]
+print(json.dumps({"uid": os.getuid(), "base": base, "own": post(base + "/chat/completions"),
+                  "other": post(base.replace("/r/r1/", "/r/r2/") + "/chat/completions"),
+                  "admin": post(base.split("/r/")[0] + "/admin/rollouts"), "secrets": secrets,
+                  "store": os.path.exists(os.environ["STORE"])}))
+"""
+
+
+def test_harness_runs_unprivileged_and_reaches_only_its_rollouts_gateway_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_ADMIN_TOKEN", "admin-secret")
+    upstream = Upstream()
+    store = tmp_path / "store"
+    store.mkdir()
+    run = spec(tmp_path, PROBE, gateway=f"http://127.0.0.1:{upstream.port}")
+    run = RunSpec(**{**run.__dict__, "extra_env": {"STORE": str(store)}})
+    runner = LocalRunner(1)
+    runner.start(run)
+    [result] = wait_results(runner, 1)
+    upstream.server.shutdown()
+    assert result.exit_code == 0, run.stderr_path.read_text()
+    seen = __import__("json").loads(run.stdout_path.read_text())
+    assert seen["uid"] >= HarnessSandbox().first_uid and seen["base"] == "http://127.0.0.1:18080/r/r1/v1"
+    assert (seen["own"], seen["other"], seen["admin"]) == (200, 403, 403)
+    assert upstream.seen == ["/r/r1/v1/chat/completions"]
+    assert seen["secrets"] == [] and seen["store"] is False
+
+
+def test_no_sandbox_no_start(tmp_path, monkeypatch):
+    """Fails closed: where the sandbox cannot be built the attempt is an infra failure, never an unsandboxed run."""
+    import sandbox.probe as probe
+
+    monkeypatch.setattr(probe, "tool", lambda name: f"/nonexistent/{name}")
+    probe.sandbox_problem.cache_clear()
+    try:
+        runner = LocalRunner(1)
+        run = spec(tmp_path, "open('ran', 'w').write('unsandboxed')")
+        with pytest.raises(RunnerStartError, match="install bubblewrap.*Nothing is run unsandboxed"):
+            runner.start(run)
+        assert runner.free_slots() == 1 and not (run.workdir / "ran").exists()
+    finally:
+        probe.sandbox_problem.cache_clear()
+
+
+def test_network_allowed_keeps_the_base_url_and_says_what_it_weakens(tmp_path, caplog):
+    runner = LocalRunner(1, sandbox=HarnessSandbox(allow_network=True))
+    assert "the sandbox shares the host's network" in caplog.text and "everything else holds" in caplog.text
+    run = spec(tmp_path, "import os; print(os.environ['OPENAI_BASE_URL'], os.getuid())")
+    runner.start(run)
+    [result] = wait_results(runner, 1)
+    base, uid = run.stdout_path.read_text().split()
+    assert result.exit_code == 0 and base == "http://gw/r/r1/v1" and int(uid) != 0
+
+
+def test_an_https_or_foreign_base_url_is_refused(tmp_path):
+    run = spec(tmp_path, "pass")
+    with pytest.raises(RunnerStartError, match="cannot be forwarded"):
+        LocalRunner(1).start(RunSpec(**{**run.__dict__, "base_url": "https://gw/r/r1/v1"}))
+
+
+def test_a_harness_cannot_kill_or_write_into_another_rollouts_attempt(tmp_path):
+    victim = spec(tmp_path, "import time; time.sleep(3); print('victim done')", rollout_id="victim")
+    attack = (f"import subprocess\n"
+              f"try:\n    open({str(victim.workdir / 'planted')!r}, 'w').write('x'); print('planted')\n"
+              f"except OSError as e:\n    print('refused', type(e).__name__, flush=True)\n"
+              f"subprocess.run(['/bin/sh', '-c', 'kill -9 -1'])  # every process it can see: its own\n")
+    attacker = spec(tmp_path, attack, rollout_id="attacker")
+    runner = LocalRunner(2)
+    runner.start(victim)
+    time.sleep(0.5)
+    runner.start(attacker)
+    results = {r.rollout_id: r for r in wait_results(runner, 2)}
+    assert results["victim"].exit_code == 0 and victim.stdout_path.read_text() == "victim done\n"
+    assert not (victim.workdir / "planted").exists()
+    assert attacker.stdout_path.read_text() == "refused FileNotFoundError\n"  # the other workdir is not there at all
+    assert results["attacker"].termination == Termination.CRASHED  # kill -9 -1 killed only the attacker's own

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.deploy.netpol import Endpoint, egress_allowed, ingress_isolated, selector_matches
@@ -90,6 +90,8 @@ def test_only_agent_pods_are_restricted(kustomization: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
+@example(pod_labels={"app.kubernetes.io/name": "harnessrl-gateway", "harnessrl.io/component": "gateway"},
+         namespace="harnessrl", port=8100, protocol="TCP")  # the gateway's selector without its other labels
 @given(pod_labels=st.dictionaries(st.sampled_from(["app.kubernetes.io/name", "harnessrl.io/component", "k8s-app"]),
                                   st.sampled_from(["harnessrl-gateway", "gateway", "kube-dns", "agent", "x"]),
                                   max_size=3),
@@ -102,9 +104,12 @@ def test_any_allowed_connection_is_gateway_or_dns(pod_labels: dict[str, str], na
     destination = Endpoint(namespace, pod_labels, {"kubernetes.io/metadata.name": namespace})
     if not egress_allowed(policies, agent, destination, port, protocol):
         return
-    gateway = destinations["gateway"]
+    # The gateway's identity: the labels the policy selects on (a subset of what its Deployment sets; only that
+    # Deployment sets them in this namespace, and agents cannot create pods).
+    identity = {"matchLabels": {"app.kubernetes.io/name": "harnessrl-gateway", "harnessrl.io/component": "gateway"}}
+    assert selector_matches(identity, destinations["gateway"].pod_labels)
     to_gateway = (namespace == agent.namespace and port == 8100 and protocol == "TCP"
-                  and selector_matches({"matchLabels": gateway.pod_labels}, pod_labels))
+                  and selector_matches(identity, pod_labels))
     to_dns = namespace == "kube-system" and port == 53 and pod_labels.get("k8s-app") == "kube-dns"
     assert to_gateway or to_dns, (pod_labels, namespace, port, protocol)
 

@@ -1,5 +1,5 @@
-"""End to end, no mocks in the path: gateway + embedded engine (tiny model) + controller with LocalRunner running 8
-rollouts of each recipe in parallel, plus a harness that crashes and one that hangs.
+"""End to end, no mocks in the path: gateway + embedded engine (tiny model) + controller with LocalRunner running 4
+rollouts of each recipe on 8 slots, plus a harness that crashes and one that hangs (14 rollouts in all).
 
 Every rollout must reach a terminal state, the recipes' calls must be recorded with token IDs, every graded rollout must
 carry a reward posted with the grader credential, and the crash and the hang must end as `agent` failures.
@@ -21,7 +21,7 @@ from tests.controller.support import ScriptRecipe
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, GatewayProcess
 
 pytestmark = pytest.mark.slow
-PER_RECIPE = 8
+PER_RECIPE = 4  # each SWE harness alone spends about 8 CPU-seconds importing litellm
 RECIPE_NAMES = ("instruction_following", "search", "swe")
 SMALL = {"max_tokens": 48}  # the tiny model writes noise: keep each call short
 SWE_SMALL = {"step_limit": 3, "max_tokens": 48, "command_timeout_s": 20}

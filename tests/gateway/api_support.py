@@ -27,6 +27,15 @@ def create_rollouts(admin: GatewayClient, count: int = 1, *, prefix: str = "r", 
     return admin.create_rollouts(specs)
 
 
+def current_key(admin: GatewayClient, rollout_id: str) -> RolloutCreated:
+    """The rollout's base URL and key for its current attempt, as the controller gets them after a claim (by
+    idempotent re-creation: a key is bound to the attempt it was minted for)."""
+    r = admin.get_rollout(rollout_id)
+    (created,) = admin.create_rollouts([RolloutSpec(id=r.id, group_id=r.group_id, input=r.input, mode=r.mode,
+                                                    max_attempts=r.max_attempts)])
+    return created
+
+
 def chat(model: str = "policy", **extra: Any) -> dict[str, Any]:
     """A minimal chat request body."""
     return {"model": model, "messages": [{"role": "user", "content": "hello"}], **extra}

@@ -39,13 +39,15 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> N
 
 @dataclass
 class GatewayProcess:
-    """A real `harnessrl gateway serve` process on a free port, restartable on the same database."""
+    """A real `harnessrl gateway serve` process on a free port, restartable on the same database (`db_url`, a
+    PostgreSQL database for one, instead of the SQLite file `db_path`)."""
 
-    db_path: Path
+    db_path: Path | None = None
     port: int = field(default_factory=free_port)
     extra_env: dict[str, str] = field(default_factory=dict)
     config_path: Path | None = None
     proc: subprocess.Popen | None = None
+    db_url: str | None = None
 
     @property
     def url(self) -> str:
@@ -55,7 +57,7 @@ class GatewayProcess:
         env = {**os.environ, "HARNESSRL_ADMIN_TOKEN": ADMIN_TOKEN, "HARNESSRL_GRADER_TOKEN": GRADER_TOKEN,
                **self.extra_env}
         cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port),
-               "--db", f"sqlite:///{self.db_path}"]
+               "--db", self.db_url or f"sqlite:///{self.db_path}"]
         if self.config_path is not None:
             cmd += ["--config", str(self.config_path)]
         self.proc = subprocess.Popen(cmd, env=env)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.client import GatewayAPIError, GatewayClient
+from gateway.client import GatewayAPIError
 from gateway.records import RolloutState
 from tests.gateway.api_support import create_rollouts
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN
@@ -24,12 +24,6 @@ def gateway(tmp_path_factory):
     gw = InProcessGateway(folder / "store.db", config_path=config).start()
     yield gw
     gw.stop()
-
-
-@pytest.fixture
-def grader(gateway):
-    with GatewayClient(gateway.url, GRADER_TOKEN) as client:
-        yield client
 
 
 def harness_url(created, name: str) -> str:

@@ -87,7 +87,8 @@ def test_unknown_rollout_is_404(gateway, method, path, body) -> None:
     ("GET", "/v1/admin/nothing-here", 404), ("DELETE", "/v1/admin/rollouts", 405),
 ])
 def test_unknown_routes_get_openai_style_errors(gateway, target, method, path, status) -> None:
-    response = request(gateway.url, method, path.format(id=target.id), target.api_key)
+    token = target.api_key if path.startswith("/r/") else ADMIN_TOKEN  # a rollout key is 403 on any admin path
+    response = request(gateway.url, method, path.format(id=target.id), token)
     assert error_of(response, status)["message"]
 
 
@@ -279,3 +280,16 @@ def test_an_oversized_harness_event_is_413_and_stores_nothing(small_gateway) -> 
     error = error_of(post_raw(f"{gw.url}/r/{rollout.id}/events", rollout.api_key, raw), 413)
     with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
         assert (error["code"], admin.list_events(rollout.id)) == ("payload_too_large", [])
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/admin/rollouts/{id}/calls?attempt=9223372036854775808",  # found by the OpenAPI fuzz: a bare 500 before
+    "/v1/admin/rollouts/{id}/calls?attempt=1000001",
+    "/v1/admin/rollouts/{id}/artifacts/workdir.tar.gz?attempt=9223372036854775808",
+    "/v1/admin/rollouts/finished?after=9223372036854775808",
+])
+def test_integers_past_the_stores_range_are_400_naming_the_parameter(gateway, target, path):
+    response = httpx.get(gateway.url + path.format(id=target.id), timeout=30,
+                         headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == path.rsplit("?", 1)[1].split("=")[0]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import socket
+import time
 
 import pytest
 
@@ -158,7 +160,7 @@ def test_admin_may_pause_and_resume(gateway, rollouts) -> None:
 
 def _forged(rollout_id: str) -> str:
     id_part = base64.urlsafe_b64encode(rollout_id.encode()).rstrip(b"=").decode()
-    return f"hrl.{id_part}.{'A' * 32}"
+    return f"hrl.{id_part}.0.{'A' * 32}"
 
 
 BAD_CREDENTIALS = {
@@ -181,7 +183,7 @@ def test_missing_malformed_or_forged_credentials_are_401(gateway, rollouts, cred
     if credential == "FORGED":
         credential = _forged(rollouts["own"].id)
     elif credential == "OTHER_SECRET":
-        credential = mint_rollout_key(b"x" * 32, rollouts["own"].id)
+        credential = mint_rollout_key(b"x" * 32, rollouts["own"].id, 0)
     assert error_of(call(gateway, rollouts, method, path, credential, body), 401)["code"] == "invalid_api_key"
 
 
@@ -214,3 +216,33 @@ def test_keys_survive_a_gateway_restart(tmp_path, scripted) -> None:
         assert (response.status_code, again.api_key, again.created) == (200, created.api_key, False)
     finally:
         gw.stop()
+
+
+def _raw_exchange(gateway_url: str, request_head: bytes, timeout_s: float = 5.0) -> tuple[bytes, float]:
+    """Send only `request_head` (headers, no body) on a raw socket; (the answer's first bytes, seconds taken)."""
+    host, port = gateway_url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
+        conn.sendall(request_head)
+        answer = conn.recv(4096)
+    return answer, time.monotonic() - started
+
+
+@pytest.mark.parametrize("token", [None, "nope", "ROLLOUT_KEY"])
+def test_the_admin_api_checks_the_credential_before_reading_a_body(gateway, rollouts, token) -> None:
+    """The attack: the admin API read up to 32 MiB before checking the token. A stranger declaring a 30 MiB body and
+    sending none of it is answered at once (401/403): the gateway does not wait for the body it would not read."""
+    token = rollouts["own"].api_key if token == "ROLLOUT_KEY" else token
+    head = (b"POST /v1/admin/rollouts HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: 31457280\r\n" + (f"authorization: Bearer {token}\r\n".encode() if token else b"")
+            + b"\r\n")
+    answer, seconds = _raw_exchange(gateway.url, head)
+    status = answer.split(b" ", 2)[1]
+    assert status == (b"403" if token == rollouts["own"].api_key else b"401") and seconds < 2.0, answer[:200]
+
+
+def test_the_admin_token_still_waits_for_its_body(gateway) -> None:
+    head = (b"POST /v1/admin/rollouts HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: 100\r\nauthorization: Bearer " + ADMIN_TOKEN.encode() + b"\r\n\r\n")
+    with pytest.raises(TimeoutError):
+        _raw_exchange(gateway.url, head, timeout_s=0.5)

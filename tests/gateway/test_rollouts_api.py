@@ -10,8 +10,8 @@ import pytest
 
 from gateway.client import GatewayAPIError, GatewayClient
 from gateway.records import EventKind, FailureKind, RolloutSpec, RolloutState
-from tests.gateway.api_support import chat, create_rollouts, new_id
-from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN
+from tests.gateway.api_support import chat, create_rollouts, current_key, new_id
+from tests.gateway.support import ADMIN_TOKEN
 
 
 @pytest.fixture(autouse=True)
@@ -20,12 +20,6 @@ def empty_queue(admin):
     while batch := admin.claim("sweeper", limit=1000, lease_s=3600):
         for rollout in batch:
             admin.set_state(rollout.id, RolloutState.CANCELLED)
-
-
-@pytest.fixture
-def grader(gateway):
-    with GatewayClient(gateway.url, GRADER_TOKEN) as client:
-        yield client
 
 
 def harness_call(created, body: dict | None = None) -> httpx.Response:
@@ -131,9 +125,9 @@ def test_failed_needs_a_failure_kind_and_keeps_it(admin) -> None:
 def test_grader_reward_is_stored_with_its_event(admin, grader) -> None:
     (created,) = create_rollouts(admin, prefix="reward")
     admin.claim("c1")
-    admin.set_state(created.id, RolloutState.SUCCEEDED)
     rewarded = grader.post_reward(created.id, 0.75, {"tests_passed": 3})
     last = grader.list_events(created.id)[-1]
+    admin.set_state(created.id, RolloutState.SUCCEEDED)
     assert rewarded.reward == 0.75
     assert (last.kind, last.payload, last.attempt) == (EventKind.REWARD, {"reward": 0.75,
                                                                           "details": {"tests_passed": 3}}, 1)
@@ -142,6 +136,7 @@ def test_grader_reward_is_stored_with_its_event(admin, grader) -> None:
 def test_events_from_harness_grader_and_controller_are_listed_in_order(admin, grader) -> None:
     (created,) = create_rollouts(admin, prefix="events")
     admin.claim("c1")
+    created = current_key(admin, created.id)  # the key of attempt 1
     posted = httpx.post(created.base_url.removesuffix("/v1") + "/events", timeout=30,
                         json={"kind": "agent_output", "payload": {"text": "patch"}},
                         headers={"authorization": f"Bearer {created.api_key}"})
@@ -182,17 +177,18 @@ def test_long_poll_returns_as_soon_as_a_rollout_finishes(gateway, admin) -> None
 
     def wait() -> None:
         with GatewayClient(gateway.url, ADMIN_TOKEN) as client:
-            started = time.monotonic()
             result["page"] = client.finished(after=cursor, wait_s=5)
-            result["elapsed_s"] = time.monotonic() - started
+            result["returned_at"] = time.monotonic()
 
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.5)
+    changed_at = time.monotonic()
     admin.set_state(created.id, RolloutState.CANCELLED)
     waiter.join(10)
     assert [r.id for r in result["page"].rollouts] == [created.id]
-    assert 0.4 < result["elapsed_s"] < 4.0, result["elapsed_s"]  # answered on the change, not after wait_s=5
+    # answered on the change (not before it, and not after wait_s=5), however late the loaded machine ran the thread
+    assert 0 <= result["returned_at"] - changed_at < 3.5, result["returned_at"] - changed_at
 
 
 def test_long_poll_without_news_waits_its_time_and_returns_empty(admin) -> None:
@@ -205,10 +201,12 @@ def test_long_poll_without_news_waits_its_time_and_returns_empty(admin) -> None:
 def test_calls_are_listed_per_attempt_in_arrival_order(admin) -> None:
     (created,) = create_rollouts(admin, prefix="calls")
     admin.claim("c1")
-    first = [harness_call(created, chat(seed=i)).status_code for i in range(3)]
+    key_1 = current_key(admin, created.id)
+    first = [harness_call(key_1, chat(seed=i)).status_code for i in range(3)]
     admin.set_state(created.id, RolloutState.QUEUED)
     admin.claim("c2")
-    second = [harness_call(created, chat(seed=10 + i)).status_code for i in range(2)]
+    key_2 = current_key(admin, created.id)
+    second = [harness_call(key_2, chat(seed=10 + i)).status_code for i in range(2)]
     attempt_1, attempt_2 = admin.calls(created.id, attempt=1), admin.calls(created.id, attempt=2)
     everything = admin.calls(created.id)
     assert first + second == [200] * 5

@@ -6,7 +6,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.records import CallRecord, FinishedPage, Rollout, RolloutCreated, RolloutSpec, RolloutState
+from gateway.records import (
+    CallRecord,
+    Event,
+    EventKind,
+    FinishedPage,
+    Rollout,
+    RolloutCreated,
+    RolloutSpec,
+    RolloutState,
+)
 from trainer.rollout_groups import FinishedGroup
 
 PROMPT = [1, 504, 2116]
@@ -65,6 +74,7 @@ class FakeGateway:
     call_requests: list[str] = field(default_factory=list)
     fail_creates: int = 0
     """The next this many create_rollouts calls raise (a gateway that is down)."""
+    event_log: dict[str, list[Event]] = field(default_factory=dict)
 
     def create_rollouts(self, specs):
         if self.fail_creates:
@@ -73,10 +83,12 @@ class FakeGateway:
         self.created += specs
         return [RolloutCreated(id=s.id, api_key="k", base_url="http://x", created=True) for s in specs]
 
-    def finish(self, rid: str, reward: float, versions=(0,)) -> None:
+    def finish(self, rid: str, reward: float, versions=(0,), details: dict[str, Any] | None = None) -> None:
         spec = next(s for s in self.created if s.id == rid)
         self.finished_log.append(rollout(rid, spec.group_id, reward, finished_seq=len(self.finished_log) + 1))
         self.call_log[rid] = [call(rid, i, v, [10 + i, 11 + i]) for i, v in enumerate(versions)]
+        self.event_log[rid] = [Event(id=1, rollout_id=rid, attempt=1, kind=EventKind.REWARD, created_at=0.0,
+                                     payload={"reward": reward, "details": details or {}})]
 
     def finished(self, after=0, limit=100, wait_s=0.0):
         self.polls.append(wait_s)
@@ -86,3 +98,6 @@ class FakeGateway:
     def calls(self, rollout_id, attempt=None):
         self.call_requests.append(rollout_id)
         return [c for c in self.call_log.get(rollout_id, []) if attempt is None or c.attempt == attempt]
+
+    def list_events(self, rollout_id):
+        return list(self.event_log.get(rollout_id, []))

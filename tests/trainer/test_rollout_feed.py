@@ -7,6 +7,7 @@ import pytest
 from gateway.records import RolloutMode
 from tests.trainer.loop_support import FakeGateway
 from trainer.rollout_feed import FeedConfig, RolloutFeed, val_pass
+from trainer.rollout_groups import drop_stale
 
 
 def tasks(n: int):
@@ -133,6 +134,29 @@ def test_calls_are_the_final_attempts_and_not_fetched_when_switched_off():
     quiet.finish("run-0-0", 1.0)
     feed.poll(0.0)
     assert feed.take(1)[0].calls == {"run-0-0": ()} and quiet.call_requests == []
+
+
+def test_tampered_members_are_read_from_the_final_attempts_reward_and_counted_per_iteration():
+    gateway = FakeGateway()
+    feed = make_feed(gateway, n_tasks=1, group_size=3)
+    feed.submit(1, 0)
+    gateway.finish("run-0-0", 0.0, details={"tamper": True, "tamper_reasons": ["pytest.py: shadows the runner"]})
+    gateway.finish("run-0-1", 0.0, details={"tamper": False})
+    gateway.finish("run-0-2", 1.0)
+    gateway.event_log["run-0-1"] += [gateway.event_log["run-0-0"][0].model_copy(update={"attempt": 0})]  # old try
+    feed.poll(0.0)
+    finished = feed.take(1)
+    assert finished[0].tampered == frozenset({"run-0-0"})
+    split = drop_stale(finished, 0, 0)
+    assert split.kept[0].tampered == frozenset({"run-0-0"}) and split.as_metrics()["rollout/tamper"] == 1.0
+    assert drop_stale(finished, 5, 0).as_metrics()["rollout/tamper"] == 1.0  # counted even when dropped as stale
+
+    quiet = FakeGateway()
+    feed = make_feed(quiet, n_tasks=1, group_size=1, fetch_grades=False)
+    feed.submit(1, 0)
+    quiet.finish("run-0-0", 0.0, details={"tamper": True})
+    feed.poll(0.0)
+    assert feed.take(1)[0].tampered == frozenset()
 
 
 def test_run_once_returns_the_finished_groups_and_lists_the_unfinished_tasks():

@@ -1,4 +1,5 @@
-"""The grader: gold resolves, empty does not, agent-edited tests are restored, SWE-bench's skip rule."""
+"""The grader: gold resolves, empty does not, agent-edited tests are tampering, SWE-bench's skip rule (the attacks are
+in test_grader_attacks.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agents.swe.diffs import apply_patch
-from agents.swe.grader import filter_patch, is_resolved
+from agents.swe.grader import is_resolved
 from agents.swe.recipe import SweRecipe, rollout_input
 from agents.swe.testrun import TestRun
 from controller.recipe import GradeInput
@@ -25,14 +26,6 @@ F2P, P2P = ["t.py::a"], ["t.py::b", "t.py::c"]
 ])
 def test_resolved_follows_swe_bench_rule(outcomes, resolved):
     assert is_resolved(TestRun(outcomes=outcomes), F2P, P2P)[0] is resolved
-
-
-def test_filter_patch_drops_tests_conftest_and_config():
-    patch = "".join(f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-x\n+y\n"
-                    for p in ["pkg/mod.py", "tests/test_mod.py", "conftest.py", "pkg/conftest.py", "setup.cfg"])
-    filtered = filter_patch(patch)
-    assert filtered.restored == ("tests/test_mod.py", "conftest.py", "pkg/conftest.py", "setup.cfg")
-    assert "pkg/mod.py" in filtered.graded and "conftest" not in filtered.graded
 
 
 def _attempt(store: Path, instance: dict, workdir: Path) -> tuple[SweRecipe, dict, Path]:
@@ -59,7 +52,7 @@ def test_gold_fix_resolves_and_untouched_repo_does_not(tiny_store, tmp_path):
     assert gold.reward == 1.0 and gold.details["resolved"] is True, gold.details
 
 
-def test_tests_the_agent_changed_are_restored_before_grading(tiny_store, tmp_path):
+def test_tests_the_agent_changed_are_tampering_even_with_the_fix(tiny_store, tmp_path):
     store, instances = tiny_store
     instance = instances[0]
     recipe, task, repo = _attempt(store, instance, tmp_path / "cheat")
@@ -67,15 +60,36 @@ def test_tests_the_agent_changed_are_restored_before_grading(tiny_store, tmp_pat
     (repo / "tests" / "test_tinymath.py").write_text("def test_clamp_inside():\n    pass\n")
     (repo / "conftest.py").write_text("import pytest\n\n@pytest.fixture(autouse=True)\ndef _skip():\n"
                                       "    pytest.skip('cheat')\n")
-    cheat = _grade(recipe, task, tmp_path / "cheat")
-    assert cheat.reward == 0.0
-    assert sorted(cheat.details["restored_files"]) == ["conftest.py", "tests/test_tinymath.py"]
     apply_patch(repo, instance["patch"], reverse=True)  # the real fix, with the cheat still there
-    fixed = _grade(recipe, task, tmp_path / "cheat")
-    assert fixed.reward == 1.0, fixed.details
+    cheat = _grade(recipe, task, tmp_path / "cheat")
+    assert cheat.reward == 0.0 and cheat.details["tamper"] is True
+    assert sorted(r.split(":")[0] for r in cheat.details["tamper_reasons"]) == ["conftest.py", "tests/test_tinymath.py"]
+
+
+def test_a_reproduction_script_is_dropped_and_the_fix_still_resolves(tiny_store, tmp_path):
+    store, instances = tiny_store
+    instance = instances[0]
+    recipe, task, repo = _attempt(store, instance, tmp_path / "fix")
+    apply_patch(repo, instance["patch"], reverse=True)
+    (repo / "reproduce.py").write_text("import tinymath\nprint(tinymath.clamp(5, 0, 10))\n")
+    fixed = _grade(recipe, task, tmp_path / "fix")
+    assert fixed.reward == 1.0 and fixed.details["tamper"] is False, fixed.details
+    assert fixed.details["dropped_files"] == ["reproduce.py"] and fixed.details["graded_files"] == ["tinymath.py"]
 
 
 def test_a_missing_repository_grades_zero_with_the_reason(tiny_store, tmp_path):
     store, instances = tiny_store
     grade = _grade(SweRecipe(store=store, source="unused"), rollout_input(instances[0], store), tmp_path)
     assert grade.reward == 0.0 and "missing" in grade.details["error"]
+
+
+def test_a_fix_that_breaks_the_import_grades_zero_without_tamper(tiny_store, tmp_path):
+    store, instances = tiny_store
+    instance = instances[0]
+    recipe, task, repo = _attempt(store, instance, tmp_path / "broken")
+    apply_patch(repo, instance["patch"], reverse=True)
+    with (repo / "tinymath.py").open("a") as handle:
+        handle.write("\nraise ImportError('half-finished fix')\n")
+    broken = _grade(recipe, task, tmp_path / "broken")
+    assert broken.reward == 0.0 and broken.details["tamper"] is False and broken.details["pytest_returncode"] == 1
+    assert broken.details["fail_to_pass_failed"] == instance["FAIL_TO_PASS"]

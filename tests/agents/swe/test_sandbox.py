@@ -1,4 +1,5 @@
-"""Each safeguard of the agent's command sandbox, proven by an agent-style command that tries to get around it."""
+"""Each safeguard of the agent's command sandbox, proven by an agent-style command that tries to get around it.
+(The sandbox itself is attacked in tests/sandbox/; these are the SWE harness's uses of it.)"""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def agent(tiny_store, tmp_path) -> Sandbox:
     store, instances = tiny_store
     task = rollout_input(instances[0], store)
     SweRecipe(store=store, source="unused").prepare_workdir(task, tmp_path / "work")
-    return Sandbox(cwd=tmp_path / "work" / "repo", shim_dir=tmp_path / "shim", hidden=(store,))
+    return Sandbox(cwd=tmp_path / "work" / "repo", shim_dir=tmp_path / "scratch" / "shim", hidden=(store,))
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +35,16 @@ def gateway(tmp_path_factory):
     gw.stop()
 
 
-def test_git_is_disabled_with_a_clear_message(agent):
-    for command in ["git log", "git status", "$(command -v git) log", "/usr/bin/git log"]:
+def test_git_is_disabled_with_a_clear_message_and_the_real_git_finds_nothing(agent, tiny_store):
+    for command in ["git log", "git status", "$(command -v git) log"]:
         result = agent.run(command, timeout_s=30)
         assert result.returncode != 0, command
         assert GIT_DISABLED_MESSAGE in result.output, (command, result.output)
+    store, instances = tiny_store
+    for command in ["/usr/bin/git log --all", f"/usr/bin/git -C {shlex.quote(str(store))} log -p --all",
+                    f"GIT_DIR={shlex.quote(str(store))} /usr/bin/git log -p --all"]:
+        result = agent.run(command, timeout_s=30)
+        assert result.returncode != 0 and instances[0]["patch"] not in result.output, (command, result.output)
 
 
 def test_the_repository_has_no_git_directory_and_the_store_is_hidden(agent, tiny_store):
@@ -55,7 +61,7 @@ def test_sockets_cannot_connect(agent, gateway):
     probe = f"import socket; socket.create_connection(('127.0.0.1', {gateway.port}), timeout=5); print('connected')"
     result = agent.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(probe)}", timeout_s=30)
     assert result.returncode != 0 and "connected" not in result.output
-    assert "Network is unreachable" in result.output
+    assert "Connection refused" in result.output or "Network is unreachable" in result.output
     assert httpx.get(gateway.url + "/health").status_code == 200  # the harness itself keeps the network
 
 
@@ -79,7 +85,32 @@ def test_writing_the_reward_is_refused(agent, gateway):
         assert admin.get_rollout(created.id).reward is None
 
 
-def test_missing_isolation_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr("agents.swe.sandbox.isolation_problem", lambda: "no unshare")
-    with pytest.raises(SandboxError, match="HARNESSRL_SWE_ALLOW_NETWORK=1"):
-        Sandbox(cwd=tmp_path, shim_dir=tmp_path / "shim")
+def test_missing_isolation_is_a_clear_error_and_nothing_runs(monkeypatch, tmp_path):
+    import sandbox.probe as probe
+
+    monkeypatch.setattr(probe, "tool", lambda name: f"/nonexistent/{name}")
+    probe.sandbox_problem.cache_clear()
+    try:
+        with pytest.raises(SandboxError, match="cannot be sandboxed.*install bubblewrap.*Nothing is run unsandboxed"):
+            Sandbox(cwd=tmp_path, shim_dir=tmp_path / "shim")
+    finally:
+        probe.sandbox_problem.cache_clear()
+
+
+def test_network_allowed_weakens_the_network_only(tiny_store, tmp_path, gateway, caplog):
+    store, instances = tiny_store
+    (tmp_path / "repo").mkdir()
+    agent = Sandbox(cwd=tmp_path / "repo", shim_dir=tmp_path / "scratch" / "shim", hidden=(store,),
+                    allow_network=True)
+    assert "HARNESSRL_SWE_ALLOW_NETWORK=1" in caplog.text and "everything else holds" in caplog.text
+    probe = f"import urllib.request; print(urllib.request.urlopen({gateway.url + '/health'!r}).status)"
+    result = agent.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(probe)}; id -u; "
+                       f"cat {shlex.quote(str(store / 'instances.jsonl'))}", timeout_s=30)
+    assert result.output.split()[:2] == ["200", str(agent.spec().uid)] and agent.spec().uid != 0
+    assert instances[0]["patch"] not in result.output
+
+
+def test_a_store_inside_a_bound_path_is_refused(tmp_path):
+    (tmp_path / "repo" / "store").mkdir(parents=True)
+    with pytest.raises(SandboxError, match="must stay out of the agent's sandbox"):
+        Sandbox(cwd=tmp_path / "repo", shim_dir=tmp_path / "scratch" / "shim", hidden=(tmp_path / "repo" / "store",))

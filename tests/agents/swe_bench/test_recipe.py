@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes_validate
@@ -31,7 +30,7 @@ from controller.runners.kubernetes import KubernetesRunner
 from controller.runners.manifests import job_name
 from tests.agents.swe_bench.test_eval_script import SEP, pytest_log
 from tests.agents.swe_bench.test_eval_script import instance as bench_instance
-from tests.controller.fake_kube import FakeKube
+from tests.controller.fake_kube import FakeKube, when_job_exists
 from tests.controller.test_kubernetes_runner import MemoryArtifacts
 from tests.controller.test_manifests import K8S_VERSIONS
 
@@ -87,27 +86,12 @@ PULL_FAILING = {"phase": "Pending", "containerStatuses": [
     {"name": "grade", "state": {"waiting": {"reason": "ErrImagePull", "message": f"pull access denied for {IMAGE}"}}}]}
 
 
-def _as_cluster(kube: FakeKube, act: Callable[[str], None]) -> threading.Thread:
-    """Acts as the cluster: once the grading Job exists, `act(its name)` in a thread."""
-    def wait_then_act() -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            names = [n for n in kube.objects["jobs"] if n.startswith("harnessrl-grade-")]
-            if names:
-                act(names[0])
-                return
-            time.sleep(0.02)
-    thread = threading.Thread(target=wait_then_act, daemon=True)
-    thread.start()
-    return thread
-
-
 def _finish_grading_job(kube: FakeKube, log: str, condition: dict, pod: dict | None = None) -> threading.Thread:
     """Acts as the cluster: once the grading Job exists, give it a pod (`pod` status) with `log` and end it."""
     def act(name: str) -> None:
         kube.add_pod(name, pod or {"phase": "Succeeded"}, log=log)
         kube.set_job_status(name, {"conditions": [condition]})
-    return _as_cluster(kube, act)
+    return when_job_exists(kube, act, timeout_s=10)
 
 
 def grader(kube: FakeKube, **settings: float) -> KubeGrader:
@@ -169,7 +153,7 @@ def test_api_errors_are_infra_errors_and_leave_nothing_behind(kube, tmp_path):
 
 
 def test_a_grading_pod_that_cannot_pull_its_image_is_an_infra_error_after_the_grace(kube):
-    thread = _as_cluster(kube, lambda name: kube.add_pod(name, PULL_FAILING))
+    thread = when_job_exists(kube, lambda name: kube.add_pod(name, PULL_FAILING), timeout_s=10)
     started = time.monotonic()
     with pytest.raises(GradingInfraError, match=f"could not start image {IMAGE}: ErrImagePull: pull access denied"):
         grader(kube, image_pull_grace_s=0.3).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 5)
@@ -185,7 +169,7 @@ def test_a_pull_error_that_clears_within_the_grace_grades_normally(kube):
         kube.objects["pods"][pod]["status"] = {"phase": "Succeeded"}
         kube.set_job_status(name, {"conditions": [{"type": "Complete", "status": "True"}]})
 
-    thread = _as_cluster(kube, act)
+    thread = when_job_exists(kube, act, timeout_s=10)
     run = grader(kube, image_pull_grace_s=30).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 5)
     thread.join()
     assert (run.ending, run.log) == ("complete", "graded")
@@ -215,7 +199,7 @@ def test_grading_jobs_the_cluster_failed_are_infra_errors(kube, pod, job_status,
             kube.add_pod(name, pod)
         kube.set_job_status(name, job_status)
 
-    thread = _as_cluster(kube, act)
+    thread = when_job_exists(kube, act, timeout_s=10)
     started = time.monotonic()
     with pytest.raises(GradingInfraError, match=re.escape(words)):
         grader(kube).run(normalised(), "diff", IMAGE, "harnessrl-grade-x", 5)

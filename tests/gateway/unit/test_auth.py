@@ -6,43 +6,55 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.auth import Authenticator, Role, bearer, mint_rollout_key, rollout_of_key
-from gateway.errors import Forbidden, Unauthorized
+from gateway.auth import Authenticator, Role, bearer, check_key_attempt, mint_rollout_key, rollout_of_key
+from gateway.errors import Conflict, Forbidden, Unauthorized
+from gateway.records import RolloutState
 
 SECRET = b"s" * 32
 OTHER_SECRET = b"o" * 32
 IDS = st.from_regex(r"[A-Za-z0-9._:-]{1,60}", fullmatch=True)
 
 
-@given(rollout_id=IDS)
-def test_a_minted_key_names_its_rollout(rollout_id: str) -> None:
-    assert rollout_of_key(SECRET, mint_rollout_key(SECRET, rollout_id)) == rollout_id
+ATTEMPTS = st.integers(min_value=0, max_value=10_000)
 
 
-@given(rollout_id=IDS)
-def test_minting_is_deterministic_and_secret_bound(rollout_id: str) -> None:
-    key = mint_rollout_key(SECRET, rollout_id)
-    assert mint_rollout_key(SECRET, rollout_id) == key
-    assert mint_rollout_key(OTHER_SECRET, rollout_id) != key
+@given(rollout_id=IDS, attempt=ATTEMPTS)
+def test_a_minted_key_names_its_rollout_and_attempt(rollout_id: str, attempt: int) -> None:
+    assert rollout_of_key(SECRET, mint_rollout_key(SECRET, rollout_id, attempt)) == (rollout_id, attempt)
+
+
+@given(rollout_id=IDS, attempt=ATTEMPTS)
+def test_minting_is_deterministic_and_secret_and_attempt_bound(rollout_id: str, attempt: int) -> None:
+    key = mint_rollout_key(SECRET, rollout_id, attempt)
+    assert mint_rollout_key(SECRET, rollout_id, attempt) == key
+    assert mint_rollout_key(SECRET, rollout_id, attempt + 1) != key
+    assert mint_rollout_key(OTHER_SECRET, rollout_id, attempt) != key
     assert rollout_of_key(OTHER_SECRET, key) is None
 
 
 def test_a_mac_moved_to_another_rollout_id_is_rejected() -> None:
-    prefix, _, mac = mint_rollout_key(SECRET, "r1").split(".")
-    other_id_part = mint_rollout_key(SECRET, "r2").split(".")[1]
-    assert rollout_of_key(SECRET, f"{prefix}.{other_id_part}.{mac}") is None
+    prefix, _, attempt, mac = mint_rollout_key(SECRET, "r1", 1).split(".")
+    other_id_part = mint_rollout_key(SECRET, "r2", 1).split(".")[1]
+    assert rollout_of_key(SECRET, f"{prefix}.{other_id_part}.{attempt}.{mac}") is None
+
+
+def test_a_key_moved_to_another_attempt_is_rejected() -> None:
+    """An orphaned harness of attempt 1 cannot relabel its key for attempt 2 (the MAC covers the attempt)."""
+    prefix, id_part, _, mac = mint_rollout_key(SECRET, "r1", 1).split(".")
+    for attempt in ("2", "01", "0", "+1", "１"):
+        assert rollout_of_key(SECRET, f"{prefix}.{id_part}.{attempt}.{mac}") is None
 
 
 @pytest.mark.parametrize("key", [
-    "", "hrl", "hrl..", "hrl.cjE", "xyz.cjE.abc", "hrl.cjE.abc.def", "hrl.!!!.abc", "hrl.__8.abc",
-    "sk-proj-0123456789",
+    "", "hrl", "hrl..", "hrl.cjE", "xyz.cjE.1.abc", "hrl.cjE.abc.def", "hrl.!!!.1.abc", "hrl.__8.1.abc",
+    "hrl.cjE.1.abc.def", "hrl.cjE.-1.abc", "sk-proj-0123456789",
 ])
 def test_malformed_keys_name_no_rollout(key: str) -> None:
     assert rollout_of_key(SECRET, key) is None
 
 
 def test_a_tampered_mac_is_rejected() -> None:
-    key = mint_rollout_key(SECRET, "r1")
+    key = mint_rollout_key(SECRET, "r1", 1)
     tampered = key[:-1] + ("A" if key[-1] != "A" else "B")
     assert rollout_of_key(SECRET, tampered) is None
 
@@ -56,7 +68,7 @@ def test_bearer_parsing(header: str | None, token: str | None) -> None:
 
 
 AUTH = Authenticator("admin-t", "grader-t", SECRET)
-KEY_R1 = "Bearer " + mint_rollout_key(SECRET, "r1")
+KEY_R1 = "Bearer " + mint_rollout_key(SECRET, "r1", 1)
 
 
 @pytest.mark.parametrize(("header", "role", "rollout_id"), [
@@ -65,9 +77,32 @@ KEY_R1 = "Bearer " + mint_rollout_key(SECRET, "r1")
 def test_identify(header: str, role: Role, rollout_id: str | None) -> None:
     principal = AUTH.identify(header)
     assert (principal.role, principal.rollout_id) == (role, rollout_id)
+    assert principal.attempt == (1 if role == Role.ROLLOUT else None)
 
 
-@pytest.mark.parametrize("header", [None, "Bearer nope", "Bearer " + mint_rollout_key(OTHER_SECRET, "r1"),
+@pytest.mark.parametrize(("state", "current", "code"), [
+    (RolloutState.RUNNING, 1, None), (RolloutState.RUNNING, 2, "stale_attempt"),
+    (RolloutState.QUEUED, 1, "stale_attempt"), (RolloutState.SUCCEEDED, 1, "stale_attempt"),
+    (RolloutState.QUEUED, 0, "stale_attempt"),
+])
+def test_a_rollout_key_writes_only_while_its_attempt_is_the_live_one(state, current: int, code) -> None:
+    principal = AUTH.identify(KEY_R1)
+    if code is None:
+        check_key_attempt(principal, "r1", state, current)
+        return
+    with pytest.raises(Conflict) as raised:
+        check_key_attempt(principal, "r1", state, current)
+    assert raised.value.code == code and f"attempt {principal.attempt}" in raised.value.message
+
+
+def test_a_key_of_attempt_zero_works_before_any_claim_and_reads_need_only_the_same_attempt() -> None:
+    zero = AUTH.identify("Bearer " + mint_rollout_key(SECRET, "r1", 0))
+    check_key_attempt(zero, "r1", RolloutState.QUEUED, 0)
+    check_key_attempt(AUTH.identify(KEY_R1), "r1", RolloutState.SUCCEEDED, 1, live=False)
+    check_key_attempt(AUTH.identify("Bearer admin-t"), "r1", RolloutState.QUEUED, 7)
+
+
+@pytest.mark.parametrize("header", [None, "Bearer nope", "Bearer " + mint_rollout_key(OTHER_SECRET, "r1", 1),
                                     "Basic admin-t"])
 def test_unknown_credentials_are_unauthorized(header: str | None) -> None:
     with pytest.raises(Unauthorized):

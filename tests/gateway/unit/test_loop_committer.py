@@ -1,13 +1,17 @@
-"""The in-loop committer: writes of one loop iteration share one transaction; a failing one fails alone."""
+"""The in-loop committer: writes of one loop iteration share one transaction; a failing one fails alone; a locked
+database never blocks the loop and fails a write past its deadline."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
+import time
 
 import pytest
 import sqlalchemy as sa
 
-from gateway.committer import GroupCommitter, LoopCommitter, make_committer
+from gateway.committer import GroupCommitter, LoopCommitter, StoreBusy, is_busy, make_committer
 from tests.gateway.unit.test_committer import engine, insert_then_fail, items, stored  # noqa: F401
 
 
@@ -63,3 +67,62 @@ def test_the_committer_follows_whether_commits_wait_on_io(engine, waits, expecte
     committer = make_committer(engine, commits_wait_on_io=waits)
     assert isinstance(committer, expected)
     committer.close()
+
+
+def _lock(db: sa.Engine, release_after_s: float) -> threading.Timer:
+    """Another connection takes SQLite's write lock now and releases it after `release_after_s`."""
+    holder = sqlite3.connect(db.url.database, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    timer = threading.Timer(release_after_s, lambda: (holder.rollback(), holder.close()))
+    timer.start()
+    return timer
+
+
+async def _ticks_while(awaitable) -> tuple[object, int, float]:
+    """(the awaitable's results, how often a 10 ms ticker ran meanwhile, seconds taken)."""
+    ticks, done = 0, False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.ensure_future(ticker())
+    started = time.monotonic()
+    result = await awaitable
+    done = True
+    await task
+    return result, ticks, time.monotonic() - started
+
+
+def test_a_locked_database_never_blocks_the_loop_and_order_is_kept(engine) -> None:  # noqa: F811
+    committer = LoopCommitter(engine, lock_wait_s=2.0)
+    _lock(engine, 0.4)
+
+    async def main():
+        first = asyncio.ensure_future(committer.run_insert(items, {"id": 1, "v": "first"}))
+        await asyncio.sleep(0.05)  # handed off by now; what follows must queue behind it
+        later = committer.run(lambda conn: conn.execute(items.update().values(v="second")).rowcount)
+        return await _ticks_while(asyncio.gather(first, later))
+
+    (inserted, updated), ticks, seconds = asyncio.run(main())
+    committer.close()
+    assert (inserted, updated, stored(engine)) == (None, 1, {1: "second"})
+    assert 0.3 < seconds < 1.5 and ticks > 20  # the loop kept running while the lock was held
+
+
+@pytest.mark.parametrize("kind", [LoopCommitter, GroupCommitter])
+def test_a_lock_held_past_the_deadline_fails_the_write_in_time(engine, kind) -> None:  # noqa: F811
+    committer = kind(engine, lock_wait_s=0.5)
+    timer = _lock(engine, 1.2)
+
+    async def main():
+        return await _ticks_while(asyncio.gather(committer.run_insert(items, {"id": 1, "v": "x"}),
+                                                 return_exceptions=True))
+
+    (error,), ticks, seconds = asyncio.run(main())
+    timer.join()
+    committer.close()
+    assert is_busy(error) or isinstance(error, StoreBusy), error
+    assert 0.4 < seconds < 1.0 and ticks > 20 and stored(engine) == {}

@@ -1,0 +1,159 @@
+"""The `swe` grading pod's entry point (`python -I -B -m agents.swe.grading_job_pod`), in the project's image.
+
+- `unpack GRADE CHECKOUT` (the init container): the graded checkout from GRADE/repo.tar.gz into CHECKOUT (tarfile's
+  `data` filter: no absolute paths, no links leaving the tree, no devices). No tested code runs in it.
+- `run GRADE CHECKOUT TMP` (the grading container, PID 1; CHECKOUT is mounted read-only there, TMP is the only
+  writable place): the tests run with `testrun`'s isolated launcher started directly (the pod is the sandbox, so no
+  bubblewrap: `run_launcher_directly`), then ONE line goes to the pod's log: VERDICT_PREFIX + a JSON object with
+  the nonce (from the container's environment), pytest's exit status, whether it timed out, the raw outcomes document
+  (base64) and the output's tail. The controller judges it (`kube_grading_swe.read_verdict`).
+
+Why the tested code cannot write the verdict: it runs in a child whose stdout/stderr go to a file in TMP and which
+inherits no descriptor of the log; this process is made non-dumpable before the child starts, so the same uid cannot
+open /proc/1/fd/1, read /proc/1/environ (the nonce) or ptrace it; as PID 1 of the pod's PID namespace it ignores
+signals it has no handler for (SIGKILL and SIGTERM from inside the pod included); after the run every process left in
+the pod is killed (`kill(-1)`). What remains: the tested code runs inside pytest's process, so it can rewrite the
+outcomes in-process like it can under bubblewrap (the patch policy, the sentinel pair and the exit-status check are
+the answer there, as locally); the output tail it can rewrite (diagnostics only).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import importlib.util
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+from pathlib import Path
+
+from agents.swe.grading_job import GRADE_TOKEN, NONCE_ENV, REPO_ARCHIVE, REPO_TOKEN, RUN_FILE
+from agents.swe.testrun import GRADING_LIMITS, LAUNCHER, OUTPUT_TAIL_LINES, _drain, _tail
+
+VERDICT_PREFIX = "harnessrl-swe-verdict "  # the one log line the controller reads
+CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
+PR_SET_DUMPABLE = 4
+PIPE_GRACE_S = 5.0  # how long the outcomes pipe may stay open after pytest exited
+
+
+def unpack(archive: Path, checkout: Path) -> Path:
+    """Extract the packed checkout into `checkout` (created), refusing what leaves the tree."""
+    checkout.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "r:gz") as packed:
+        packed.extractall(checkout, filter="data")
+    return checkout
+
+
+def fill(arg: str, checkout: Path, grade: Path) -> str:
+    """A run.json argument with the pod's directories in place of their tokens."""
+    return arg.replace(REPO_TOKEN, str(checkout)).replace(GRADE_TOKEN, str(grade))
+
+
+def harden() -> None:
+    """Nothing of this process is reachable through /proc or ptrace by the same uid; default signal handling (so, as
+    a PID namespace's init, signals from inside are ignored)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed: the verdict could be forged")
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _limit_child() -> None:
+    """In the child before exec: no core files, and the grading limits on file size and CPU time."""
+    for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, GRADING_LIMITS.file_bytes),
+                         (resource.RLIMIT_CPU, GRADING_LIMITS.cpu_s)):
+        _, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
+def run_launcher_directly(checkout: Path, grade: Path, tmp: Path, pytest_args: list[str],
+                          timeout_s: float) -> tuple[str, int, bool, bytes]:
+    """`testrun`'s launcher (`python -I -B`, the grader's plugin from `grade`) in `checkout`, without a sandbox of its
+    own: (output tail, exit status, timed out, what the outcomes pipe got). Every process it leaves is killed."""
+    wanted = grade / "wanted.json"
+    read_fd, write_fd = os.pipe()
+    argv = [sys.executable, "-I", "-B", "-c", LAUNCHER, str(grade / "plugin.py"), str(write_fd), str(wanted),
+            *pytest_args]
+    env = {"PATH": CHILD_PATH, "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    output_path = tmp / "pytest-output.log"
+    with output_path.open("wb") as sink:
+        try:
+            process = subprocess.Popen(argv, cwd=checkout, env=env, stdin=subprocess.DEVNULL, stdout=sink,
+                                       stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True,
+                                       preexec_fn=_limit_child)
+        finally:
+            os.close(write_fd)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(read_fd, chunks), daemon=True)
+    reader.start()
+    try:
+        process.wait(timeout=timeout_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    _kill_everything(process)
+    reader.join(timeout=PIPE_GRACE_S)
+    tail = "\n".join(_tail(output_path).splitlines()[-OUTPUT_TAIL_LINES:])
+    return tail, (-9 if timed_out else process.returncode), timed_out, b"".join(chunks)
+
+
+def _kill_everything(process: subprocess.Popen) -> None:
+    """SIGKILL the run's session and, as the pod's PID 1, every other process in the pod; reap them."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    if os.getpid() == 1:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)
+    process.wait()
+    if os.getpid() == 1:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+
+
+def verdict_line(nonce: str, returncode: int, timed_out: bool, document: bytes, tail: str,
+                 infra: str | None = None) -> str:
+    """The log line the controller reads (one line: JSON escapes every newline); `infra` says why no test could run
+    (the image's fault, not the attempt's)."""
+    return VERDICT_PREFIX + json.dumps({"nonce": nonce, "returncode": returncode, "timed_out": timed_out,
+                                        "document": base64.b64encode(document).decode(), "output_tail": tail,
+                                        "infra": infra})
+
+
+def run(grade: Path, checkout: Path, tmp: Path, nonce: str) -> str:
+    """Run the packed tests; the verdict line."""
+    harden()
+    if importlib.util.find_spec("pytest") is None:
+        return verdict_line(nonce, -1, False, b"", "", infra=f"pytest is not installed for {sys.executable} in the "
+                            "grading image; install it in the image the controller's `kubernetes.image` names")
+    spec = json.loads((grade / RUN_FILE).read_text(encoding="utf-8"))
+    args = [fill(arg, checkout, grade) for arg in spec["pytest_args"]]
+    tail, returncode, timed_out, document = run_launcher_directly(checkout, grade, tmp, args,
+                                                                  float(spec["timeout_s"]))
+    return verdict_line(nonce, returncode, timed_out, document, tail)
+
+
+def main(argv: list[str]) -> int:
+    """`unpack GRADE CHECKOUT` or `run GRADE CHECKOUT TMP`."""
+    if len(argv) == 3 and argv[0] == "unpack":
+        unpack(Path(argv[1]) / REPO_ARCHIVE, Path(argv[2]))
+        return 0
+    if len(argv) == 4 and argv[0] == "run":
+        nonce = os.environ.pop(NONCE_ENV, "")
+        print(run(Path(argv[1]), Path(argv[2]), Path(argv[3]), nonce), flush=True)
+        return 0
+    print(f"usage: python -m {__spec__.name if __spec__ else 'grading_job_pod'} unpack GRADE CHECKOUT | "
+          "run GRADE CHECKOUT TMP", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
