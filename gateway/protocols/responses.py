@@ -1,0 +1,67 @@
+"""The OpenAI Responses API (`POST /r/{id}/v1/responses`) as a ProtocolAdapter over the engine's chat completions.
+
+Stateless: the gateway keeps no conversation state of its own beyond the calls it records, so `store: false` and
+`store: true` behave alike, and `previous_response_id` is served from the rollout's own recorded calls (the
+forwarder follows the chain; this adapter prepends each earlier call's input items and output items). What each
+request field becomes is in `responses_request.py`; the answer and its SSE events in `responses_answer.py` and
+`responses_stream.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.errors import BadRequest, error_body
+from gateway.protocols.responses_answer import from_chat, recorded_output, response_id
+from gateway.protocols.responses_request import chat_request, check_fields
+from gateway.protocols.responses_stream import ResponsesStream
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+
+
+class ResponsesAdapter:
+    """OpenAI Responses <-> chat completions; errors in OpenAI's shape (as the chat path answers them)."""
+
+    kind = "responses"
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise BadRequest(f"request body must be a JSON object, not {type(body).__name__}")
+        if not isinstance(body.get("stream", False), bool):
+            raise BadRequest("'stream' must be a boolean", param="stream")
+        if not isinstance(body.get("model", ""), str):
+            raise BadRequest("'model' must be a string", param="model")
+        if not isinstance(body.get("previous_response_id") or "", str):
+            raise BadRequest("'previous_response_id' must be a string", param="previous_response_id")
+        check_fields(body)
+        return body
+
+    def previous_id(self, body: dict[str, Any]) -> str | None:
+        return body.get("previous_response_id") or None
+
+    def response_id(self, upstream_id: str | None, seq: int) -> str:
+        return response_id(upstream_id, f"call{seq}")
+
+    def to_chat(self, body: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+        requests = [entry["request"] for entry in history]
+        outputs = [recorded_output(entry.get("response_raw")) for entry in history]
+        return chat_request(body, requests, outputs)
+
+    def from_chat(self, answer: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        return from_chat(answer, body)
+
+    def stream(self, body: dict[str, Any]) -> ResponsesStream:
+        return ResponsesStream(body)
+
+    def error_body(self, status: int, message: str, code: str | None) -> bytes:
+        return error_body(message, ERROR_TYPES.get(status, "server_error"), code=code)
+
+
+RESPONSES = ResponsesAdapter()

@@ -1,0 +1,118 @@
+"""OpenAI Responses answers built from the engine's chat completions (pure), and the output items of a recorded
+answer read back (for `previous_response_id`).
+
+A chat answer becomes a `response` object: its text a `message` item with one `output_text` part, each tool call a
+`function_call` item (`call_id` = the engine's tool-call id), `status` `incomplete` with
+`incomplete_details.reason: max_output_tokens` when the engine stopped on length, `usage` in Responses' names.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def response_id(upstream_id: str | None, fallback: str) -> str:
+    """The id the harness sees: derived from the engine's (unique) answer id, so the unary and streamed paths and
+    the forwarder's record agree without sharing state."""
+    if not upstream_id:
+        return f"resp_{fallback}"
+    return "resp_" + upstream_id.removeprefix("chatcmpl-")
+
+
+def status_of(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
+    """(`status`, `incomplete_details`) for the engine's finish reason."""
+    reason = INCOMPLETE_REASONS.get(finish_reason or "")
+    return ("incomplete", {"reason": reason}) if reason else ("completed", None)
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """Responses' usage object (no cache, no reasoning: both counted as 0)."""
+    return {"input_tokens": prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def skeleton(body: dict[str, Any], rid: str, created_at: float) -> dict[str, Any]:
+    """The response object before any output: the request's settings echoed as OpenAI echoes them."""
+    return {
+        "id": rid, "object": "response", "created_at": created_at, "status": "in_progress", "error": None,
+        "incomplete_details": None, "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"), "model": body.get("model", ""), "output": [],
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"), "reasoning": body.get("reasoning"),
+        "store": body.get("store", True), "temperature": body.get("temperature"),
+        "text": body.get("text") or {"format": {"type": "text"}}, "tool_choice": body.get("tool_choice") or "auto",
+        "tools": body.get("tools") or [], "top_p": body.get("top_p"), "truncation": "disabled", "usage": None,
+        "user": body.get("user"), "metadata": body.get("metadata") or {},
+    }
+
+
+def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    """An assistant `message` output item with one `output_text` part."""
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
+            "content": [text_part(text)]}
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    """A `function_call` output item."""
+    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+            "arguments": arguments}
+
+
+def output_items(message: dict[str, Any], rid: str, status: str) -> list[dict[str, Any]]:
+    """The output items of one chat choice's message: its text (if any, or nothing at all), then its tool calls."""
+    suffix = rid.removeprefix("resp_")
+    items = []
+    text = message.get("content") or ""
+    calls = message.get("tool_calls") or []
+    if text or not calls:
+        items.append(message_item(f"msg_{suffix}", text, status))
+    for i, call in enumerate(calls):
+        function = call.get("function") or {}
+        items.append(call_item(f"fc_{suffix}_{i}", call.get("id") or f"call_{suffix}_{i}",
+                               function.get("name", ""), function.get("arguments") or "", "completed"))
+    return items
+
+
+def from_chat(answer: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """The `response` object for a non-streamed chat answer (its first choice: Responses has no `n`)."""
+    rid = response_id(answer.get("id"), "0")
+    choice = (answer.get("choices") or [{}])[0]
+    status, incomplete = status_of(choice.get("finish_reason"))
+    counts = answer.get("usage") or {}
+    response = skeleton(body, rid, int(answer.get("created") or time.time()))
+    response.update(status=status, incomplete_details=incomplete,
+                    output=output_items(choice.get("message") or {}, rid, status),
+                    usage=usage(counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0)))
+    return response
+
+
+def recorded_output(response_raw: bytes | str | None) -> list[dict[str, Any]]:
+    """The output items of an answer as the harness saw it: the JSON response's `output`, or for a stream the final
+    response event's `output` (else the items of its `response.output_item.done` events)."""
+    if not response_raw:
+        return []
+    raw = response_raw.encode() if isinstance(response_raw, str) else response_raw
+    if raw.lstrip().startswith(b"{"):
+        return list(orjson.loads(raw).get("output") or [])
+    done: list[dict[str, Any]] = []
+    for line in raw.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        event = orjson.loads(line[5:])
+        kind = event.get("type")
+        if kind in ("response.completed", "response.incomplete"):
+            return list(event["response"].get("output") or [])
+        if kind == "response.output_item.done":
+            done.append(event["item"])
+    return done

@@ -1,0 +1,155 @@
+"""One streamed chat-completions answer translated to OpenAI Responses SSE events, chunk by chunk.
+
+Events, each `event: TYPE` + `data: JSON` with a `sequence_number` from 0: `response.created` and
+`response.in_progress` on the first chunk; per text item `response.output_item.added`, `response.content_part.added`,
+`response.output_text.delta`..., `response.output_text.done`, `response.content_part.done`,
+`response.output_item.done`; per tool call `response.output_item.added`, `response.function_call_arguments.delta`...,
+`response.function_call_arguments.done`, `response.output_item.done`; last `response.completed` (or
+`response.incomplete` when the engine stopped on length), or on an error `error` then `response.failed`.
+One item is open at a time (engines stream text, then tool calls one after another).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from gateway.protocols.responses_answer import (
+    call_item,
+    message_item,
+    response_id,
+    skeleton,
+    status_of,
+    text_part,
+    usage,
+)
+
+
+class ResponsesStream:
+    """The StreamTranslator of one streamed answer to `body` (first choice only: Responses has no `n`)."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.seq = 0
+        self.response: dict[str, Any] | None = None
+        self.items: list[dict[str, Any]] = []  # output items, finished ones in their final shape
+        self.open: dict[str, Any] | None = None  # the item being streamed
+        self.calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its item
+        self.finish_reason: str | None = None
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.reported_usage: dict[str, Any] | None = None
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = orjson.dumps({"type": kind, "sequence_number": self.seq, **fields})
+        self.seq += 1
+        return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+    def _start(self, upstream_id: str | None, created: float | None) -> bytes:
+        self.response = skeleton(self.body, response_id(upstream_id, "0"), int(created or time.time()))
+        return (self._event("response.created", response=self.response)
+                + self._event("response.in_progress", response=self.response))
+
+    def feed(self, chunk: dict[str, Any]) -> bytes:
+        out = b"" if self.response is not None else self._start(chunk.get("id"), chunk.get("created"))
+        self.prompt_tokens = len(chunk.get("prompt_token_ids") or ()) or self.prompt_tokens
+        if chunk.get("usage"):
+            self.reported_usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            self.completion_tokens += len(choice.get("token_ids") or ())
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                out += self._text(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                out += self._call(call)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        return out
+
+    def _suffix(self) -> str:
+        assert self.response is not None
+        return self.response["id"].removeprefix("resp_")
+
+    def _text(self, text: str) -> bytes:
+        out = b""
+        if self.open is None or self.open["type"] != "message":
+            out += self._close()
+            index = len(self.items)
+            self.open = message_item(f"msg_{self._suffix()}_{index}", "", "in_progress")
+            self.open["content"] = []
+            out += self._event("response.output_item.added", output_index=index, item=self.open)
+            out += self._event("response.content_part.added", item_id=self.open["id"], output_index=index,
+                               content_index=0, part=text_part(""))
+            self.open["text"] = ""
+        self.open["text"] += text
+        return out + self._event("response.output_text.delta", item_id=self.open["id"], output_index=len(self.items),
+                                 content_index=0, delta=text, logprobs=[])
+
+    def _call(self, call: dict[str, Any]) -> bytes:
+        out = b""
+        function = call.get("function") or {}
+        index = call.get("index", 0)
+        if index not in self.calls:
+            out += self._close()
+            position = len(self.items)
+            item = call_item(f"fc_{self._suffix()}_{position}", call.get("id") or f"call_{self._suffix()}_{position}",
+                             function.get("name") or "", "", "in_progress")
+            self.calls[index] = self.open = item
+            out += self._event("response.output_item.added", output_index=position, item=item)
+        item = self.calls[index]
+        if item is not self.open:  # a late delta of an earlier call: engines do not interleave calls
+            return out
+        if function.get("arguments"):
+            item["arguments"] += function["arguments"]
+            out += self._event("response.function_call_arguments.delta", item_id=item["id"],
+                               output_index=len(self.items), delta=function["arguments"])
+        return out
+
+    def _close(self) -> bytes:
+        """Finish the open item (if any): its done events, and it joins `items` in its final shape."""
+        item, self.open = self.open, None
+        if item is None:
+            return b""
+        index = len(self.items)
+        status, _ = status_of(self.finish_reason)
+        if item["type"] == "message":
+            text = item.pop("text")
+            done = message_item(item["id"], text, status)
+            out = (self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                               content_index=0, text=text, logprobs=[])
+                   + self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                 content_index=0, part=text_part(text)))
+        else:
+            done = {**item, "status": "completed"}
+            out = self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                              arguments=item["arguments"])
+        self.items.append(done)
+        return out + self._event("response.output_item.done", output_index=index, item=done)
+
+    def _final(self, status: str, **fields: Any) -> dict[str, Any]:
+        assert self.response is not None
+        counts = self.reported_usage or {}
+        return {**self.response, "status": status, "output": self.items,
+                "usage": usage(counts.get("prompt_tokens", self.prompt_tokens),
+                               counts.get("completion_tokens", self.completion_tokens)), **fields}
+
+    def finish(self) -> bytes:
+        """Close the open item (an answer with no output at all gets an empty message) and the response."""
+        out = b"" if self.response is not None else self._start(None, None)
+        if self.open is None and not self.items:
+            out += self._text("")
+        out += self._close()
+        status, incomplete = status_of(self.finish_reason)
+        final = self._final(status, incomplete_details=incomplete)
+        return out + self._event(f"response.{status}", response=final)
+
+    def error(self, message: str, code: str) -> bytes:
+        """An `error` event (with the gateway's code), then `response.failed` with the output streamed so far (its
+        `error.code` is `server_error`, the one of OpenAI's codes that fits a gateway or engine failure)."""
+        out = b"" if self.response is not None else self._start(None, None)
+        failed = self._final("failed", error={"code": "server_error", "message": f"{message} ({code})"})
+        return (out + self._event("error", code=code, message=message, param=None)
+                + self._event("response.failed", response=failed))
