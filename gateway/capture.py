@@ -2,7 +2,9 @@
 
 Chat: top-level `prompt_token_ids`, `choices[i].token_ids`, `choices[i].logprobs.content[*].logprob`.
 Completions: `choices[i].prompt_token_ids` (or top-level), `choices[i].token_ids`, `choices[i].logprobs.token_logprobs`.
-Streams: the same fields spread over SSE chunks (prompt IDs once, each chunk's new IDs).
+Streams: the same fields spread over SSE chunks (prompt IDs once, each chunk's new IDs); chunks of several choices
+interleave and are told apart by `index`.
+Every choice is captured: the first (index 0) in `Captured`'s own fields, the others in `Captured.extra_choices`.
 An answer that breaks these shapes (a JSON list, `choices: [1]`, `policy_version: "abc"`, a token ID outside
 [0, 2^31), an undecodable chunk) is not guessed at: `Captured.broken` is set and `error` says what broke.
 """
@@ -24,8 +26,25 @@ class ProtocolError(ValueError):
 
 
 @dataclass
+class ChoiceCapture:
+    """Token-level facts of one choice with index >= 1 (the first choice's are `Captured`'s own fields)."""
+
+    index: int
+    prompt_token_ids: list[int] = field(default_factory=list)  # empty: the call's prompt (chat; one prompt)
+    response_token_ids: list[int] = field(default_factory=list)
+    response_logprobs: list[float] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def response_text(self) -> str:
+        """The choice's text."""
+        return "".join(self.text_parts)
+
+
+@dataclass
 class Captured:
-    """Token-level facts of one response (first choice)."""
+    """Token-level facts of one response: the first choice in its own fields, the others in `extra_choices`."""
 
     prompt_token_ids: list[int] = field(default_factory=list)
     response_token_ids: list[int] = field(default_factory=list)
@@ -33,6 +52,7 @@ class Captured:
     text_parts: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     n_choices: int = 0
+    extra_choices: dict[int, ChoiceCapture] = field(default_factory=dict)  # by index (>= 1), in arrival order
     response_id: str | None = None
     policy_version: int | None = None
     error: str | None = None
@@ -42,6 +62,10 @@ class Captured:
     def response_text(self) -> str:
         """The first choice's text."""
         return "".join(self.text_parts)
+
+    def other_choices(self) -> list[ChoiceCapture]:
+        """The choices with index >= 1, by index."""
+        return [self.extra_choices[index] for index in sorted(self.extra_choices)]
 
 
 def _short(value: Any) -> str:
@@ -74,42 +98,43 @@ def _typed(container: dict[str, Any], key: str, kind: type | tuple[type, ...], w
     return value
 
 
-def _add_logprobs(cap: Captured, logprobs: dict[str, Any]) -> None:
+def _add_logprobs(target: Captured | ChoiceCapture, logprobs: dict[str, Any]) -> None:
     content = _typed(logprobs, "content", list, "logprobs")
     if content is not None:
         if not all(isinstance(item, dict) for item in content):
             raise ProtocolError(f"logprobs.content must be a list of objects, got {_short(content)}")
-        cap.response_logprobs.extend(_logprob(item.get("logprob")) for item in content)
+        target.response_logprobs.extend(_logprob(item.get("logprob")) for item in content)
         return
     token_logprobs = _typed(logprobs, "token_logprobs", list, "logprobs")
     if token_logprobs is not None:
-        cap.response_logprobs.extend(_logprob(v) for v in token_logprobs)
+        target.response_logprobs.extend(_logprob(v) for v in token_logprobs)
 
 
 def _add_choice(cap: Captured, choice: Any) -> None:
-    """Fold one choice (or one streamed choice delta) into `cap`."""
+    """Fold one choice (or one streamed choice delta) into `cap`: index 0 into its own fields, others into
+    `cap.extra_choices[index]`."""
     if not isinstance(choice, dict):
         raise ProtocolError(f"a choice must be an object, got {_short(choice)}")
     index = choice.get("index", 0)
     if not _is_int(index) or not 0 <= index < MAX_CHOICES:
         raise ProtocolError(f"choice index must be an integer in [0, {MAX_CHOICES}), got {_short(index)}")
     cap.n_choices = max(cap.n_choices, index + 1)
-    if index != 0:
-        return
+    target = cap if index == 0 else cap.extra_choices.setdefault(index, ChoiceCapture(index))
+    where = f"choices[{index}]"
     if choice.get("prompt_token_ids"):
-        cap.prompt_token_ids = list(_ids(choice["prompt_token_ids"], "choices[0].prompt_token_ids"))
+        target.prompt_token_ids = list(_ids(choice["prompt_token_ids"], f"{where}.prompt_token_ids"))
     if choice.get("token_ids"):
-        cap.response_token_ids.extend(_ids(choice["token_ids"], "choices[0].token_ids"))
-    logprobs = _typed(choice, "logprobs", dict, "choices[0]")
+        target.response_token_ids.extend(_ids(choice["token_ids"], f"{where}.token_ids"))
+    logprobs = _typed(choice, "logprobs", dict, where)
     if logprobs is not None:
-        _add_logprobs(cap, logprobs)
-    message = _typed(choice, "message", dict, "choices[0]") or _typed(choice, "delta", dict, "choices[0]")
-    text = _typed(message, "content", str, "message") if message else _typed(choice, "text", str, "choices[0]")
+        _add_logprobs(target, logprobs)
+    message = _typed(choice, "message", dict, where) or _typed(choice, "delta", dict, where)
+    text = _typed(message, "content", str, "message") if message else _typed(choice, "text", str, where)
     if text:
-        cap.text_parts.append(text)
-    finish_reason = _typed(choice, "finish_reason", str, "choices[0]")
+        target.text_parts.append(text)
+    finish_reason = _typed(choice, "finish_reason", str, where)
     if finish_reason is not None:
-        cap.finish_reason = finish_reason
+        target.finish_reason = finish_reason
 
 
 def _version(value: Any) -> int:

@@ -37,6 +37,16 @@ class GatewayConfig(BaseModel):
     store_lock_wait_s: float = Field(default=0.75, gt=0, le=30,
                                      description="Longest a write waits for a locked or busy database (503 after).")
     cache_rollouts: bool = Field(default=True, description="Cache rollout state in memory (one gateway per store).")
+    model_aliases: dict[str, str] = Field(default_factory=dict, description="Harness model names -> registered "
+                                          "model: glob pattern (case-insensitive) -> model name, first match wins, "
+                                          "e.g. {'claude-*': policy, 'gpt-*': policy}; an exact registered name wins "
+                                          "over any pattern.")
+    default_model: str | None = Field(default=None, description="Registered model for a name that is neither "
+                                      "registered nor aliased; none: such a name is 404 model_not_found (unless "
+                                      "exactly one model is registered, which then serves every name).")
+    side_models: list[str] = Field(default_factory=list, description="Glob patterns (case-insensitive) of model "
+                                   "names whose calls are side calls, recorded with side=true (e.g. 'claude-*haiku*': "
+                                   "Claude Code's small-model calls for titles); count_tokens calls always are.")
     admin_token: str | None = Field(default=None, description="Admin token; default $HARNESSRL_ADMIN_TOKEN.")
     grader_token: str | None = Field(default=None, description="Grader token; default $HARNESSRL_GRADER_TOKEN.")
 

@@ -44,7 +44,8 @@ async def open_context(config: GatewayConfig) -> GatewayContext:
     grader_token = config.grader_token or os.environ.get("HARNESSRL_GRADER_TOKEN") or None
     auth = Authenticator(admin_token, grader_token, await store.secret())
     retry = RetryPolicy(config.retry_attempts, config.retry_backoff_s, config.retry_budget_s)
-    context = GatewayContext(config=config, store=store, auth=auth, router=Router(), gate=PauseGate(
+    context = GatewayContext(config=config, store=store, auth=auth, router=Router(
+        aliases=config.model_aliases, default_model=config.default_model), gate=PauseGate(
         config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry))
     await context.reload_models()
     return context

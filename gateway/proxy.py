@@ -18,7 +18,7 @@ from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, 
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
 from gateway.records import CallStatus, ModelRecord, RolloutMode
-from gateway.tokens import pack_floats, pack_ids
+from gateway.tokens import pack_extra_choices, pack_floats, pack_ids
 from gateway.upstream import UpstreamFailed
 
 CHAT, COMPLETION = "chat", "completion"
@@ -72,6 +72,7 @@ class CallContext:
     request_raw: bytes
     created_at: float
     started: float
+    side: bool = False  # a harness's side call (gateway.routing.is_side_call)
 
 
 def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status: int, error: str | None,
@@ -84,7 +85,8 @@ def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status
         "response_id": cap.response_id, "prompt_token_ids": pack_ids(cap.prompt_token_ids),
         "response_token_ids": pack_ids(cap.response_token_ids),
         "response_logprobs": pack_floats(cap.response_logprobs), "response_text": cap.response_text or None,
-        "finish_reason": cap.finish_reason, "n_choices": cap.n_choices, "policy_version": policy_version,
+        "finish_reason": cap.finish_reason, "n_choices": cap.n_choices,
+        "extra_choices": pack_extra_choices(cap), "side": ctx.side, "policy_version": policy_version,
         "latency_ms": (time.perf_counter() - ctx.started) * 1000, "created_at": ctx.created_at,
     }
 

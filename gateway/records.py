@@ -205,6 +205,19 @@ class ModelRecord(WireModel):
     served_name: str = Field(description="Upstream model id.")
 
 
+class ChoiceRecord(WireModel):
+    """One choice of a call with index >= 1 (a request with `n` > 1); the first choice is the call's own fields."""
+
+    index: int = Field(ge=1, description="The choice's index in the answer.")
+    prompt_token_ids: list[int] = Field(default_factory=list,
+                                        description="The choice's own prompt IDs when they differ from the call's "
+                                        "(a completions request with several prompts); empty: the call's prompt.")
+    response_token_ids: list[int] = Field(description="Token IDs the engine sampled for this choice.")
+    response_logprobs: list[float] = Field(description="Logprob of each sampled token (empty when not requested).")
+    response_text: str | None = Field(default=None, description="The choice's text.")
+    finish_reason: str | None = Field(default=None, description="The choice's finish reason.")
+
+
 class CallRecord(WireModel):
     """One proxied call, immutable once written."""
 
@@ -212,7 +225,7 @@ class CallRecord(WireModel):
     rollout_id: str = Field(description="Rollout id.")
     attempt: int = Field(description="Rollout attempt the call belongs to.")
     seq: int = Field(description="Arrival order within the rollout attempt, from 0.")
-    kind: str = Field(description="chat or completion.")
+    kind: str = Field(description="chat, completion, or a translated protocol's kind (e.g. count_tokens).")
     stream: bool = Field(description="Whether the harness streamed the answer.")
     model: str = Field(description="Model name asked for.")
     upstream: str | None = Field(description="Upstream base URL that answered.")
@@ -228,6 +241,11 @@ class CallRecord(WireModel):
     response_text: str | None = Field(description="The first choice's text.")
     finish_reason: str | None = Field(description="The first choice's finish reason.")
     n_choices: int = Field(description="Number of choices returned.")
+    extra_choices: list[ChoiceRecord] = Field(default_factory=list,
+                                              description="Every choice after the first (index >= 1), by index; "
+                                              "empty for n = 1.")
+    side: bool = Field(default=False, description="A harness's side call (a token count, a small-model call for a "
+                       "title; gateway config `side_models`); the trainer skips or includes them by configuration.")
     policy_version: int | None = Field(description="Engine policy version that produced the response.")
     latency_ms: float = Field(description="Time from arrival to the response being complete.")
     created_at: float = Field(description="Arrival, unix seconds.")

@@ -1,4 +1,9 @@
-"""SQL tables of the store (SQLAlchemy Core): rollouts, calls, events, models, meta, artifacts."""
+"""SQL tables of the store (SQLAlchemy Core): rollouts, calls, events, models, meta, artifacts.
+
+Tables are created when missing (`create_tables`); a column added to an existing table since the first release is in
+`ADDED_COLUMNS` and is added to an older database by `ALTER TABLE ... ADD COLUMN` (nullable, or with a default), so a
+store written by an older gateway opens with its rows intact.
+"""
 
 from __future__ import annotations
 
@@ -54,6 +59,8 @@ calls = sa.Table(
     sa.Column("response_text", sa.Text),
     sa.Column("finish_reason", sa.Text),  # from the upstream: unbounded
     sa.Column("n_choices", sa.Integer, nullable=False),
+    sa.Column("extra_choices", sa.LargeBinary),  # choices with index >= 1 (gateway.tokens.pack_choices); NULL: none
+    sa.Column("side", sa.Boolean, nullable=False, server_default=sa.false()),  # a harness's side call
     sa.Column("policy_version", sa.Integer),
     sa.Column("latency_ms", sa.Float, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
@@ -87,3 +94,34 @@ artifacts = sa.Table(
     sa.Column("size_bytes", sa.Integer, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
 )
+
+
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side")}
+"""Columns added to existing tables after the first release, by table: an older database gets them on open."""
+
+
+def create_tables(conn: sa.Connection) -> list[str]:
+    """Create the missing tables, then add the `ADDED_COLUMNS` an older database lacks; the `table.column`s added."""
+    metadata.create_all(conn)
+    added = []
+    for table_name, names in ADDED_COLUMNS.items():
+        present = {column["name"] for column in sa.inspect(conn).get_columns(table_name)}
+        for name in names:
+            if name not in present:
+                conn.exec_driver_sql(add_column_ddl(metadata.tables[table_name].c[name], conn.dialect))
+                added.append(f"{table_name}.{name}")
+    return added
+
+
+def add_column_ddl(column: sa.Column, dialect: sa.Dialect) -> str:
+    """`ALTER TABLE ... ADD COLUMN` of `column` in `dialect` (PostgreSQL: IF NOT EXISTS, as several gateways may open
+    one database at once). A NOT NULL column must have a server default, which fills the existing rows."""
+    if not column.nullable and column.server_default is None:
+        raise ValueError(f"column {column.table.name}.{column.name} is NOT NULL without a server default: an older "
+                         "database's rows could not be filled; give it a server_default")
+    guard = " IF NOT EXISTS" if dialect.name == "postgresql" else ""
+    ddl = f"ALTER TABLE {column.table.name} ADD COLUMN{guard} {column.name} {column.type.compile(dialect=dialect)}"
+    if column.server_default is not None:
+        default = column.server_default.arg.compile(dialect=dialect, compile_kwargs={"literal_binds": True})
+        ddl += f" DEFAULT {default}"
+    return ddl + ("" if column.nullable else " NOT NULL")

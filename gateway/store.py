@@ -91,7 +91,8 @@ class SqlStore:
     def __init__(self, url: str, *, sqlite_synchronous: str = "NORMAL", cache_rollouts: bool = True,
                  lock_wait_s: float = 0.75) -> None:
         self._engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
-        schema.metadata.create_all(self._engine)
+        with self._engine.begin() as conn:
+            schema.create_tables(conn)
         self._finished = asyncio.Event()
         commits_wait_on_io = not url.startswith("sqlite") or sqlite_synchronous.upper() in ("FULL", "EXTRA")
         self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io,

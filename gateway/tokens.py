@@ -1,14 +1,16 @@
-"""Compact storage of token IDs and logprobs, and conversion of stored call rows to wire records."""
+"""Compact storage of token IDs, logprobs and extra choices, and conversion of stored call rows to wire records."""
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
-from gateway.records import CallRecord, CallStatus
+from gateway.capture import Captured
+from gateway.records import CallRecord, CallStatus, ChoiceRecord
 
 
 def pack_ids(ids: Sequence[int]) -> bytes:
@@ -35,6 +37,31 @@ def unpack_floats(blob: bytes) -> list[float]:
     return values.tolist()
 
 
+def pack_extra_choices(cap: Captured) -> bytes | None:
+    """The choices with index >= 1 as JSON (a list of `ChoiceRecord` fields; a NaN logprob as null, floats exact), or
+    None when the answer had only one. A choice's prompt IDs are kept only when they differ from the call's."""
+    choices = cap.other_choices()
+    if not choices:
+        return None
+    return orjson.dumps([{
+        "index": c.index,
+        "prompt_token_ids": c.prompt_token_ids if c.prompt_token_ids != cap.prompt_token_ids else [],
+        "response_token_ids": c.response_token_ids, "response_logprobs": c.response_logprobs,
+        "response_text": c.response_text or None, "finish_reason": c.finish_reason,
+    } for c in choices])
+
+
+def unpack_extra_choices(blob: bytes | None) -> list[ChoiceRecord]:
+    """Inverse of `pack_extra_choices` (NULL: no extra choices)."""
+    if blob is None:
+        return []
+    choices = []
+    for item in orjson.loads(blob):
+        item["response_logprobs"] = [math.nan if v is None else v for v in item["response_logprobs"]]
+        choices.append(ChoiceRecord(**item))
+    return choices
+
+
 def call_row_to_record(row: Any) -> CallRecord:
     """A stored call row as a `CallRecord`."""
     return CallRecord(
@@ -45,6 +72,7 @@ def call_row_to_record(row: Any) -> CallRecord:
         response_id=row.response_id, prompt_token_ids=unpack_ids(row.prompt_token_ids),
         response_token_ids=unpack_ids(row.response_token_ids),
         response_logprobs=unpack_floats(row.response_logprobs), response_text=row.response_text,
-        finish_reason=row.finish_reason, n_choices=row.n_choices, policy_version=row.policy_version,
+        finish_reason=row.finish_reason, n_choices=row.n_choices,
+        extra_choices=unpack_extra_choices(row.extra_choices), side=bool(row.side), policy_version=row.policy_version,
         latency_ms=row.latency_ms, created_at=row.created_at,
     )

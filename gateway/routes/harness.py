@@ -37,6 +37,7 @@ from gateway.proxy import (
     upstream_request,
 )
 from gateway.records import TERMINAL_STATES, EventIn, EventKind
+from gateway.routing import is_side_call
 from gateway.store import RolloutBrief
 
 log = logging.getLogger("harnessrl.gateway")
@@ -106,7 +107,8 @@ async def _proxy(svc: GatewayContext, scope: dict, receive, send, rollout_id: st
     stream = bool(request.get("stream", False))
     ctx = CallContext(rollout_id=rollout_id, attempt=brief.attempt, seq=seq, kind=kind, stream=stream,
                       model=str(request.get("model", "")), endpoint=endpoint, request_raw=raw,
-                      created_at=created_at, started=started)
+                      created_at=created_at, started=started,
+                      side=is_side_call(kind, str(request.get("model", "")), svc.config.side_models))
     await (forward_stream if stream else forward_unary)(svc, ctx, body, send)
 
 

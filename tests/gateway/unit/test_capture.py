@@ -47,10 +47,34 @@ def test_answer_without_logprobs_or_ids_captures_text_only() -> None:
 
 
 @pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1)])
-def test_n_choices_keeps_the_first_choice_and_counts_all(order: tuple[int, ...]) -> None:
-    choices = [chat_body(i, ids=[100 * (i + 1)], text=f"c{i}") for i in order]
+def test_n_choices_keeps_the_first_in_the_call_and_every_other_by_index(order: tuple[int, ...]) -> None:
+    choices = [chat_body(i, ids=[100 * (i + 1), 7], text=f"c{i}") for i in order]
+    choices[0]["finish_reason"] = "length"  # whichever choice comes first in the list
     cap = capture_json({"prompt_token_ids": [1], "choices": choices})
-    assert (cap.n_choices, cap.response_token_ids, cap.response_text) == (3, [100], "c0")
+    assert (cap.n_choices, cap.response_token_ids, cap.response_text) == (3, [100, 7], "c0")
+    assert [c.index for c in cap.other_choices()] == [1, 2]
+    for choice in cap.other_choices():
+        i = choice.index
+        assert (choice.response_token_ids, choice.response_logprobs) == ([100 * (i + 1), 7], [-0.5, -1.0])
+        assert choice.response_text == f"c{i}"
+        assert choice.finish_reason == ("length" if order[0] == i else "stop")
+        assert choice.prompt_token_ids == []  # chat: the call's prompt
+
+
+def test_completions_with_two_prompts_keep_each_choices_prompt() -> None:
+    cap = capture_json({"choices": [
+        {"index": 0, "text": "a", "prompt_token_ids": [1, 2], "token_ids": [9],
+         "logprobs": {"token_logprobs": [-0.1]}, "finish_reason": "stop"},
+        {"index": 1, "text": "b", "prompt_token_ids": [3], "token_ids": [8],
+         "logprobs": {"token_logprobs": [None]}, "finish_reason": "length"}]})
+    (second,) = cap.other_choices()
+    assert (cap.prompt_token_ids, second.prompt_token_ids, second.response_token_ids) == ([1, 2], [3], [8])
+    assert math.isnan(second.response_logprobs[0]) and second.finish_reason == "length"
+
+
+def test_a_broken_second_choice_breaks_the_answer() -> None:
+    cap = capture_json({"choices": [chat_body(0), {"index": 1, "token_ids": [-1]}]})
+    assert cap.broken and "choices[1].token_ids" in cap.error
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -80,9 +104,22 @@ def test_chat_stream_with_prompt_ids_once_and_ids_per_chunk() -> None:
 
 
 def test_stream_with_two_choices_interleaved() -> None:
-    stream = sse(*[{"choices": [{"index": i % 2, "delta": {"content": f"{i}"}, "token_ids": [i]}]} for i in range(6)])
+    stream = sse(*[{"choices": [{"index": i % 2, "delta": {"content": f"{i}"}, "token_ids": [i],
+                                 "logprobs": {"content": [{"logprob": -float(i)}]},
+                                 "finish_reason": ("stop" if i == 4 else "length") if i >= 4 else None}]}
+                   for i in range(6)])
     cap = capture_sse(stream)
-    assert (cap.n_choices, cap.response_token_ids, cap.response_text) == (2, [0, 2, 4], "024")
+    assert (cap.n_choices, cap.response_token_ids, cap.response_text, cap.finish_reason) == (2, [0, 2, 4], "024",
+                                                                                             "stop")
+    (second,) = cap.other_choices()
+    assert (second.index, second.response_token_ids, second.response_text) == (1, [1, 3, 5], "135")
+    assert (second.response_logprobs, second.finish_reason) == ([-1.0, -3.0, -5.0], "length")
+
+
+def test_a_stream_chunk_may_carry_several_choices() -> None:
+    cap = capture_sse(sse({"choices": [{"index": 1, "token_ids": [4]}, {"index": 0, "token_ids": [3]}]},
+                          {"choices": [{"index": 0, "token_ids": [5]}, {"index": 1, "token_ids": [6]}]}))
+    assert (cap.response_token_ids, cap.other_choices()[0].response_token_ids) == ([3, 5], [4, 6])
 
 
 def test_stream_error_event_and_undecodable_chunk() -> None:

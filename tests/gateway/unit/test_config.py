@@ -28,3 +28,15 @@ def test_a_file_that_is_not_a_mapping_is_an_error(tmp_path) -> None:
     path.write_text("- port\n")
     with pytest.raises(ValueError, match="expected a mapping"):
         load_gateway_config(path)
+
+
+def test_model_aliases_keep_the_files_order_and_side_models_are_a_list(tmp_path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("model_aliases:\n  'gpt-*': policy\n  'claude-*haiku*': small\n  'claude-*': policy\n"
+                    "default_model: policy\nside_models: ['claude-*haiku*']\n")
+    config = load_gateway_config(path)
+    assert list(config.model_aliases.items()) == [("gpt-*", "policy"), ("claude-*haiku*", "small"),
+                                                  ("claude-*", "policy")]
+    assert (config.default_model, config.side_models) == ("policy", ["claude-*haiku*"])
+    with pytest.raises(pydantic.ValidationError, match="side_models"):
+        load_gateway_config(path, side_models="claude-*")

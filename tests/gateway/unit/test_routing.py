@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import NotFound
 from gateway.records import ModelRecord
-from gateway.routing import Router
+from gateway.routing import Router, is_side_call
 
 ROLLOUT_IDS = [f"rollout-{i}" for i in range(600)]
 
@@ -81,3 +81,71 @@ def test_version_is_the_highest_endpoint_version_and_none_when_unknown() -> None
     router = Router(records)
     assert router.version("policy") == 5
     assert router.version("other") is None
+
+
+ALIASES = {"claude-*haiku*": "small", "claude-*": "policy", "GPT-*": "policy", "o[0-9]*": "policy"}
+REGISTERED = endpoints("policy", 2) + endpoints("small", 1) + endpoints("claude-opus-5-5", 1)
+
+
+@pytest.mark.parametrize(("asked", "default", "expected"), [
+    ("claude-opus-5-5", None, "claude-opus-5-5"),  # an exact registered name wins over every pattern
+    ("claude-3-5-haiku-20241022", None, "small"),  # the first matching pattern, in the order given
+    ("claude-sonnet-4-5", None, "policy"),
+    ("gpt-5-codex", None, "policy"),  # patterns ignore case
+    ("o3", None, "policy"),
+    ("policy", "small", "policy"),
+    ("mistral-large", "small", "small"),  # no pattern: the default
+    ("", "small", "small"),
+    (None, "policy", "policy"),
+])
+def test_a_name_resolves_exact_then_alias_then_default(asked, default, expected) -> None:
+    router = Router(REGISTERED, aliases=ALIASES, default_model=default)
+    assert router.resolve(asked) == expected
+    assert router.pick(asked, "r1").name == expected
+
+
+def test_an_unknown_name_without_a_default_is_404_naming_the_models_and_the_config_keys() -> None:
+    with pytest.raises(NotFound) as info:
+        Router(REGISTERED, aliases=ALIASES).pick("mistral-large", "r1")
+    assert (info.value.status, info.value.code, info.value.param) == (404, "model_not_found", "model")
+    for part in ("'mistral-large'", "claude-opus-5-5, policy, small", "model_aliases", "default_model"):
+        assert part in info.value.message
+
+
+@pytest.mark.parametrize(("aliases", "default", "asked", "names"), [
+    ({"claude-*": "gone"}, None, "claude-x", ("'claude-*'", "'gone' is not registered")),
+    ({}, "gone", "anything", ("default_model is 'gone'", "'gone' is not registered")),
+])
+def test_an_alias_or_default_to_an_unregistered_model_is_404_naming_it(aliases, default, asked, names) -> None:
+    with pytest.raises(NotFound) as info:
+        Router(endpoints("policy", 1), aliases=aliases, default_model=default).pick(asked, "r1")
+    assert info.value.code == "model_not_found"
+    assert all(name in info.value.message for name in names), info.value.message
+
+
+def test_an_alias_keeps_the_rollouts_sticky_endpoint() -> None:
+    router = Router(endpoints("policy", 4), aliases={"claude-*": "policy"})
+    assert all(router.pick("claude-opus-5-5", rid) == router.pick("policy", rid) for rid in ROLLOUT_IDS[:50])
+
+
+SIDE_MODELS = ("claude-*haiku*", "*-mini")
+
+
+@pytest.mark.parametrize(("kind", "model", "side"), [
+    ("chat", "claude-3-5-haiku-20241022", True),
+    ("messages", "Claude-Haiku-4-5", True),  # case-insensitive
+    ("chat", "gpt-5-mini", True),
+    ("count_tokens", "claude-opus-5-5", True),  # a token count is always a side call
+    ("count_tokens", "", True),
+    ("messages", "claude-opus-5-5", False),
+    ("responses", "gpt-5-codex", False),
+    ("chat", "policy", False),
+    ("chat", "gpt-5-mini-preview", False),  # a glob matches the whole name
+])
+def test_side_calls_are_token_counts_and_side_model_names(kind: str, model: str, side: bool) -> None:
+    assert is_side_call(kind, model, SIDE_MODELS) is side
+
+
+def test_without_side_models_only_token_counts_are_side_calls() -> None:
+    assert not is_side_call("chat", "claude-3-5-haiku", ())
+    assert is_side_call("count_tokens", "claude-3-5-haiku", ())
