@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 
-from engines.serving import openai_api, weights_api
+from engines.serving import openai_api, tokenize_api, weights_api
 from engines.serving.bridge import GenerationFailed
 from engines.serving.openai_api import POLICY_VERSION_HEADER, json_response
 from engines.serving.protocol import RequestError
@@ -37,6 +37,7 @@ def create_app(state: EngineState) -> FastAPI:
     app = FastAPI(title="harnessrl embedded engine", lifespan=lifespan)
     app.state.engine = state
     app.include_router(openai_api.router)
+    app.include_router(tokenize_api.router)
     app.include_router(weights_api.router)
 
     @app.exception_handler(RequestError)

@@ -1,4 +1,6 @@
-"""The OpenAI-compatible routes: /v1/models, /v1/chat/completions and /v1/completions (vLLM's shapes)."""
+"""The OpenAI-compatible routes: /v1/models, /v1/chat/completions and /v1/completions (vLLM's shapes).
+
+Chat answers parse Hermes tool calls when the request has tools (tool_parser.py, chat_stream.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from engines.serving import responses as shapes
 from engines.serving.bridge import GenerationFailed, PromptGeneration
+from engines.serving.chat_stream import ChatStreamAssembler
+from engines.serving.chat_template import ChatTemplateError, render_chat
 from engines.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -18,6 +22,7 @@ from engines.serving.protocol import (
     generation_params,
 )
 from engines.serving.state import EngineState, engine_state
+from engines.serving.tool_parser import parse_tool_calls
 
 router = APIRouter()
 POLICY_VERSION_HEADER = "X-Policy-Version"
@@ -45,34 +50,23 @@ async def list_models(state: EngineState = Depends(engine_state)) -> Response:
     return json_response({"object": "list", "data": [card]}, state.holder.policy_version)
 
 
-def _message_text(message: dict[str, Any]) -> dict[str, Any]:
-    """Flattens list-of-parts content into text, as chat templates expect strings."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    texts = []
-    for part in content:
-        if not isinstance(part, dict) or part.get("type") != "text":
-            raise RequestError(f"message content part {part!r} is not supported; send text parts only",
-                               param="messages")
-        texts.append(part.get("text", ""))
-    return {**message, "content": "".join(texts)}
-
-
-def render_chat(state: EngineState, body: ChatCompletionRequest) -> list[int]:
-    """Applies the chat template (with tools) and tokenises the text without extra special tokens."""
+def chat_prompt_ids(state: EngineState, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                    add_generation_prompt: bool, continue_final_message: bool,
+                    template_kwargs: dict[str, Any] | None) -> list[int]:
+    """Renders a conversation (chat_template.py decides the template) and tokenises it without extra special
+    tokens; shared by chat completions and /tokenize so both count the same tokens."""
     tokenizer = state.holder.tokenizer
     try:
-        text = tokenizer.apply_chat_template(
-            [_message_text(m) for m in body.messages], tools=body.tools, tokenize=False,
-            add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
-            continue_final_message=body.continue_final_message, **(body.chat_template_kwargs or {}))
-    except RequestError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - template errors are the caller's messages
-        raise RequestError(f"the chat template could not render these messages: {exc}",
-                           param="messages") from exc
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        rendered = render_chat(tokenizer, messages, tools, add_generation_prompt, continue_final_message,
+                               template_kwargs)
+    except ChatTemplateError as exc:
+        raise RequestError(str(exc), param=exc.param) from exc
+    return list(tokenizer(rendered.text, add_special_tokens=False)["input_ids"])
+
+
+def _chat_prompt(state: EngineState, body: ChatCompletionRequest) -> list[int]:
+    return chat_prompt_ids(state, body.messages, body.tools, body.add_generation_prompt,
+                           body.continue_final_message, body.chat_template_kwargs)
 
 
 async def _start(state: EngineState, prompts_ids: list[list[int]], params) -> PromptGeneration:
@@ -100,7 +94,7 @@ async def chat_completions(body: ChatCompletionRequest,
                            state: EngineState = Depends(engine_state)) -> Response:
     """Chat completion, streamed or not."""
     state.check_model_name(body.model)
-    prompt_ids = render_chat(state, body)
+    prompt_ids = _chat_prompt(state, body)
     top_k = body.top_logprobs or 0
     params = generation_params(body, body.max_completion_tokens or body.max_tokens, len(prompt_ids),
                                state.holder.max_model_len, top_k, "messages")
@@ -109,8 +103,10 @@ async def chat_completions(body: ChatCompletionRequest,
     if body.stream:
         return _streaming(_chat_stream(state, body, generation, meta, prompt_ids), meta.policy_version)
     choices = await _collect(generation, body.n)
+    parsed = [parse_tool_calls(c.text) for c in choices] if body.parses_tool_calls else None
+    state.count_tool_call_parse_failures(sum(p.parse_failures for p in parsed or ()))
     return json_response(shapes.chat_body(meta, choices, prompt_ids, state.token_text, body.logprobs,
-                                          body.return_token_ids), meta.policy_version)
+                                          body.return_token_ids, parsed), meta.policy_version)
 
 
 def _streaming(chunks: AsyncIterator[bytes], policy_version: int) -> StreamingResponse:
@@ -137,10 +133,14 @@ def _chat_stream(state: EngineState, body: ChatCompletionRequest, generation: Pr
         for index in range(body.n):
             yield sse(shapes.chat_role_chunk(meta, index, prompt_ids if body.return_token_ids else None))
         completion_tokens = 0
-        async for index, event in generation.events():
-            completion_tokens += 1
-            yield sse(shapes.chat_token_chunk(meta, index, event, state.token_text, body.logprobs,
-                                              body.return_token_ids))
+        assembler = ChatStreamAssembler(meta, body.n, state.token_text, body.logprobs, body.return_token_ids,
+                                        body.parses_tool_calls)
+        try:
+            async for index, event in generation.events():
+                completion_tokens += 1
+                yield sse(assembler.token_chunk(index, event))
+        finally:
+            state.count_tool_call_parse_failures(assembler.parse_failures)
         if body.stream_options and body.stream_options.include_usage:
             yield sse(shapes.usage_chunk(meta, "chat.completion.chunk", len(prompt_ids), completion_tokens))
     return _guarded_stream(chunks(), generation)

@@ -92,9 +92,10 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[dict[str, Any]] = Field(min_length=1)
     """Conversation so far, rendered by the model's chat template."""
     tools: list[dict[str, Any]] | None = None
-    """Tool definitions, passed to the chat template."""
+    """Tool definitions, rendered by the model's chat template (or the fallback, see chat_template.py)."""
     tool_choice: Any = None
-    """Accepted for compatibility; tool calls are not parsed by this engine."""
+    """`none` leaves tool calls in the text; anything else (`auto`, `required`, a named function) parses Hermes
+    `<tool_call>` blocks into `tool_calls` when `tools` are given. Decoding is not constrained to the choice."""
     logprobs: bool = False
     """Return the sampled tokens' logprobs."""
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
@@ -113,6 +114,11 @@ class ChatCompletionRequest(SamplingFields):
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs=true")
         return self
+
+    @property
+    def parses_tool_calls(self) -> bool:
+        """Whether the answer's `<tool_call>` blocks become `tool_calls` (tools given, tool_choice not `none`)."""
+        return bool(self.tools) and self.tool_choice != "none"
 
 
 class CompletionRequest(SamplingFields):
@@ -135,6 +141,37 @@ class CompletionRequest(SamplingFields):
         if not prompt:
             raise RequestError("prompt is empty; pass text or a non-empty list of token ids", param="prompt")
         return list(prompt)
+
+
+class TokenizeRequest(BaseModel):
+    """POST /tokenize (vLLM's shape): either `messages` (rendered exactly as a chat completion) or `prompt`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    """Served model name; other names are refused with 404."""
+    messages: list[dict[str, Any]] | None = None
+    """A conversation, rendered with the chat template as /v1/chat/completions would."""
+    tools: list[dict[str, Any]] | None = None
+    """Tool definitions rendered with `messages`."""
+    add_generation_prompt: bool = True
+    """End the rendered conversation with the assistant header."""
+    continue_final_message: bool = False
+    """Leave the last message open, as in a chat completion."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Extra variables for the chat template."""
+    prompt: str | None = None
+    """Plain text, tokenised as /v1/completions would."""
+    add_special_tokens: bool = True
+    """With `prompt`: add the tokenizer's special tokens (BOS), as completions do."""
+
+    @model_validator(mode="after")
+    def _messages_or_prompt(self) -> TokenizeRequest:
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("send exactly one of `messages` (a chat) or `prompt` (text)")
+        if self.messages is not None and not self.messages:
+            raise ValueError("messages is empty; send at least one message")
+        return self
 
 
 class UpdateWeightsRequest(BaseModel):

@@ -9,8 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engines.serving.scheduler import TokenEvent
+from engines.serving.tool_parser import ParsedOutput
 
 TokenText = Callable[[int], str]
+PARSE_FAILURES_FIELD = "tool_call_parse_failures"
+"""Extra field of a chat choice (and of a streamed choice's last chunk) when tool calls are parsed: blocks that
+could not be parsed and were left in the content as text."""
 
 
 def new_id(prefix: str) -> str:
@@ -97,17 +101,34 @@ class ResponseMeta:
                 "policy_version": self.policy_version}
 
 
+def chat_choice(index: int, choice: ChoiceLog, parsed: ParsedOutput | None, token_text: TokenText,
+                with_logprobs: bool, with_token_ids: bool) -> dict[str, Any]:
+    """One choice of a chat.completion; with `parsed`, its tool calls and the content outside them (token ids and
+    logprobs stay the raw sampled tokens)."""
+    message: dict[str, Any] = {"role": "assistant", "content": choice.text, "tool_calls": [],
+                               "reasoning_content": None}
+    finish_reason = choice.finish_reason
+    extra: dict[str, Any] = {}
+    if parsed is not None:
+        message["content"] = parsed.content
+        message["tool_calls"] = [call.openai() for call in parsed.tool_calls]
+        finish_reason = "tool_calls" if parsed.tool_calls else finish_reason
+        extra[PARSE_FAILURES_FIELD] = parsed.parse_failures
+    return {
+        "index": index, "message": message,
+        "logprobs": chat_logprobs(choice.events, token_text) if with_logprobs else None,
+        "finish_reason": finish_reason, "stop_reason": choice.stop_reason,
+        **({"token_ids": choice.token_ids} if with_token_ids else {}), **extra,
+    }
+
+
 def chat_body(meta: ResponseMeta, choices: list[ChoiceLog], prompt_ids: list[int], token_text: TokenText,
-              with_logprobs: bool, with_token_ids: bool) -> dict[str, Any]:
-    """A complete chat.completion body."""
+              with_logprobs: bool, with_token_ids: bool,
+              parsed: list[ParsedOutput] | None = None) -> dict[str, Any]:
+    """A complete chat.completion body; `parsed` (one per choice) when tool calls are parsed."""
     body = meta.envelope("chat.completion")
-    body["choices"] = [{
-        "index": i,
-        "message": {"role": "assistant", "content": c.text, "tool_calls": [], "reasoning_content": None},
-        "logprobs": chat_logprobs(c.events, token_text) if with_logprobs else None,
-        "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
-        **({"token_ids": c.token_ids} if with_token_ids else {}),
-    } for i, c in enumerate(choices)]
+    body["choices"] = [chat_choice(i, c, parsed[i] if parsed is not None else None, token_text, with_logprobs,
+                                   with_token_ids) for i, c in enumerate(choices)]
     body["usage"] = usage(len(prompt_ids), sum(len(c.token_ids) for c in choices))
     body["prompt_token_ids"] = prompt_ids if with_token_ids else None
     return body
@@ -138,13 +159,15 @@ def chat_role_chunk(meta: ResponseMeta, index: int, prompt_ids: list[int] | None
 
 
 def chat_token_chunk(meta: ResponseMeta, index: int, event: TokenEvent, token_text: TokenText,
-                     with_logprobs: bool, with_token_ids: bool) -> dict[str, Any]:
-    """A streamed chat chunk carrying one token of choice `index`."""
+                     with_logprobs: bool, with_token_ids: bool, delta: dict[str, Any] | None = None,
+                     finish_reason: str | None = None) -> dict[str, Any]:
+    """A streamed chat chunk carrying one token of choice `index`; `delta` and `finish_reason` replace the token's
+    text and its own finish reason (tool-call parsing)."""
     chunk = meta.envelope("chat.completion.chunk")
     choice: dict[str, Any] = {
-        "index": index, "delta": {"content": event.text_delta},
+        "index": index, "delta": delta if delta is not None else {"content": event.text_delta},
         "logprobs": chat_logprobs([event], token_text) if with_logprobs else None,
-        "finish_reason": event.finish_reason, "stop_reason": event.stop_reason}
+        "finish_reason": finish_reason or event.finish_reason, "stop_reason": event.stop_reason}
     if with_token_ids:
         choice["token_ids"] = [event.token_id]
     chunk["choices"] = [choice]

@@ -21,7 +21,13 @@ class EngineState:
     """The generation thread."""
     served_model_name: str
     """Name clients pass as `model`."""
+    tool_call_parse_failures: int = 0
+    """Tool-call blocks the engine could not parse (answered as text) since it started; on /health."""
     _token_texts: dict[int, str] = field(default_factory=dict)
+
+    def count_tool_call_parse_failures(self, count: int) -> None:
+        """Adds unparseable tool-call blocks of one answer to the engine's counter."""
+        self.tool_call_parse_failures += count
 
     def token_text(self, token_id: int) -> str:
         """The text of one token as vLLM reports it in logprobs (special tokens included)."""

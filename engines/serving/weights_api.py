@@ -17,11 +17,12 @@ router = APIRouter()
 
 
 def health_body(state: EngineState) -> dict[str, object]:
-    """{status, policy_version, asleep, model} as /health reports it."""
+    """{status, policy_version, asleep, model, running_rows, tool_call_parse_failures} as /health reports it."""
     holder = state.holder
     return {"status": "asleep" if holder.asleep else "ok", "policy_version": holder.policy_version,
             "asleep": holder.asleep, "model": state.served_model_name,
-            "running_rows": state.scheduler.running_rows}
+            "running_rows": state.scheduler.running_rows,
+            "tool_call_parse_failures": state.tool_call_parse_failures}
 
 
 @router.get("/health")
