@@ -1,0 +1,50 @@
+"""The `claude-code` and `codex` recipes: the `swe` recipe's tasks, working directory and grader, with an unmodified
+coding CLI as the harness instead of mini-swe-agent.
+
+Everything but the harness is `agents.swe.recipe.SweRecipe`'s (the same generated tasks, store, fresh-checkout grader,
+local or in grading Jobs); this class only names the harness. The harness command carries the CLI's native binary by
+absolute path, so the local runner's sandbox binds it read-only next to the harness's code (`code_paths`); the binary
+is found when the command is built (`binaries.installed_binary`: `make harnesses`, or $HARNESSRL_CLI_DIR where the
+CLIs are installed elsewhere, as in the agent-cli image).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.cli_harness.binaries import CLAUDE_CODE, CODEX, installed_binary
+from agents.swe.recipe import SweRecipe
+from controller.recipe import Grade, GradeInput
+
+
+@dataclass(frozen=True)
+class CliSweRecipe:
+    """SWE tasks attempted by a coding CLI (`cli`: "claude-code" or "codex")."""
+
+    name: str  # the recipe's registered name, which is also the CLI's
+    swe: SweRecipe = field(default_factory=SweRecipe)  # tasks, working directory and grader
+    cli_dir: Path | None = None  # where the CLIs are installed (None: binaries.cli_dir())
+
+    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """The `swe` recipe's tasks."""
+        return self.swe.generate(count, seed)
+
+    def harness_command(self) -> list[str]:
+        """`python -m agents.cli_harness.harness NAME BINARY` (FileNotFoundError naming the fix without the CLI)."""
+        return [sys.executable, "-m", "agents.cli_harness.harness", self.name,
+                str(installed_binary(self.name, self.cli_dir))]
+
+    def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
+        """`repo/`: the buggy repository at its base, without .git (the `swe` recipe's layout)."""
+        self.swe.prepare_workdir(task, workdir)
+
+    def grade(self, graded: GradeInput) -> Grade:
+        """The `swe` grader: reward 1.0 iff the diff of `repo/` resolves the instance in a fresh checkout."""
+        return self.swe.grade(graded)
+
+
+CLAUDE_CODE_RECIPE = CliSweRecipe(CLAUDE_CODE.name)
+CODEX_RECIPE = CliSweRecipe(CODEX.name)
