@@ -95,6 +95,14 @@ def bearer(authorization: str | None) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
+def harness_authorization(authorization: str | None, api_key: str | None) -> str | None:
+    """The credential of a harness call as an Authorization value: the `Authorization` header, else Anthropic's
+    `x-api-key` header (`x-api-key: <key>` is `Authorization: Bearer <key>`)."""
+    if authorization:
+        return authorization
+    return f"Bearer {api_key.strip()}" if api_key and api_key.strip() else None
+
+
 class Authenticator:
     """Maps a bearer token to a Principal."""
 
@@ -109,7 +117,8 @@ class Authenticator:
         """Who is calling; raises Unauthorized for a missing or unknown credential."""
         token = bearer(authorization)
         if token is None:
-            raise Unauthorized("missing credential: send 'Authorization: Bearer <key>'")
+            raise Unauthorized("missing credential: send 'Authorization: Bearer <key>' (or, on the harness paths, "
+                               "'x-api-key: <key>')")
         raw = token.encode()
         if hmac.compare_digest(raw, self._admin):
             return Principal(Role.ADMIN)

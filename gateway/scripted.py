@@ -3,7 +3,10 @@
 `python -m gateway.scripted --port 9000 --prompt-tokens 512 --response-tokens 64` serves chat and completions,
 streamed or not, with token IDs and logprobs, a unique response id per call, and optional injected failures.
 `--echo-request` adds the request body it received under `echo_request` to non-streamed answers (for tests of
-what the gateway forwards); `--policy-version V` sets the version reported in every answer.
+what the gateway forwards); `--policy-version V` sets the version reported in every answer; `--tool-call NAME`
+(repeatable) makes every chat answer call these tools after its text (arguments `{"step": i}`, finish reason
+`tool_calls`, streamed in vLLM's tool-call deltas). `POST /tokenize` (vLLM's, at the root) answers
+`{count, tokens, max_model_len}` with `--prompt-tokens` tokens.
 """
 
 from __future__ import annotations
@@ -27,15 +30,25 @@ class Script:
     fail_status: int = 503
     delay_s: float = 0.0
     echo_request: bool = False
+    tool_calls: tuple[str, ...] = ()  # tools every chat answer calls, in order, after its text
+    max_model_len: int = 4096  # reported by /tokenize
+
+
+def _tool_call(name: str, i: int) -> dict:
+    return {"id": f"chatcmpl-tool-{i}", "type": "function",
+            "function": {"name": name, "arguments": f'{{"step": {i}}}'}}
 
 
 def _chat_body(script: Script) -> dict:
     tokens = [{"token": f"t{i}", "logprob": -0.01 * (i + 1), "bytes": [116], "top_logprobs": []}
               for i in range(script.response_tokens)]
+    message: dict = {"role": "assistant", "content": "t" * script.response_tokens}
+    if script.tool_calls:
+        message["tool_calls"] = [_tool_call(name, i) for i, name in enumerate(script.tool_calls)]
     return {"id": "chatcmpl-@ID@", "object": "chat.completion", "created": 0, "model": "scripted",
             "prompt_token_ids": list(range(1000, 1000 + script.prompt_tokens)),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "t" * script.response_tokens},
-                         "logprobs": {"content": tokens}, "finish_reason": "length", "stop_reason": None,
+            "choices": [{"index": 0, "message": message, "logprobs": {"content": tokens},
+                         "finish_reason": "tool_calls" if script.tool_calls else "length", "stop_reason": None,
                          "token_ids": list(range(5000, 5000 + script.response_tokens))}],
             "usage": {"prompt_tokens": script.prompt_tokens, "completion_tokens": script.response_tokens,
                       "total_tokens": script.prompt_tokens + script.response_tokens},
@@ -62,14 +75,33 @@ def _chat_stream(script: Script) -> bytes:
              "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
     events = [first]
     for i in range(script.response_tokens):
-        last = i == script.response_tokens - 1
+        last = i == script.response_tokens - 1 and not script.tool_calls
         events.append({"id": "chatcmpl-@ID@", "object": "chat.completion.chunk", "created": 0, "model": "scripted",
                        "policy_version": script.policy_version,
                        "choices": [{"index": 0, "delta": {"content": "t"}, "token_ids": [5000 + i],
                                     "logprobs": {"content": [{"token": "t", "logprob": -0.01 * (i + 1),
                                                               "bytes": [116], "top_logprobs": []}]},
                                     "finish_reason": "length" if last else None}]})
+    events.extend(_tool_chunks(script))
     return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+
+
+def _tool_chunks(script: Script) -> list[dict]:
+    """vLLM's tool-call deltas: the call's id and name with empty arguments, then the arguments in two pieces."""
+    chunks = []
+    for i, name in enumerate(script.tool_calls):
+        arguments = _tool_call(name, i)["function"]["arguments"]
+        pieces = [{"index": i, "id": f"chatcmpl-tool-{i}", "type": "function",
+                   "function": {"name": name, "arguments": ""}},
+                  {"index": i, "function": {"arguments": arguments[:4]}},
+                  {"index": i, "function": {"arguments": arguments[4:]}}]
+        chunks.extend({"id": "chatcmpl-@ID@", "object": "chat.completion.chunk", "created": 0, "model": "scripted",
+                       "policy_version": script.policy_version,
+                       "choices": [{"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": None}]}
+                      for piece in pieces)
+    if chunks:
+        chunks[-1]["choices"][0]["finish_reason"] = "tool_calls"
+    return chunks
 
 
 class ScriptedUpstream:
@@ -78,11 +110,14 @@ class ScriptedUpstream:
     def __init__(self, script: Script) -> None:
         self.script = script
         self.calls = 0
+        self.last_request: tuple[str, bytes] | None = None  # (path, body) of the latest request, for tests
         self._counter = itertools.count(1)
         self._bodies = {"/v1/chat/completions": orjson.dumps(_chat_body(script)),
                         "/v1/completions": orjson.dumps(_completion_body(script))}
         self._stream = _chat_stream(script)
         self._models = orjson.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        self._tokenized = {"count": script.prompt_tokens, "tokens": list(range(1000, 1000 + script.prompt_tokens)),
+                           "max_model_len": script.max_model_len}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -102,13 +137,16 @@ class ScriptedUpstream:
 
     async def _answer(self, method: str, path: str, body: bytes) -> bytes:
         n = next(self._counter)
-        self.calls = n
+        self.calls, self.last_request = n, (path, body)
         if self.script.delay_s:
             await asyncio.sleep(self.script.delay_s)
         if n <= self.script.fail_first:
             return _http(self.script.fail_status, b'{"error":{"message":"scripted failure","type":"server_error"}}')
         if method == "GET" and path == "/v1/models":
             return _http(200, self._models)
+        if method == "POST" and path == "/tokenize":
+            echo = {"echo_request": orjson.loads(body)} if self.script.echo_request else {}
+            return _http(200, orjson.dumps({**self._tokenized, **echo}))
         if path not in self._bodies:
             return _http(404, b'{"error":{"message":"no such path","type":"not_found"}}')
         ident = str(n).encode()
@@ -143,9 +181,11 @@ def main() -> None:
     parser.add_argument("--delay-s", type=float, default=0.0)
     parser.add_argument("--policy-version", type=int, default=0, help="Version reported in every answer.")
     parser.add_argument("--echo-request", action="store_true", help="Echo the received body under echo_request.")
+    parser.add_argument("--tool-call", action="append", default=[], help="A tool every chat answer calls.")
     args = parser.parse_args()
     script = Script(args.prompt_tokens, args.response_tokens, policy_version=args.policy_version,
-                    fail_first=args.fail_first, delay_s=args.delay_s, echo_request=args.echo_request)
+                    fail_first=args.fail_first, delay_s=args.delay_s, echo_request=args.echo_request,
+                    tool_calls=tuple(args.tool_call))
 
     async def run() -> None:
         server, _ = await serve(script, args.host, args.port)

@@ -18,7 +18,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.config import load_gateway_config
-from gateway.scripted import Script, serve
+from gateway.scripted import Script, ScriptedUpstream, serve
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, free_port
 
 START_TIMEOUT_S = 30.0
@@ -73,6 +73,7 @@ class InProcessScripted:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self.upstream: ScriptedUpstream | None = None  # the server's state (calls, last request), once started
 
     @property
     def base_url(self) -> str:
@@ -88,7 +89,7 @@ class InProcessScripted:
     def _run(self) -> None:
         assert self._loop is not None
         asyncio.set_event_loop(self._loop)
-        server, _ = self._loop.run_until_complete(serve(self.script, "127.0.0.1", self.port))
+        server, self.upstream = self._loop.run_until_complete(serve(self.script, "127.0.0.1", self.port))
         self._ready.set()
         try:
             self._loop.run_forever()

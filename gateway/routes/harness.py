@@ -1,8 +1,13 @@
-"""The harness-facing API under /r/{rollout_id}/: the OpenAI-compatible proxy and the harness's own events.
+"""The harness-facing API under /r/{rollout_id}/: the OpenAI-compatible proxy, the protocols translated to chat
+completions, and the harness's own events.
 
 Served as raw ASGI (no framework routing or validation on the hot path). Paths:
   POST /r/{id}/v1/chat/completions   POST /r/{id}/v1/completions   GET /r/{id}/v1/models   POST /r/{id}/events
+  POST /r/{id}/v1/messages   POST /r/{id}/v1/messages/count_tokens   (Anthropic Messages, translated)
+  POST /r/{id}/v1/responses   (OpenAI Responses, translated; served once its adapter is in `TRANSLATED`)
   GET|PUT /r/{id}/artifacts/{name}   (opaque bytes of the rollout's current attempt)
+The credential is `Authorization: Bearer <key>` or `x-api-key: <key>` (Anthropic's header) on every path. Errors on
+a translated protocol's paths are in that protocol's shape (its adapter's `error_body`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pydantic import ValidationError
 
 from gateway.artifacts import check_name
 from gateway.asgi import header, read_body, send_bytes, send_error
-from gateway.auth import Principal, Role, check_key_attempt
+from gateway.auth import Principal, Role, check_key_attempt, harness_authorization
 from gateway.context import GatewayContext
 from gateway.errors import (
     BadRequest,
@@ -27,6 +32,8 @@ from gateway.errors import (
     NotFound,
     QuotaExceeded,
 )
+from gateway.protocols import anthropic
+from gateway.protocols.base import ProtocolAdapter
 from gateway.proxy import (
     CHAT,
     COMPLETION,
@@ -36,12 +43,17 @@ from gateway.proxy import (
     parse_request,
     upstream_request,
 )
-from gateway.records import TERMINAL_STATES, EventIn, EventKind
+from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord
 from gateway.routing import is_side_call
 from gateway.store import RolloutBrief
+from gateway.translated import count_tokens, forward, history, prepare
 
 log = logging.getLogger("harnessrl.gateway")
 PROXY_KINDS = {("v1", "chat", "completions"): CHAT, ("v1", "completions"): COMPLETION}
+TRANSLATED: dict[tuple[str, ...], ProtocolAdapter] = {("v1", "messages"): anthropic.ADAPTER}
+"""Harness protocols served by translation to chat completions: path under /r/{id}/ -> adapter. A path below one
+of these (e.g. /v1/messages/count_tokens) answers its errors in that adapter's shape too."""
+COUNT_TOKENS = ("v1", "messages", "count_tokens")
 
 
 async def handle_harness(svc: GatewayContext, scope: dict, receive, send) -> None:
@@ -59,13 +71,33 @@ async def handle_harness(svc: GatewayContext, scope: dict, receive, send) -> Non
     except GatewayError as error:
         if started:
             raise
-        await send_error(send, error)
+        await _send_error(scope, send, error)
     except Exception as exc:
         log.exception("unexpected error on %s %s", scope["method"], scope["path"])
         if started:
             raise
-        await send_error(send, InternalError(f"the gateway failed on this request ({type(exc).__name__}); this is "
-                                             "a bug of the gateway, reported in its log"))
+        await _send_error(scope, send, InternalError(f"the gateway failed on this request ({type(exc).__name__}); "
+                                                     "this is a bug of the gateway, reported in its log"))
+
+
+def _protocol_of(path: str) -> ProtocolAdapter | None:
+    """The translated protocol whose path `path` is or lies below, if any."""
+    rest = tuple(path.strip("/").split("/")[2:])
+    return next((adapter for prefix, adapter in TRANSLATED.items() if rest[:len(prefix)] == prefix), None)
+
+
+async def _send_error(scope: dict, send, error: GatewayError) -> None:
+    """An error answer: OpenAI-shaped, or in the shape of the translated protocol the path belongs to."""
+    adapter = _protocol_of(scope["path"])
+    if adapter is None:
+        await send_error(send, error)
+        return
+    headers = [(name.encode(), value.encode()) for name, value in error.headers().items()]
+    await send_bytes(send, error.status, adapter.error_body(error.status, error.message, error.code), headers)
+
+
+def _credential(scope: dict) -> str | None:
+    return harness_authorization(header(scope, b"authorization"), header(scope, b"x-api-key"))
 
 
 async def _dispatch(svc: GatewayContext, scope: dict, receive, send) -> None:
@@ -74,42 +106,87 @@ async def _dispatch(svc: GatewayContext, scope: dict, receive, send) -> None:
         raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/...")
     rollout_id, rest, method = parts[1], tuple(parts[2:]), scope["method"]
     kind = PROXY_KINDS.get(rest)
+    adapter = TRANSLATED.get(rest)
     artifact = len(rest) == 2 and rest[0] == "artifacts"
     if kind is not None and method == "POST":
         await _proxy(svc, scope, receive, send, rollout_id, kind)
+    elif adapter is not None and method == "POST":
+        await _translated(svc, scope, receive, send, rollout_id, adapter)
+    elif rest == COUNT_TOKENS and method == "POST":
+        await _count_tokens(svc, scope, receive, send, rollout_id)
     elif rest == ("v1", "models") and method == "GET":
-        svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
+        svc.auth.require_rollout(_credential(scope), rollout_id)
         await _models(svc, send)
     elif rest == ("events",) and method == "POST":
         await _post_event(svc, scope, receive, send, rollout_id)
     elif artifact and method in ("GET", "PUT"):
         await _artifact(svc, scope, receive, send, rollout_id, rest[1])
-    elif kind is not None or artifact or rest in (("v1", "models"), ("events",)):
+    elif kind is not None or adapter is not None or artifact or rest in (("v1", "models"), ("events",), COUNT_TOKENS):
         raise MethodNotAllowed(f"method {method} is not allowed on {scope['path']}")
     else:
+        translated = "".join(f", /{'/'.join(path)}" for path in TRANSLATED)
         raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/chat/completions, "
-                       "/v1/completions, /v1/models, /events and /artifacts/{name}")
+                       f"/v1/completions{translated}, /v1/messages/count_tokens, /v1/models, /events and "
+                       "/artifacts/{name}")
 
 
 async def _proxy(svc: GatewayContext, scope: dict, receive, send, rollout_id: str, kind: str) -> None:
     started, created_at = time.perf_counter(), time.time()
-    principal = svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
+    principal = svc.auth.require_rollout(_credential(scope), rollout_id)
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
     request = parse_request(raw, kind)
     brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     body = upstream_request(request, kind, brief.mode, endpoint.served_name)
+    ctx = await _call_context(svc, brief, rollout_id, kind, request, raw, endpoint, started, created_at)
+    await (forward_stream if ctx.stream else forward_unary)(svc, ctx, body, send)
+
+
+async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: str, kind: str, request: dict,
+                        raw: bytes, endpoint: ModelRecord, started: float, created_at: float) -> CallContext:
+    """The context of a call about to go upstream, with its arrival number; QuotaExceeded (429) once the attempt
+    has made `max_calls_per_attempt` calls. Every kind of call (chat, completion, translated) is built here."""
     seq = await svc.store.next_call_seq(rollout_id, brief.attempt)
     if seq >= svc.config.max_calls_per_attempt:
         raise QuotaExceeded(f"attempt {brief.attempt} of rollout {rollout_id!r} has made its "
                             f"{svc.config.max_calls_per_attempt} calls, the limit per attempt "
                             "(max_calls_per_attempt); nothing was forwarded")
-    stream = bool(request.get("stream", False))
-    ctx = CallContext(rollout_id=rollout_id, attempt=brief.attempt, seq=seq, kind=kind, stream=stream,
-                      model=str(request.get("model", "")), endpoint=endpoint, request_raw=raw,
-                      created_at=created_at, started=started,
-                      side=is_side_call(kind, str(request.get("model", "")), svc.config.side_models))
-    await (forward_stream if stream else forward_unary)(svc, ctx, body, send)
+    model = str(request.get("model", ""))
+    return CallContext(rollout_id=rollout_id, attempt=brief.attempt, seq=seq, kind=kind,
+                       stream=bool(request.get("stream", False)), model=model, endpoint=endpoint, request_raw=raw,
+                       created_at=created_at, started=started,
+                       side=is_side_call(kind, model, svc.config.side_models))
+
+
+async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_id: str,
+                      adapter: ProtocolAdapter) -> None:
+    """A call of a protocol the engine does not speak, translated to chat completions (`gateway.translated`)."""
+    started, created_at = time.perf_counter(), time.time()
+    principal = svc.auth.require_rollout(_credential(scope), rollout_id)
+    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    request = adapter.parse(raw)
+    brief = await _live_brief(svc, principal, rollout_id, "calls are")
+    endpoint = svc.router.pick(request.get("model"), rollout_id)
+    # translated before the call takes a number: a request the adapter refuses leaves no gap in the calls' seq
+    chat = adapter.to_chat(request, await history(svc, adapter, request, rollout_id, brief.attempt))
+    ctx = await _call_context(svc, brief, rollout_id, adapter.kind, request, raw, endpoint, started, created_at)
+    call = prepare(adapter, request, chat, rollout_id=rollout_id, attempt=brief.attempt, seq=ctx.seq,
+                   mode=brief.mode, served_name=endpoint.served_name)
+    await forward(svc, ctx, call, send)
+
+
+async def _count_tokens(svc: GatewayContext, scope: dict, receive, send, rollout_id: str) -> None:
+    """Anthropic's `count_tokens`: the prompt the engine would see for this request, counted by its tokenizer."""
+    started, created_at = time.perf_counter(), time.time()
+    principal = svc.auth.require_rollout(_credential(scope), rollout_id)
+    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    request = anthropic.ADAPTER.parse_count(raw)
+    chat = anthropic.ADAPTER.to_chat(request, [])
+    brief = await _live_brief(svc, principal, rollout_id, "calls are")
+    endpoint = svc.router.pick(request.get("model"), rollout_id)
+    ctx = await _call_context(svc, brief, rollout_id, anthropic.COUNT_KIND, request, raw, endpoint, started,
+                              created_at)
+    await count_tokens(svc, ctx, anthropic.ADAPTER, chat, lambda count: {"input_tokens": count}, send)
 
 
 async def _live_brief(svc: GatewayContext, principal: Principal, rollout_id: str, what: str) -> RolloutBrief:
@@ -129,7 +206,7 @@ async def _models(svc: GatewayContext, send) -> None:
 
 
 async def _post_event(svc: GatewayContext, scope: dict, receive, send, rollout_id: str) -> None:
-    principal = svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
+    principal = svc.auth.require_rollout(_credential(scope), rollout_id)
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
     try:
         event = EventIn.model_validate_json(raw)
@@ -145,7 +222,7 @@ async def _post_event(svc: GatewayContext, scope: dict, receive, send, rollout_i
 
 async def _artifact(svc: GatewayContext, scope: dict, receive, send, rollout_id: str, name: str) -> None:
     """GET or PUT one artifact of the caller's own rollout; a finished rollout refuses PUTs (409)."""
-    principal = svc.auth.require_rollout(header(scope, b"authorization"), rollout_id)
+    principal = svc.auth.require_rollout(_credential(scope), rollout_id)
     check_name(name)
     if scope["method"] == "GET":
         brief = await svc.store.brief(rollout_id)

@@ -1,0 +1,68 @@
+"""Anthropic Messages (`POST /v1/messages`) as a `ProtocolAdapter` over chat completions.
+
+What is translated, accepted and ignored, or refused: `anthropic_request`; the answer and its SSE events:
+`anthropic_answer`. Errors: `{"type": "error", "error": {"type", "message"}}` with Anthropic's error types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from gateway.errors import BadRequest
+from gateway.protocols import anthropic_answer, anthropic_request
+
+KIND = "messages"
+COUNT_KIND = "count_tokens"
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The JSON object of a request body; BadRequest otherwise."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"request body must be a JSON object, not {type(body).__name__}")
+    return body
+
+
+class MessagesAdapter:
+    """The `ProtocolAdapter` of Anthropic Messages (see `gateway.protocols.base`)."""
+
+    kind = KIND
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        body = parse_body(raw)
+        anthropic_request.check_fields(body, count_tokens=False)
+        return body
+
+    def parse_count(self, raw: bytes) -> dict[str, Any]:
+        """A `count_tokens` request body (as `parse`, without `max_tokens`, `stream` and sampling fields)."""
+        body = parse_body(raw)
+        anthropic_request.check_fields(body, count_tokens=True)
+        return body
+
+    def previous_id(self, body: dict[str, Any]) -> str | None:
+        return None  # Messages is stateless: every request carries its whole conversation
+
+    def response_id(self, rollout_id: str, attempt: int, seq: int) -> str:
+        digest = hashlib.blake2b(f"{rollout_id}|{attempt}|{seq}".encode(), digest_size=12).hexdigest()
+        return f"msg_{digest}"
+
+    def to_chat(self, body: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+        return anthropic_request.to_chat(body)
+
+    def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
+        return anthropic_answer.from_chat(answer, body, response_id)
+
+    def stream(self, body: dict[str, Any], response_id: str) -> anthropic_answer.MessagesStream:
+        return anthropic_answer.MessagesStream(body, response_id)
+
+    def error_body(self, status: int, message: str, code: str | None) -> bytes:
+        return orjson.dumps(anthropic_answer.error_object(status, message, code))
+
+
+ADAPTER = MessagesAdapter()

@@ -1,0 +1,325 @@
+"""Forward one call of a harness protocol the engine does not speak (a `ProtocolAdapter`: Anthropic Messages, OpenAI
+Responses) as chat completions, record it, and answer in the harness's protocol.
+
+As for chat (`proxy.py`): the same forced fields upstream (`upstream_request`: token IDs, logprobs in train mode),
+the tokens captured from the engine's own chat answer (`capture_json` / `capture_sse`), the call recorded before the
+answer completes (a stream's closing events go out only after the commit), a broken answer or an engine 5xx recorded
+and answered 502, an engine that does not answer recorded and answered 502, a store that cannot record answered 503.
+Unlike chat, the recorded `response_raw` is the translated answer the harness saw (its JSON, or its SSE events), the
+`response_id` is the adapter's id for it, and every error is in the adapter's shape (`error_body`, or `error` events
+once a stream has begun).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, parse_version_header
+from gateway.context import GatewayContext
+from gateway.errors import BadRequest, GatewayError
+from gateway.protocols.base import ProtocolAdapter, StreamTranslator
+from gateway.proxy import CHAT, CallContext, call_row, upstream_request
+from gateway.records import CallRecord, CallStatus, RolloutMode
+from gateway.upstream import UpstreamFailed
+
+CHAT_PATH = "/chat/completions"
+TOKENIZE_PATH = "/tokenize"  # vLLM's (and the embedded engine's): at the server root, not under /v1
+BROKEN_FEED = (ProtocolError, TypeError, AttributeError, KeyError, ValueError)  # a chunk the translator cannot read
+
+
+@dataclass(frozen=True)
+class Translated:
+    """One harness request ready to go upstream."""
+
+    adapter: ProtocolAdapter
+    body: dict[str, Any]  # the harness's request, parsed
+    response_id: str  # the id the harness sees
+    upstream_body: bytes  # the chat-completions request sent to the engine
+
+
+def prepare(adapter: ProtocolAdapter, body: dict[str, Any], chat: dict[str, Any], *, rollout_id: str, attempt: int,
+            seq: int, mode: RolloutMode, served_name: str) -> Translated:
+    """The call for `body` (pure): `chat` (the adapter's `to_chat` of it) streamed as the harness asked, with chat's
+    forced fields (`upstream_request`), and the answer's id."""
+    return Translated(adapter, body, adapter.response_id(rollout_id, attempt, seq),
+                      upstream_request({**chat, "stream": bool(body.get("stream", False))}, CHAT, mode, served_name))
+
+
+async def history(svc: GatewayContext, adapter: ProtocolAdapter, body: dict[str, Any], rollout_id: str,
+                  attempt: int) -> list[dict[str, Any]]:
+    """The recorded calls `body` continues (following `previous_id` back through this attempt's successful calls of
+    the adapter's kind), oldest first; BadRequest naming an id that is not among them."""
+    previous = adapter.previous_id(body)
+    if previous is None:
+        return []
+    calls = await svc.store.list_calls(rollout_id, attempt)
+    by_id: dict[str, CallRecord] = {c.response_id: c for c in calls if c.response_id is not None
+                                    and c.kind == adapter.kind and c.status == CallStatus.OK}
+    chain: list[dict[str, Any]] = []
+    while previous is not None:
+        call = by_id.pop(previous, None)  # popped: a cycle ends as a missing id
+        if call is None:
+            raise BadRequest(f"previous response {previous!r} is not a recorded answer of attempt {attempt} of "
+                             f"rollout {rollout_id!r}; send the whole conversation instead, or an id this rollout's "
+                             "gateway returned", param="previous_response_id")
+        chain.append({"request": call.request, "response_raw": call.response_raw})
+        previous = adapter.previous_id(call.request)
+    return chain[::-1]
+
+
+def _headers(ctx: CallContext, version: int | None, content_type: bytes) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-type", content_type), (b"x-harnessrl-call-seq", str(ctx.seq).encode())]
+    return headers if version is None else [*headers, (b"x-policy-version", str(version).encode())]
+
+
+async def _answer(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _fail(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send, *, status: int, code: str,
+                reason: str, message: str, cap: Captured | None = None) -> None:
+    """Record the call as an error (the harness's error body as its answer) and answer it."""
+    body = adapter.error_body(status, message, code)
+    await svc.store.insert_call(call_row(ctx, cap or Captured(), status=CallStatus.ERROR, http_status=status,
+                                         error=reason, response_raw=body, policy_version=None))
+    await _answer(send, status, body, _headers(ctx, None, b"application/json"))
+
+
+async def _upstream_failed(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send,
+                           exc: UpstreamFailed) -> None:
+    await _fail(svc, ctx, adapter, send, status=502, code="upstream_unavailable", reason=str(exc),
+                message=f"{exc}; the engine did not answer, try again later")
+
+
+async def _broken(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send, status: int,
+                  problem: str | None, payload: bytes) -> None:
+    reason = problem or f"the upstream answered HTTP {status}: {payload[:500].decode('utf-8', 'replace')}"
+    await _fail(svc, ctx, adapter, send, status=502, code="upstream_protocol_error", reason=reason,
+                message=f"{reason} (upstream {ctx.endpoint.base_url}); the answer was not used")
+
+
+async def _refused(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send, status: int,
+                   payload: bytes, cap: Captured) -> None:
+    """The engine refused the request (a 4xx, or an error in a 200 body): recorded, its status and message passed
+    on."""
+    reason = cap.error or _upstream_message(payload)
+    await _fail(svc, ctx, adapter, send, status=status if 400 <= status < 500 else 502, code="upstream_error",
+                reason=reason, message=f"the engine refused the request: {reason}", cap=cap)
+
+
+def _upstream_message(payload: bytes) -> str:
+    try:
+        error = orjson.loads(payload).get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+    except (orjson.JSONDecodeError, AttributeError):
+        pass
+    return payload[:2000].decode("utf-8", "replace")
+
+
+def _version(cap: Captured, header_value: str | None, fallback: int) -> int:
+    if cap.policy_version is not None:
+        return cap.policy_version
+    parsed = parse_version_header(header_value)
+    return fallback if parsed is None else parsed
+
+
+async def forward(svc: GatewayContext, ctx: CallContext, call: Translated, send) -> None:
+    """Forward one translated call, unary or streamed as `ctx.stream` says; it is in flight until answered."""
+    url = ctx.endpoint.base_url + CHAT_PATH
+    async with svc.gate.admit():
+        if not ctx.stream:
+            try:
+                status, version_header, payload = await svc.upstream.request(url, call.upstream_body)
+            except UpstreamFailed as exc:
+                await _upstream_failed(svc, ctx, call.adapter, send, exc)
+                return
+            await _unary(svc, ctx, call, send, status, version_header, payload)
+            return
+        try:
+            response = await svc.upstream.open_stream(url, call.upstream_body)
+        except UpstreamFailed as exc:
+            await _upstream_failed(svc, ctx, call.adapter, send, exc)
+            return
+        try:
+            await _relay(svc, ctx, call, response, send)
+        finally:
+            response.release()
+
+
+async def _unary(svc: GatewayContext, ctx: CallContext, call: Translated, send, status: int,
+                 version_header: str | None, payload: bytes) -> None:
+    adapter = call.adapter
+    try:
+        decoded = orjson.loads(payload) if status == 200 else None
+        cap = capture_json(decoded) if status == 200 else Captured()
+        version = _version(cap, version_header, ctx.endpoint.version)
+    except (orjson.JSONDecodeError, ProtocolError) as exc:
+        await _broken(svc, ctx, adapter, send, status, f"the upstream's answer breaks the protocol: {exc}", payload)
+        return
+    if cap.broken or status >= 500:
+        await _broken(svc, ctx, adapter, send, status, cap.error, payload)
+        return
+    if status != 200 or cap.error is not None:
+        await _refused(svc, ctx, adapter, send, status, payload, cap)
+        return
+    try:
+        answer = orjson.dumps(adapter.from_chat(decoded, call.body, call.response_id))
+    except ProtocolError as exc:
+        await _broken(svc, ctx, adapter, send, status, f"the upstream's answer cannot be translated: {exc}", payload)
+        return
+    cap.response_id = call.response_id
+    await svc.store.insert_call(call_row(ctx, cap, status=CallStatus.OK, http_status=200, error=None,
+                                         response_raw=answer, policy_version=version))
+    await _answer(send, 200, answer, _headers(ctx, version, b"application/json"))
+
+
+async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, response, send) -> None:
+    status, adapter = response.status, call.adapter
+    try:
+        header_version = parse_version_header(response.headers.get("x-policy-version"))
+    except ProtocolError as exc:
+        await _broken(svc, ctx, adapter, send, status, f"the upstream's answer breaks the protocol: {exc}",
+                      await response.read())
+        return
+    if status >= 500:
+        await _broken(svc, ctx, adapter, send, status, None, await response.read())
+        return
+    if status != 200:
+        payload = await response.read()
+        await _refused(svc, ctx, adapter, send, status, payload, Captured())
+        return
+    version = ctx.endpoint.version if header_version is None else header_version
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [*_headers(ctx, version, b"text/event-stream"), (b"cache-control", b"no-cache")]})
+    translator = adapter.stream(call.body, call.response_id)
+    received, sent, problem = await _translate(response, translator, send)
+    cap = capture_sse(b"".join(received))
+    if problem is None and (cap.broken or cap.error):
+        problem = (cap.error or "broken stream", "upstream_protocol_error" if cap.broken else "upstream_error")
+    events, error = _closing(translator, problem)
+    cap.response_id = call.response_id
+    try:
+        await svc.store.insert_call(call_row(
+            ctx, cap, status=CallStatus.ERROR if error else CallStatus.OK, http_status=200, error=error,
+            response_raw=b"".join(sent) + events,
+            policy_version=cap.policy_version if cap.policy_version is not None else version))
+    except GatewayError as exc:  # not recorded: the harness must not take the answer as final
+        events = translator.error(exc.message, exc.code or "store_unavailable")
+    await send({"type": "http.response.body", "body": events, "more_body": False})
+
+
+def _closing(translator: StreamTranslator, problem: tuple[str, str] | None) -> tuple[bytes, str | None]:
+    """(the closing events, why the stream failed or None): the translator's closing events, or an error event when
+    the stream stopped early (`problem`: reason, code) or cannot close validly."""
+    if problem is not None:
+        return translator.error(*problem), problem[0]
+    try:
+        return translator.finish(), None
+    except ProtocolError as exc:
+        reason = f"the upstream's answer cannot be translated: {exc}"
+        return translator.error(reason, "upstream_protocol_error"), reason
+
+
+async def _translate(response, translator: StreamTranslator,
+                     send) -> tuple[list[bytes], list[bytes], tuple[str, str] | None]:
+    """Feed the upstream's chunks to the translator and send its events as they come: (the upstream bytes received,
+    the events sent, (why the stream stopped early, its error code) or None)."""
+    received: list[bytes] = []
+    sent: list[bytes] = []
+    pending = b""
+    try:
+        async for data in response.content.iter_any():
+            received.append(data)
+            lines = (pending + data).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                problem = await _feed_line(line, translator, sent, send)
+                if problem is not None:
+                    return received, sent, problem
+    except GatewayError:
+        raise
+    except Exception as exc:  # the engine dropped the stream: record what came, tell the harness
+        return received, sent, (f"upstream stream broke: {type(exc).__name__}: {exc}", "stream_broken")
+    if pending.strip():
+        return received, sent, await _feed_line(pending, translator, sent, send)
+    return received, sent, None
+
+
+async def _feed_line(line: bytes, translator: StreamTranslator, sent: list[bytes],
+                     send) -> tuple[str, str] | None:
+    if not line.startswith(b"data:"):
+        return None
+    payload = line[5:].strip()
+    if not payload or payload == b"[DONE]":
+        return None
+    try:
+        chunk = orjson.loads(payload)
+        if isinstance(chunk, dict) and chunk.get("error") is not None:
+            return None  # capture_sse reports it
+        events = translator.feed(chunk)
+    except orjson.JSONDecodeError:
+        return None  # capture_sse reports it
+    except BROKEN_FEED as exc:
+        return f"the upstream's answer breaks the protocol: {type(exc).__name__}: {exc}", "upstream_protocol_error"
+    if events:
+        sent.append(events)
+        await send({"type": "http.response.body", "body": events, "more_body": True})
+    return None
+
+
+def tokenize_url(base_url: str) -> str:
+    """The engine's tokenizer endpoint for an OpenAI base URL (`http://h:p/v1` -> `http://h:p/tokenize`)."""
+    return base_url.rstrip("/").removesuffix("/v1") + TOKENIZE_PATH
+
+
+async def count_tokens(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, chat: dict[str, Any],
+                       render: Callable[[int], dict[str, Any]], send) -> None:
+    """Count the prompt `chat` renders to with the engine's own tokenizer and chat template (`POST /tokenize`),
+    record the call (the prompt's token IDs, no response) and answer `render(count)`."""
+    request = {"model": ctx.endpoint.served_name, "messages": chat["messages"], "add_generation_prompt": True}
+    if chat.get("tools"):
+        request["tools"] = chat["tools"]
+    async with svc.gate.admit():
+        try:
+            status, version_header, payload = await svc.upstream.request(tokenize_url(ctx.endpoint.base_url),
+                                                                         orjson.dumps(request))
+        except UpstreamFailed as exc:
+            await _upstream_failed(svc, ctx, adapter, send, exc)
+            return
+    if status >= 500:
+        await _broken(svc, ctx, adapter, send, status, None, payload)
+        return
+    if status != 200:
+        await _refused(svc, ctx, adapter, send, status, payload, Captured())
+        return
+    try:
+        tokens = _tokens(payload)
+        version = _version(Captured(), version_header, ctx.endpoint.version)
+    except ProtocolError as exc:
+        await _broken(svc, ctx, adapter, send, status, f"the tokenizer's answer breaks the protocol: {exc}", payload)
+        return
+    answer = orjson.dumps(render(len(tokens)))
+    await svc.store.insert_call(call_row(ctx, Captured(prompt_token_ids=tokens), status=CallStatus.OK,
+                                         http_status=200, error=None, response_raw=answer, policy_version=version))
+    await _answer(send, 200, answer, _headers(ctx, version, b"application/json"))
+
+
+def _tokens(payload: bytes) -> list[int]:
+    """The token IDs of a `/tokenize` answer (`{count, tokens, max_model_len}`); ProtocolError otherwise."""
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise ProtocolError("a 200 body that is not JSON") from None
+    tokens = body.get("tokens") if isinstance(body, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and 0 <= t < 2**31 for t in tokens):
+        raise ProtocolError(f"'tokens' must be a list of token IDs, got {str(tokens)[:80]}")
+    if body.get("count", len(tokens)) != len(tokens):
+        raise ProtocolError(f"'count' {body.get('count')!r} is not the number of tokens ({len(tokens)})")
+    return tokens
