@@ -1,8 +1,9 @@
 """Gateway call records of a rollout → `trainer.samples.RecordedCall`s.
 
-The gateway stores only the first choice of each call. Only the rollout's final attempt is kept (earlier attempts
-were retried after infra failures). Calls with status `error` become `ok=False` with an empty response, so sample
-building skips and counts them.
+Every choice of a call comes along (the first in the call's own fields, the others as `RecordedChoice`s), and the
+call's `side` mark. Only the rollout's final attempt is kept (earlier attempts were retried after infra failures).
+Calls with status `error` become `ok=False` with an empty response and no extra choices, so sample building skips and
+counts them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gateway.records import CallRecord, CallStatus, Rollout
-from trainer.samples import RecordedCall
+from trainer.samples import RecordedCall, RecordedChoice
 
 
 def recorded_calls(rollout: Rollout, calls: Iterable[CallRecord]) -> list[RecordedCall]:
@@ -35,12 +36,13 @@ def to_recorded_call(call: CallRecord, group_id: str) -> RecordedCall:
             f"call {call.id} (rollout {call.rollout_id!r}, seq {call.seq}) succeeded without a policy_version; "
             "register the model with its version so the gateway can record it"
         )
-    if ok and len(call.response_logprobs) != len(call.response_token_ids):
-        raise ValueError(
-            f"call {call.id} (rollout {call.rollout_id!r}, seq {call.seq}) has {len(call.response_logprobs)} "
-            f"logprobs for {len(call.response_token_ids)} response tokens; train only on rollouts in train "
-            "mode, where the gateway forces logprobs"
-        )
+    for choice in (call, *call.extra_choices) if ok else ():
+        if len(choice.response_logprobs) != len(choice.response_token_ids):
+            raise ValueError(
+                f"call {call.id} (rollout {call.rollout_id!r}, seq {call.seq}, choice {getattr(choice, 'index', 0)}) "
+                f"has {len(choice.response_logprobs)} logprobs for {len(choice.response_token_ids)} response tokens; "
+                "train only on rollouts in train mode, where the gateway forces logprobs"
+            )
     return RecordedCall(
         rollout_id=call.rollout_id,
         group_id=group_id,
@@ -51,4 +53,17 @@ def to_recorded_call(call: CallRecord, group_id: str) -> RecordedCall:
         policy_version=call.policy_version if call.policy_version is not None else -1,
         ok=ok,
         finish_reason=call.finish_reason,
+        extra_choices=tuple(
+            RecordedChoice(
+                index=choice.index,
+                prompt_token_ids=tuple(choice.prompt_token_ids),
+                response_token_ids=tuple(choice.response_token_ids),
+                response_logprobs=tuple(choice.response_logprobs),
+                finish_reason=choice.finish_reason,
+            )
+            for choice in call.extra_choices
+        )
+        if ok
+        else (),
+        side=call.side,
     )

@@ -1,4 +1,5 @@
-"""Counts from building samples: calls skipped, truncated, merged, merge failures by class, tokens."""
+"""Counts from building samples: calls skipped (failed, empty, side calls), truncated, merged, extra choices, merge
+failures by class, tokens."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ class SampleStats:
     """Calls skipped because they failed (ok=False)."""
     calls_empty: int
     """Calls skipped because their response was empty."""
+    calls_side_skipped: int
+    """Side calls skipped (SampleLimits.side_calls = skip)."""
+    extra_choices_included: int
+    """Choices after the first of `n` > 1 answers made samples of their own."""
+    extra_choices_skipped: int
+    """Choices after the first left out (SampleLimits.extra_choices = skip, or an empty response)."""
     prompts_truncated: int
     """Prompts cut to their last max_prompt_tokens (such a call starts a new sample)."""
     prompts_dropped: int
@@ -75,6 +82,12 @@ class SampleCounters:
     """Calls skipped as failed."""
     calls_empty: int = 0
     """Calls skipped for an empty response."""
+    calls_side_skipped: int = 0
+    """Side calls skipped."""
+    extra_choices_included: int = 0
+    """Choices after the first made samples."""
+    extra_choices_skipped: int = 0
+    """Choices after the first left out."""
     prompts_truncated: int = 0
     """Prompts cut from the left."""
     prompts_dropped: int = 0
@@ -99,6 +112,9 @@ class SampleCounters:
             calls_merged=self.calls_merged,
             calls_failed=self.calls_failed,
             calls_empty=self.calls_empty,
+            calls_side_skipped=self.calls_side_skipped,
+            extra_choices_included=self.extra_choices_included,
+            extra_choices_skipped=self.extra_choices_skipped,
             prompts_truncated=self.prompts_truncated,
             prompts_dropped=self.prompts_dropped,
             responses_truncated=self.responses_truncated,

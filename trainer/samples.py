@@ -7,18 +7,40 @@ tail becomes observation tokens (loss mask 0, logprob 0) and the response is tra
 its rollout logprobs). A call that extends no branch opens a new one (a new sample) and, when the
 rollout already had branches, is counted as a merge failure (see `trainer.merge_failures`).
 Token IDs are never re-tokenized.
+
+Side calls (a token count, a small-model call for a title: `RecordedCall.side`) are skipped by default and counted
+(`SampleLimits.side_calls`). A call answered with `n` > 1 choices: its first choice merges as above; each other choice
+is an independent sample of the same prompt (`SampleLimits.extra_choices`, default include) and opens a branch of its
+own whose context is that prompt (observation) and whose only trainable span is the choice. So a later call that
+continues any of the choices extends that choice's branch by token prefix, and no trainable token is in two samples.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 
 from trainer.merge_failures import Decode, classify_merge_failure, common_prefix_len
 from trainer.sample_stats import SampleCounters, SampleStats
+
+
+@dataclass(frozen=True)
+class RecordedChoice:
+    """A choice after the first of a call answered with `n` > 1 choices."""
+
+    index: int
+    """The choice's index in the answer (>= 1)."""
+    prompt_token_ids: tuple[int, ...]
+    """The choice's own prompt when it differs from the call's (completions with several prompts); empty: the call's."""
+    response_token_ids: tuple[int, ...]
+    """Exact response token IDs the engine sampled for this choice."""
+    response_logprobs: tuple[float, ...]
+    """Sampling logprob of each response token (same length as the response)."""
+    finish_reason: str | None
+    """The engine's finish reason for this choice."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,10 @@ class RecordedCall:
     """False for failed calls (engine errors, timeouts); those are skipped."""
     finish_reason: str | None
     """The engine's finish reason ("stop", "length", ...), None when unknown."""
+    extra_choices: tuple[RecordedChoice, ...] = ()
+    """The answer's choices after the first (`n` > 1), by index."""
+    side: bool = False
+    """A harness's side call (the gateway marks token counts and `side_models` calls)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +83,8 @@ class TrainableSpan:
     """`seq` of the call that produced the span."""
     policy_version: int
     """Policy version that sampled the span."""
+    choice: int = 0
+    """Index of the call's choice that produced the span (0 unless the call asked for `n` > 1)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +121,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class SampleLimits:
-    """Per-call length limits; the merged sample length is then at most prompt + response limit."""
+    """What of each call goes into samples: length limits (the merged sample length is then at most prompt +
+    response limit), side calls, and the choices after the first."""
 
     max_prompt_tokens: int | None = None
     """Longest prompt (context before a response) kept; None for no limit."""
@@ -101,14 +130,23 @@ class SampleLimits:
     """Longest trainable response; None for no limit."""
     overflow: Literal["truncate", "drop"] = "truncate"
     """truncate: keep the prompt's last / the response's first tokens; drop: skip the call."""
+    side_calls: Literal["skip", "include"] = "skip"
+    """A harness's side calls (token counts, small-model calls for titles; gateway `side_models`): skip (counted as
+    samples/calls_side_skipped) or include like any other call."""
+    extra_choices: Literal["include", "skip"] = "include"
+    """The choices after the first of an `n` > 1 answer: include (each its own sample of the call's prompt, with the
+    rollout's advantage) or skip (counted); skip when the harness picks one choice by its content (best-of-n), as the
+    others did not earn the rollout's reward."""
 
     def __post_init__(self) -> None:
         for name in ("max_prompt_tokens", "max_response_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"SampleLimits.{name}={value}: use a positive token count or None")
-        if self.overflow not in ("truncate", "drop"):
-            raise ValueError(f"SampleLimits.overflow={self.overflow!r}: use 'truncate' or 'drop'")
+        for name, allowed in (("overflow", ("truncate", "drop")), ("side_calls", ("skip", "include")),
+                              ("extra_choices", ("include", "skip"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"SampleLimits.{name}={getattr(self, name)!r}: use {' or '.join(map(repr, allowed))}")
 
 
 @dataclass(frozen=True)
@@ -154,9 +192,10 @@ class _Branch:
         prompt: tuple[int, ...],
         response: tuple[int, ...],
         logprobs: tuple[float, ...],
+        choice: int = 0,
     ) -> None:
         start = len(prompt)
-        self.spans.append(TrainableSpan(start, start + len(response), call.seq, call.policy_version))
+        self.spans.append(TrainableSpan(start, start + len(response), call.seq, call.policy_version, choice))
         self.logprobs.append(logprobs)
         self.prompt, self.response = prompt, response
 
@@ -237,12 +276,14 @@ def _check_rollout(ordered: list[RecordedCall]) -> None:
                 f"rollout {call.rollout_id!r} has calls in groups {first.group_id!r} and "
                 f"{call.group_id!r}; a rollout belongs to exactly one group"
             )
-        if len(call.response_logprobs) != len(call.response_token_ids):
-            raise ValueError(
-                f"call seq={call.seq} of rollout {call.rollout_id!r} has "
-                f"{len(call.response_logprobs)} logprobs for {len(call.response_token_ids)} "
-                "response tokens; the gateway must record one logprob per token"
-            )
+        for choice in (call, *call.extra_choices):
+            if len(choice.response_logprobs) != len(choice.response_token_ids):
+                raise ValueError(
+                    f"call seq={call.seq} of rollout {call.rollout_id!r} has "
+                    f"{len(choice.response_logprobs)} logprobs for {len(choice.response_token_ids)} "
+                    f"response tokens (choice {getattr(choice, 'index', 0)}); the gateway must record one "
+                    "logprob per token"
+                )
 
 
 def _merge_call(
@@ -252,9 +293,24 @@ def _merge_call(
     decode: Decode | None,
     counters: SampleCounters,
 ) -> None:
+    if call.side and limits.side_calls == "skip":
+        counters.calls_side_skipped += 1
+        return
     if not call.ok:
         counters.calls_failed += 1
         return
+    _merge_first_choice(call, branches, limits, decode, counters)
+    for choice in call.extra_choices:
+        _add_extra_choice(call, choice, branches, limits, counters)
+
+
+def _merge_first_choice(
+    call: RecordedCall,
+    branches: list[_Branch],
+    limits: SampleLimits,
+    decode: Decode | None,
+    counters: SampleCounters,
+) -> None:
     if not call.response_token_ids:
         counters.calls_empty += 1
         return
@@ -271,6 +327,35 @@ def _merge_call(
         counters.merge_failures[_classify(prompt, branches, decode)] += 1
     branch = _Branch(prompt, (), len(prompt), [], [])
     branch.extend(call, prompt, response, logprobs)
+    branches.append(branch)
+
+
+def _add_extra_choice(
+    call: RecordedCall,
+    choice: RecordedChoice,
+    branches: list[_Branch],
+    limits: SampleLimits,
+    counters: SampleCounters,
+) -> None:
+    """A choice after the first opens a branch of its own: its prompt as observation, the choice trainable."""
+    if limits.extra_choices == "skip" or not choice.response_token_ids:
+        counters.extra_choices_skipped += 1
+        return
+    as_call = replace(
+        call,
+        prompt_token_ids=choice.prompt_token_ids or call.prompt_token_ids,
+        response_token_ids=choice.response_token_ids,
+        response_logprobs=choice.response_logprobs,
+        finish_reason=choice.finish_reason,
+        extra_choices=(),
+    )
+    limited = _apply_limits(as_call, limits, counters)
+    if limited is None:
+        return
+    prompt, response, logprobs, _ = limited
+    counters.extra_choices_included += 1
+    branch = _Branch(prompt, (), len(prompt), [], [])
+    branch.extend(as_call, prompt, response, logprobs, choice.index)
     branches.append(branch)
 
 
