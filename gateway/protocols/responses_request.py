@@ -34,6 +34,9 @@ DROPPED_TOOL_TYPES = frozenset({
     "shell", "custom", "apply_patch", "file_search", "code_interpreter", "computer_use_preview", "computer",
     "image_generation", "mcp", "tool_search",
 })
+FIELD_TYPES = (("max_output_tokens", (int,), "a positive integer"), ("temperature", (int, float), "a number"),
+               ("top_p", (int, float), "a number"), ("stop", (str, list), "a string or a list of strings"),
+               ("parallel_tool_calls", (bool,), "a boolean"))
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio"})
 MESSAGE_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -55,6 +58,15 @@ def check_fields(body: dict[str, Any]) -> None:
         raise BadRequest("'input' must be a string or a list of input items", param="input")
     if not isinstance(body.get("instructions") or "", str):
         raise BadRequest("'instructions' must be a string", param="instructions")
+    for key, types, what in FIELD_TYPES:
+        value = body.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool) != (bool in types)):
+            raise BadRequest(f"'{key}' must be {what}, not {str(value)[:80]}", param=key)
+    if body.get("max_output_tokens") is not None and body["max_output_tokens"] < 1:
+        raise BadRequest("'max_output_tokens' must be a positive integer", param="max_output_tokens")
+    stop = body.get("stop")
+    if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
+        raise BadRequest("'stop' must be a string or a list of strings", param="stop")
 
 
 def _check_value(body: dict[str, Any], key: str, allowed: tuple[Any, ...], why: str) -> None:
@@ -107,7 +119,7 @@ def add_items(messages: list[dict[str, Any]], items: list[Any], where: str) -> N
         at = f"{where}[{i}]"
         if not isinstance(item, dict):
             raise BadRequest(f"{at} must be an object, not {type(item).__name__}", param=at)
-        kind = item.get("type", "message")
+        kind = _name(item.get("type", "message"))
         if kind == "message":
             messages.append(_message(item, at))
         elif kind == "function_call":
@@ -122,7 +134,7 @@ def add_items(messages: list[dict[str, Any]], items: list[Any], where: str) -> N
 
 
 def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
-    role = MESSAGE_ROLES.get(item.get("role"))  # type: ignore[arg-type]
+    role = MESSAGE_ROLES.get(_name(item.get("role")))
     if role is None:
         raise BadRequest(f"{at}.role={item.get('role')!r} is not one of {sorted(MESSAGE_ROLES)}", param=f"{at}.role")
     return {"role": role, "content": _content_text(item.get("content"), f"{at}.content")}
@@ -141,6 +153,11 @@ def _add_function_call(messages: list[dict[str, Any]], item: dict[str, Any], at:
         messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
+def _name(value: Any) -> str | None:
+    """A `type` or `role` value when it is a string (anything else matches no known name)."""
+    return value if isinstance(value, str) else None
+
+
 def _text_field(item: dict[str, Any], key: str, at: str) -> str:
     value = item.get(key)
     if not isinstance(value, str) or not value:
@@ -156,7 +173,7 @@ def _content_text(content: Any, at: str) -> str:
         raise BadRequest(f"{at} must be a string or a list of content parts", param=at)
     texts = []
     for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
+        kind = _name(part.get("type")) if isinstance(part, dict) else None
         if kind in TEXT_PARTS and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
@@ -178,7 +195,7 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
         raise BadRequest("'tools' must be a list", param="tools")
     chat = []
     for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
+        kind = _name(tool.get("type")) if isinstance(tool, dict) else None
         if kind in DROPPED_TOOL_TYPES:
             continue
         if kind != "function" or not isinstance(tool.get("name"), str):
@@ -193,7 +210,7 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
 
 def chat_tool_choice(choice: Any, tools: list[dict[str, Any]]) -> Any:
     """`auto`/`none`/`required`, or one function by name (which must be among the tools)."""
-    if choice is None or choice in TOOL_CHOICE_OPTIONS:
+    if choice is None or (isinstance(choice, str) and choice in TOOL_CHOICE_OPTIONS):
         return choice or "auto"
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
         if all(tool["function"]["name"] != choice["name"] for tool in tools):
@@ -208,13 +225,16 @@ def chat_response_format(text: Any) -> dict[str, Any] | None:
     """`text.format` as chat's `response_format` (plain text: none); `text.verbosity` is ignored."""
     if text is None:
         return None
-    fmt = text.get("format") if isinstance(text, dict) else None
-    if fmt is None or fmt.get("type") == "text":
+    fmt = text.get("format") if isinstance(text, dict) else text
+    if fmt is None:
         return None
-    if fmt.get("type") == "json_object":
+    kind = _name(fmt.get("type")) if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
         return {"type": "json_object"}
-    if fmt.get("type") == "json_schema":
+    if kind == "json_schema":
         schema = {key: fmt[key] for key in ("name", "schema", "strict", "description") if key in fmt}
         return {"type": "json_schema", "json_schema": schema}
-    raise BadRequest(f"text.format={fmt!r} is not supported: use text, json_object or json_schema",
+    raise BadRequest(f"text.format={str(fmt)[:80]} is not supported: use text, json_object or json_schema",
                      param="text.format")
