@@ -19,11 +19,19 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import yaml
 
 from engines.base import Engine
-from engines.server_process import ServerProcess, free_port, stop_process_group, with_repo_on_path
+from engines.server_process import (
+    ServerProcess,
+    dies_with_parent,
+    free_port,
+    stop_process_group,
+    with_repo_on_path,
+)
 from flows.config import EngineSection
 from gateway.client import GatewayClient
+from gateway.config import policy_routing
 
 CONTROLLER_STOP_GRACE_S = 30.0
 """How long the controller and its harness processes get to exit on SIGTERM before they are killed."""
@@ -147,7 +155,10 @@ class RunProcesses:
         self.gateway_url = f"http://127.0.0.1:{port}"
         self._gateway = ServerProcess("gateway", self.gateway_url, self.logs_dir / "gateway.log")
         db = self.settings.run_dir / "gateway.db"
-        command = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", f"sqlite:///{db}"]
+        config = self.settings.run_dir / "gateway.yaml"  # harness model names -> the policy, side calls marked
+        config.write_text(yaml.safe_dump(policy_routing(self.settings.model_name), sort_keys=False))
+        command = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", f"sqlite:///{db}",
+                   "--config", str(config)]
         self._stops.callback(self._gateway.stop)
         self._gateway.start(command, self._env(), startup_timeout_s=60.0)
 
@@ -159,9 +170,10 @@ class RunProcesses:
 
     def _start_controller(self) -> None:
         log = (self.logs_dir / "controller.log").open("ab")
-        # Its own process group, which stop() ends whole: the controller's harness processes are in it.
-        self._controller = subprocess.Popen(self.controller_command(), stdout=log, stderr=subprocess.STDOUT,
-                                            env=self._env(), start_new_session=True)
+        # Its own process group, which stop() ends whole (its harnesses' sandboxes die with it); SIGTERM also when
+        # this process dies without stopping it (a flow run killed after its cancellation grace period).
+        self._controller = subprocess.Popen(dies_with_parent(self.controller_command()), stdout=log,
+                                            stderr=subprocess.STDOUT, env=self._env(), start_new_session=True)
         self._stops.callback(stop_process_group, self._controller, CONTROLLER_STOP_GRACE_S)
         log.close()
 

@@ -55,6 +55,20 @@ class GatewayConfig(BaseModel):
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
 
+HARNESS_MODEL_PATTERNS = ("claude-*", "gpt-*", "o[0-9]*", "codex-*")
+"""Model names the harnesses send on their own (Claude Code: `claude-opus-5-5`, its small model `claude-*haiku*`;
+Codex and the Agents SDK: `gpt-5-codex`, `o3`, ...)."""
+HARNESS_SIDE_MODELS = ("claude-*haiku*",)
+"""Claude Code's small-model calls (a title, a topic) are side calls."""
+
+
+def policy_routing(model_name: str) -> dict[str, Any]:
+    """Gateway settings that send every harness model name of `HARNESS_MODEL_PATTERNS` to `model_name` and mark
+    `HARNESS_SIDE_MODELS` as side calls (what a training run's own gateway is started with)."""
+    return {"model_aliases": dict.fromkeys(HARNESS_MODEL_PATTERNS, model_name),
+            "side_models": list(HARNESS_SIDE_MODELS)}
+
+
 def load_gateway_config(path: str | Path | None = None, **overrides: Any) -> GatewayConfig:
     """Read a YAML file (optional), apply non-None overrides, validate."""
     loaded = yaml.safe_load(Path(path).read_text()) if path is not None else None

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pydantic
 import pytest
+import yaml
 
-from gateway.config import load_gateway_config
+from gateway.config import load_gateway_config, policy_routing
 
 
 def test_yaml_then_overrides(tmp_path) -> None:
@@ -40,3 +41,20 @@ def test_model_aliases_keep_the_files_order_and_side_models_are_a_list(tmp_path)
     assert (config.default_model, config.side_models) == ("policy", ["claude-*haiku*"])
     with pytest.raises(pydantic.ValidationError, match="side_models"):
         load_gateway_config(path, side_models="claude-*")
+
+
+def test_a_training_runs_gateway_sends_harness_names_to_the_policy_and_marks_haiku_as_side(tmp_path) -> None:
+    from gateway.records import ModelRecord
+    from gateway.routing import Router, is_side_call
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(policy_routing("policy"), sort_keys=False))
+    config = load_gateway_config(path)
+    records = [ModelRecord(name=name, base_url=f"http://{name}:1/v1", version=0, served_name=name)
+               for name in ("policy", "other")]
+    router = Router(records, aliases=config.model_aliases, default_model=config.default_model)
+    for name in ("claude-opus-5-5", "claude-3-5-haiku-20241022", "gpt-5-codex", "o3", "codex-mini-latest"):
+        assert router.resolve(name) == "policy", name
+    assert router.resolve("other") == "other"
+    assert is_side_call("messages", "claude-haiku-4-5", config.side_models)
+    assert not is_side_call("messages", "claude-opus-5-5", config.side_models)
