@@ -46,19 +46,19 @@ class ResponsesAdapter:
     def previous_id(self, body: dict[str, Any]) -> str | None:
         return body.get("previous_response_id") or None
 
-    def response_id(self, upstream_id: str | None, seq: int) -> str:
-        return response_id(upstream_id, f"call{seq}")
+    def response_id(self, rollout_id: str, attempt: int, seq: int) -> str:
+        return response_id(rollout_id, attempt, seq)
 
     def to_chat(self, body: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
         requests = [entry["request"] for entry in history]
         outputs = [recorded_output(entry.get("response_raw")) for entry in history]
         return chat_request(body, requests, outputs)
 
-    def from_chat(self, answer: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
-        return from_chat(answer, body)
+    def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
+        return from_chat(answer, body, response_id)
 
-    def stream(self, body: dict[str, Any]) -> ResponsesStream:
-        return ResponsesStream(body)
+    def stream(self, body: dict[str, Any], response_id: str) -> ResponsesStream:
+        return ResponsesStream(body, response_id)
 
     def error_body(self, status: int, message: str, code: str | None) -> bytes:
         return error_body(message, ERROR_TYPES.get(status, "server_error"), code=code)

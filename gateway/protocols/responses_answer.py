@@ -8,6 +8,7 @@ A chat answer becomes a `response` object: its text a `message` item with one `o
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -16,12 +17,10 @@ import orjson
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
-def response_id(upstream_id: str | None, fallback: str) -> str:
-    """The id the harness sees: derived from the engine's (unique) answer id, so the unary and streamed paths and
-    the forwarder's record agree without sharing state."""
-    if not upstream_id:
-        return f"resp_{fallback}"
-    return "resp_" + upstream_id.removeprefix("chatcmpl-")
+def response_id(rollout_id: str, attempt: int, seq: int) -> str:
+    """The id the harness sees, fixed before the call goes upstream: distinct for each (rollout, attempt, seq)."""
+    digest = hashlib.blake2b(f"{rollout_id}|{attempt}|{seq}".encode(), digest_size=12).hexdigest()
+    return f"resp_{digest}"
 
 
 def status_of(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
@@ -84,9 +83,8 @@ def output_items(message: dict[str, Any], rid: str, status: str) -> list[dict[st
     return items
 
 
-def from_chat(answer: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
-    """The `response` object for a non-streamed chat answer (its first choice: Responses has no `n`)."""
-    rid = response_id(answer.get("id"), "0")
+def from_chat(answer: dict[str, Any], body: dict[str, Any], rid: str) -> dict[str, Any]:
+    """The `response` object `rid` for a non-streamed chat answer (its first choice: Responses has no `n`)."""
     choice = (answer.get("choices") or [{}])[0]
     status, incomplete = status_of(choice.get("finish_reason"))
     counts = answer.get("usage") or {}

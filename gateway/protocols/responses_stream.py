@@ -19,7 +19,6 @@ import orjson
 from gateway.protocols.responses_answer import (
     call_item,
     message_item,
-    response_id,
     skeleton,
     status_of,
     text_part,
@@ -30,8 +29,9 @@ from gateway.protocols.responses_answer import (
 class ResponsesStream:
     """The StreamTranslator of one streamed answer to `body` (first choice only: Responses has no `n`)."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], rid: str) -> None:
         self.body = body
+        self.rid = rid
         self.seq = 0
         self.response: dict[str, Any] | None = None
         self.items: list[dict[str, Any]] = []  # output items, finished ones in their final shape
@@ -47,13 +47,13 @@ class ResponsesStream:
         self.seq += 1
         return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
 
-    def _start(self, upstream_id: str | None, created: float | None) -> bytes:
-        self.response = skeleton(self.body, response_id(upstream_id, "0"), int(created or time.time()))
+    def _start(self, created: float | None) -> bytes:
+        self.response = skeleton(self.body, self.rid, int(created or time.time()))
         return (self._event("response.created", response=self.response)
                 + self._event("response.in_progress", response=self.response))
 
     def feed(self, chunk: dict[str, Any]) -> bytes:
-        out = b"" if self.response is not None else self._start(chunk.get("id"), chunk.get("created"))
+        out = b"" if self.response is not None else self._start(chunk.get("created"))
         self.prompt_tokens = len(chunk.get("prompt_token_ids") or ()) or self.prompt_tokens
         if chunk.get("usage"):
             self.reported_usage = chunk["usage"]
@@ -70,8 +70,7 @@ class ResponsesStream:
         return out
 
     def _suffix(self) -> str:
-        assert self.response is not None
-        return self.response["id"].removeprefix("resp_")
+        return self.rid.removeprefix("resp_")
 
     def _text(self, text: str) -> bytes:
         out = b""
@@ -138,7 +137,7 @@ class ResponsesStream:
 
     def finish(self) -> bytes:
         """Close the open item (an answer with no output at all gets an empty message) and the response."""
-        out = b"" if self.response is not None else self._start(None, None)
+        out = b"" if self.response is not None else self._start(None)
         if self.open is None and not self.items:
             out += self._text("")
         out += self._close()
@@ -149,7 +148,7 @@ class ResponsesStream:
     def error(self, message: str, code: str) -> bytes:
         """An `error` event (with the gateway's code), then `response.failed` with the output streamed so far (its
         `error.code` is `server_error`, the one of OpenAI's codes that fits a gateway or engine failure)."""
-        out = b"" if self.response is not None else self._start(None, None)
+        out = b"" if self.response is not None else self._start(None)
         failed = self._final("failed", error={"code": "server_error", "message": f"{message} ({code})"})
         return (out + self._event("error", code=code, message=message, param=None)
                 + self._event("response.failed", response=failed))

@@ -4,7 +4,7 @@ completions, and the harness's own events.
 Served as raw ASGI (no framework routing or validation on the hot path). Paths:
   POST /r/{id}/v1/chat/completions   POST /r/{id}/v1/completions   GET /r/{id}/v1/models   POST /r/{id}/events
   POST /r/{id}/v1/messages   POST /r/{id}/v1/messages/count_tokens   (Anthropic Messages, translated)
-  POST /r/{id}/v1/responses   (OpenAI Responses, translated; served once its adapter is in `TRANSLATED`)
+  POST /r/{id}/v1/responses   (OpenAI Responses, translated)
   GET|PUT /r/{id}/artifacts/{name}   (opaque bytes of the rollout's current attempt)
 The credential is `Authorization: Bearer <key>` or `x-api-key: <key>` (Anthropic's header) on every path. Errors on
 a translated protocol's paths are in that protocol's shape (its adapter's `error_body`).
@@ -32,7 +32,7 @@ from gateway.errors import (
     NotFound,
     QuotaExceeded,
 )
-from gateway.protocols import anthropic
+from gateway.protocols import anthropic, responses
 from gateway.protocols.base import ProtocolAdapter
 from gateway.proxy import (
     CHAT,
@@ -50,7 +50,8 @@ from gateway.translated import count_tokens, forward, history, prepare
 
 log = logging.getLogger("harnessrl.gateway")
 PROXY_KINDS = {("v1", "chat", "completions"): CHAT, ("v1", "completions"): COMPLETION}
-TRANSLATED: dict[tuple[str, ...], ProtocolAdapter] = {("v1", "messages"): anthropic.ADAPTER}
+TRANSLATED: dict[tuple[str, ...], ProtocolAdapter] = {("v1", "messages"): anthropic.ADAPTER,
+                                                       ("v1", "responses"): responses.RESPONSES}
 """Harness protocols served by translation to chat completions: path under /r/{id}/ -> adapter. A path below one
 of these (e.g. /v1/messages/count_tokens) answers its errors in that adapter's shape too."""
 COUNT_TOKENS = ("v1", "messages", "count_tokens")

@@ -168,9 +168,10 @@ ANSWER_CASES = [
                          ids=[case[0] for case in ANSWER_CASES])
 def test_chat_answers_become_response_objects(answer, items, status):
     body = {"model": "gpt-5-codex", "input": "hi", "tools": [TOOL_READ]}
-    response = Response.model_validate(RESPONSES.from_chat(answer, body))
+    rid = RESPONSES.response_id("r-1", 0, 3)
+    response = Response.model_validate(RESPONSES.from_chat(answer, body, rid))
     assert (response.id, response.object, response.model, response.status) == (
-        "resp_42", "response", "gpt-5-codex", status)
+        rid, "response", "gpt-5-codex", status)
     seen = [(item.type, item.content[0].text if item.type == "message" else item.call_id)
             for item in response.output]
     assert seen == items
@@ -179,7 +180,13 @@ def test_chat_answers_become_response_objects(answer, items, status):
     assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.total_tokens) == (11, 5, 16)
     if status == "incomplete":
         assert response.incomplete_details.reason == "max_output_tokens"
-    assert RESPONSES.response_id("chatcmpl-42", 3) == response.id
+
+
+def test_response_ids_are_fixed_per_rollout_attempt_and_call():
+    ids = {RESPONSES.response_id(rollout, attempt, seq) for rollout in ("r-1", "r-2") for attempt in (0, 1)
+           for seq in (0, 1)}
+    assert len(ids) == 8 and all(i.startswith("resp_") for i in ids)
+    assert RESPONSES.response_id("r-1", 0, 0) == RESPONSES.response_id("r-1", 0, 0)
 
 
 def chunk(delta: dict[str, Any], *, finish: str | None = None, ids: tuple[int, ...] = (9,)) -> dict[str, Any]:
@@ -206,7 +213,7 @@ def events_of(sse: bytes) -> list[dict[str, Any]]:
 
 
 def test_a_stream_with_text_and_two_parallel_calls_becomes_responses_events():
-    stream = RESPONSES.stream({"model": "gpt-5-codex", "input": "go", "stream": True})
+    stream = RESPONSES.stream({"model": "gpt-5-codex", "input": "go", "stream": True}, "resp_77")
     first = {**chunk({"role": "assistant", "content": ""}, ids=()), "prompt_token_ids": [1, 2, 3, 4]}
     chunks = [first, chunk({"content": "Look"}), chunk({"content": "ing."}),
               chunk(call_delta(0, CALL_A, "")), chunk(call_delta(0, None, CALL_A["arguments"])),
@@ -226,7 +233,7 @@ def test_a_stream_with_text_and_two_parallel_calls_becomes_responses_events():
         "response.function_call_arguments.delta", "response.function_call_arguments.done",
         "response.output_item.done", "response.completed"]
     final = Response.model_validate(events[-1]["response"])
-    assert final.id == events[0]["response"]["id"] == RESPONSES.response_id("chatcmpl-77", 0)
+    assert final.id == events[0]["response"]["id"] == "resp_77"
     assert final.output_text == "Looking."
     assert [(i.call_id, i.name, i.arguments) for i in final.output if i.type == "function_call"] == [
         (c["call_id"], c["name"], c["arguments"]) for c in (CALL_A, CALL_B)]
@@ -238,12 +245,12 @@ def test_a_stream_with_text_and_two_parallel_calls_becomes_responses_events():
 
 
 def test_a_stream_cut_at_max_tokens_ends_incomplete_and_an_error_ends_failed():
-    stream = RESPONSES.stream({"model": "m", "input": "go"})
+    stream = RESPONSES.stream({"model": "m", "input": "go"}, "resp_1")
     sse = stream.feed(chunk({"content": "abc"}, finish="length")) + stream.finish()
     last = events_of(sse)[-1]
     assert (last["type"], last["response"]["status"]) == ("response.incomplete", "incomplete")
     assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
-    broken = RESPONSES.stream({"model": "m", "input": "go"})
+    broken = RESPONSES.stream({"model": "m", "input": "go"}, "resp_1")
     sse = broken.feed(chunk({"content": "ab"})) + broken.error("upstream stream broke", "stream_broken")
     error, failed = events_of(sse)[-2:]
     assert (error["type"], error["code"]) == ("error", "stream_broken")
@@ -252,15 +259,15 @@ def test_a_stream_cut_at_max_tokens_ends_incomplete_and_an_error_ends_failed():
 
 
 def test_an_empty_answer_still_gets_one_message_item():
-    stream = RESPONSES.stream({"model": "m", "input": "go"})
+    stream = RESPONSES.stream({"model": "m", "input": "go"}, "resp_1")
     events = events_of(stream.feed(chunk({"content": ""}, finish="stop")) + stream.finish())
     assert Response.model_validate(events[-1]["response"]).output[0].type == "message"
 
 
 def test_previous_response_history_is_earlier_inputs_then_their_outputs():
     first_body = {"model": "m", "instructions": "old rules", "input": "read a.py", "tools": [TOOL_READ]}
-    first_answer = orjson.dumps(RESPONSES.from_chat(chat_answer("ok", [CALL_A], "tool_calls"), first_body))
-    stream = RESPONSES.stream(first_body)
+    first_answer = orjson.dumps(RESPONSES.from_chat(chat_answer("ok", [CALL_A], "tool_calls"), first_body, "resp_1"))
+    stream = RESPONSES.stream(first_body, "resp_2")
     second_body = {"model": "m", "input": [{"type": "function_call_output", "call_id": "call_a", "output": "x"}]}
     streamed = stream.feed(chunk({"content": "now run"})) + stream.feed(chunk(call_delta(0, CALL_B, ""))) \
         + stream.feed(chunk(call_delta(0, None, CALL_B["arguments"]), finish="tool_calls")) + stream.finish()
