@@ -26,13 +26,13 @@ VERL_STAMP := $(VERL_VENV)/.installed
 VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
 	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 
-.PHONY: bwrap test test-fast test-vllm vllm-venv test-verl verl-venv models lint bench-gateway clean train
+.PHONY: bwrap harnesses test test-fast test-vllm vllm-venv test-verl verl-venv models lint bench-gateway clean train
 
 # The whole suite, the real vLLM server test included, then the verl comparisons in the verl venv (PYTEST_ARGS are not
 # passed to them). The project venv and vLLM's are built side by side (neither waits for the other), verl's after them
 # (its editable install of the project would race the project venv's); the suite runs on two xdist workers, a test
 # file per worker at a time (module fixtures start once).
-test: bwrap
+test: bwrap harnesses
 	$(MAKE) -j2 $(STAMP) $(VLLM_STAMP)
 	$(MAKE) -j2 $(VERL_STAMP) models
 	$(VENV)/bin/ruff check .
@@ -46,6 +46,17 @@ bwrap:
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  { apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; }; } || \
 	  { echo "bubblewrap (bwrap) is needed: install it as root (apt-get install bubblewrap, dnf install bubblewrap)"; exit 1; }
+
+# The coding CLIs of the claude-code and codex recipes, pinned in agents/cli_harness/binaries.py (Claude Code
+# 2.1.328, Codex 0.169.0), in a project-local npm folder with a stamp file. Node.js 18 or newer with npm is a
+# prerequisite: checked first, the message names what to install. Claude Code's install script is run by hand when npm
+# skipped it. Standard-library Python only: no venv needed.
+HARNESSES_DIR ?= .harnesses
+HARNESSES_STAMP := $(HARNESSES_DIR)/.installed
+harnesses: $(HARNESSES_STAMP)
+
+$(HARNESSES_STAMP): agents/cli_harness/binaries.py agents/cli_harness/install.py
+	$(PYTHON) -m agents.cli_harness.install $(HARNESSES_DIR)
 
 # The fast tier (no model weights, no server processes; tests/README.md) on two xdist workers.
 test-fast: $(STAMP)
