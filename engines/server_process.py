@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import IO, Self
@@ -24,6 +26,17 @@ def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
     """`env` with the project root first on PYTHONPATH, for child processes started outside the project folder."""
     path = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     return {**env, "PYTHONPATH": path}
+
+
+def dies_with_parent(command: list[str]) -> list[str]:
+    """`command` wrapped so that it gets SIGTERM when the process starting it dies, however it dies (a SIGKILL after
+    a Prefect cancellation's grace period included): util-linux's `setpriv --pdeathsig TERM` sets the signal, then
+    execs `command` (same pid). The kernel ties the signal to the starting *thread*, so only a command started from
+    the main thread is wrapped; without setpriv, or from another thread, `command` is returned unchanged."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return command
+    return [setpriv, "--pdeathsig", "TERM", "--", *command]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -78,8 +91,8 @@ class ServerProcess:
         The log is appended to, so a server restarted on the same log path keeps its earlier output."""
         self._log = self.log_path.open("ab")
         self._log_start_bytes = self._log.tell()
-        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+        self._process = subprocess.Popen(dies_with_parent(command), stdout=self._log, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True)
         deadline = time.monotonic() + startup_timeout_s
         while time.monotonic() < deadline:
             code = self.exit_code()

@@ -98,3 +98,31 @@ def test_stop_process_group_kills_children_that_ignore_sigterm(tmp_path: Path) -
     assert time.monotonic() - started < 5.0
     assert leader.returncode == -signal.SIGKILL
     assert process_gone(child)
+
+
+PARENT = """
+import os, sys
+sys.path.insert(0, sys.argv[4])
+from pathlib import Path
+from engines.server_process import ServerProcess
+server_script, port, log = sys.argv[1], sys.argv[2], sys.argv[3]
+server = ServerProcess("orphan", f"http://127.0.0.1:{port}", Path(log))
+server.start([sys.executable, "-c", server_script, port, "sleep 300"], dict(os.environ), startup_timeout_s=30.0)
+print(server._process.pid, flush=True)
+os.kill(os.getpid(), 9)  # dies without stopping it, as a flow run killed after its cancellation grace period
+"""
+
+
+def test_a_server_gets_sigterm_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    parent = subprocess.run([sys.executable, "-c", PARENT, SERVER, str(free_port()), str(tmp_path / "s.log"),
+                             str(root)], capture_output=True, text=True, timeout=60)
+    assert parent.returncode == -signal.SIGKILL, parent.stderr
+    server_pid = int(parent.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while not process_gone(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = process_gone(server_pid)
+    if not gone:
+        os.kill(server_pid, signal.SIGKILL)
+    assert gone, "the server outlived the process that started it"
