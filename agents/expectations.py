@@ -197,6 +197,8 @@ RECIPE_RULES: dict[str, Callable[[], list[Rule]]] = {
     "search": _search_rules,
     "swe": _swe_rules,
     "swe_bench": _swe_bench_rules,
+    "claude-code": _swe_rules,  # the swe recipe's tasks with Claude Code as the harness (agents/cli_harness)
+    "codex": _swe_rules,  # ... with Codex as the harness
 }
 
 

@@ -31,6 +31,9 @@ from trainer.scheduling import ScheduleConfig
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILES_DIR = PROJECT_ROOT / "deploy" / "configs"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+RECIPE_VARIANTS = {"swe": ("swe", "claude-code", "codex")}
+"""The recipes a flow of one recipe also runs: train-swe trains the SWE tasks with mini-swe-agent (swe), Claude Code
+or Codex as the harness, as the profile's `recipe` says."""
 
 
 class Section(BaseModel):
@@ -139,7 +142,8 @@ class CheckpointSection(Section):
 class RunConfig(Section):
     """Everything a training run is, as logged to MLflow."""
 
-    recipe: Literal["swe", "instruction_following", "search"] = Field(description="The recipe trained on.")
+    recipe: Literal["swe", "instruction_following", "search", "claude-code", "codex"] = Field(
+        description="The recipe trained on (claude-code, codex: the swe tasks with that CLI as the harness).")
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Run name; also the "
                              "resume key (same name: continue from its last checkpoint). None: generated.")
     work_dir: Path = Field(default=Path("runs"), description="Run directories (relative: project root).")
@@ -217,8 +221,9 @@ def load_run_config(profile: str | Path, overrides: Mapping[str, Any] | None = N
     path = profile_path(profile)
     data = apply_overrides(read_settings(path, {}, "run settings"), overrides or {})
     if recipe is not None:
-        if data.get("recipe", recipe) != recipe:
-            raise ValueError(f"profile {path.name} is for recipe {data['recipe']!r}, not {recipe!r}; "
+        allowed = RECIPE_VARIANTS.get(recipe, (recipe,))
+        if data.get("recipe", recipe) not in allowed:
+            raise ValueError(f"profile {path.name} is for recipe {data['recipe']!r}, not {' or '.join(allowed)}; "
                              "pick a profile of this recipe")
-        data["recipe"] = recipe
+        data.setdefault("recipe", recipe)
     return RunConfig.model_validate(data)

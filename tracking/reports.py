@@ -17,6 +17,7 @@ SIGNAL_HINTS = {
     "search": "the policy needs to find and state the answer sometimes; use a larger model or easier questions",
     "instruction_following": "lower the number of instructions per task or use a larger model",
 }
+SIGNAL_HINTS |= {"claude-code": SIGNAL_HINTS["swe"], "codex": SIGNAL_HINTS["swe"]}  # the SWE tasks, another harness
 
 
 def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], split: StalenessSplit, recipe: str,

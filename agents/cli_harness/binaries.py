@@ -60,7 +60,7 @@ def missing_binary(cli: Cli, binary: Path) -> str | None:
            f"${CLI_DIR_ENV} to the npm folder that holds it")
     if not binary.is_file():
         return f"{cli.name}: no binary at {binary}; {fix}"
-    if binary.stat().st_size <= PLACEHOLDER_MAX_BYTES:
+    if cli.name == CLAUDE_CODE.name and binary.stat().st_size <= PLACEHOLDER_MAX_BYTES:
         return (f"{cli.name}: {binary} is npm's placeholder (its install script did not run); "
                 f"run `node install.cjs` in {binary.parent.parent} or `make harnesses`")
     if not os.access(binary, os.X_OK):

@@ -4,7 +4,8 @@ or Codex on the SWE recipe's working directory (`task.json`, `repo/`), non-inter
 It turns the harness contract into the CLI's own configuration (`launch.py`: env, argv, Codex's config.toml, HOME a
 throw-away folder in the working directory), runs the CLI's native binary in `repo/`, keeps its stdout in
 `cli_output.jsonl` next to `repo/` (for humans: the grader computes the diff itself), prints one summary line and
-exits as mini-swe-agent's harness would (`outcome.py`). Under the local runner all of it runs inside the runner's
+exits as mini-swe-agent's harness would (`outcome.py`); a CLI that is not installed (`make harnesses`) is exit 2 with
+the fix. Under the local runner all of it runs inside the runner's
 sandbox: the CLI and every command it runs see only the working directory (writable), the interpreter, this code and
 the binary (read-only), and their rollout's gateway path. Unlike mini-swe-agent's, the CLI's commands are not
 sandboxed one by one: they run in the harness's sandbox, which is the boundary (the rollout key they could read opens
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.cli_harness.binaries import CLIS, missing_binary
 from agents.cli_harness.launch import REPO_DIR, Contract, Launch, claude_code_launch, codex_launch
 from agents.cli_harness.outcome import classify
 
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cli, binary = args[0], Path(args[1])
     workdir = Path.cwd()
+    if (problem := missing_binary(CLIS[cli], binary)) is not None:
+        print(problem, file=sys.stderr)
+        return 2
     if not (workdir / REPO_DIR).is_dir():
         print(f"no {REPO_DIR}/ in {workdir}: the recipe's prepare_workdir lays it out", file=sys.stderr)
         return 2

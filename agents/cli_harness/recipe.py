@@ -3,9 +3,10 @@ coding CLI as the harness instead of mini-swe-agent.
 
 Everything but the harness is `agents.swe.recipe.SweRecipe`'s (the same generated tasks, store, fresh-checkout grader,
 local or in grading Jobs); this class only names the harness. The harness command carries the CLI's native binary by
-absolute path, so the local runner's sandbox binds it read-only next to the harness's code (`code_paths`); the binary
-is found when the command is built (`binaries.installed_binary`: `make harnesses`, or $HARNESSRL_CLI_DIR where the
-CLIs are installed elsewhere, as in the agent-cli image).
+absolute path, so the local runner's sandbox binds it read-only next to the harness's code (`code_paths`). The path is
+where `make harnesses` installs it, or under $HARNESSRL_CLI_DIR (the agent-cli image's /opt/harnesses: set it for
+the controller too when harnesses run as Kubernetes Jobs). It is not checked here, where the controller runs (on
+Kubernetes the binary is in the agent's image, not the controller's): the harness checks it and names the fix.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.cli_harness.binaries import CLAUDE_CODE, CODEX, installed_binary
+from agents.cli_harness.binaries import CLAUDE_CODE, CLIS, CODEX, cli_dir
 from agents.swe.recipe import SweRecipe
 from controller.recipe import Grade, GradeInput
 
@@ -33,9 +34,9 @@ class CliSweRecipe:
         return self.swe.generate(count, seed)
 
     def harness_command(self) -> list[str]:
-        """`python -m agents.cli_harness.harness NAME BINARY` (FileNotFoundError naming the fix without the CLI)."""
-        return [sys.executable, "-m", "agents.cli_harness.harness", self.name,
-                str(installed_binary(self.name, self.cli_dir))]
+        """`python -m agents.cli_harness.harness NAME BINARY`, the binary's path resolved."""
+        binary = CLIS[self.name].binary(self.cli_dir or cli_dir()).resolve()
+        return [sys.executable, "-m", "agents.cli_harness.harness", self.name, str(binary)]
 
     def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
         """`repo/`: the buggy repository at its base, without .git (the `swe` recipe's layout)."""

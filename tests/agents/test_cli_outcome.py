@@ -45,8 +45,10 @@ def test_classification_table(cli, code, stdout, status, exit_code, details):
 
 
 def stand_in_cli(path: Path, body: str) -> Path:
-    """A script in place of the CLI's binary: records its argv, cwd and environment, then does `body`."""
-    path.write_text(f'#!/bin/sh\necho "$@" > ../argv.txt\npwd > ../cwd.txt\nenv > ../env.txt\n{body}\n')
+    """A script in place of the CLI's binary: records its argv, cwd and environment, then does `body` (padded past
+    the size of Claude Code's npm placeholder, which the harness refuses)."""
+    padding = "#" * 5000
+    path.write_text(f'#!/bin/sh\n{padding}\necho "$@" > ../argv.txt\npwd > ../cwd.txt\nenv > ../env.txt\n{body}\n')
     path.chmod(0o755)
     return path
 
@@ -102,8 +104,16 @@ def test_a_cli_killed_by_a_signal_is_reported_as_the_runner_reads_a_crash(tmp_pa
     assert done.returncode == 128 + signal.SIGSEGV and summary(done)["exit_status"] == "KilledBySignal"
 
 
+def test_harness_without_the_cli_installed_names_the_fix(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run([sys.executable, "-m", "agents.cli_harness.harness", "codex", str(tmp_path / "codex")],
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "make harnesses" in done.stderr
+
+
 def test_harness_refuses_a_workdir_without_repo(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "agents.cli_harness.harness", "codex", "/x"], cwd=tmp_path,
+    binary = stand_in_cli(tmp_path / "cli", "exit 0")
+    done = subprocess.run([sys.executable, "-m", "agents.cli_harness.harness", "codex", str(binary)], cwd=tmp_path,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert done.returncode == 2 and "no repo/" in done.stderr
     usage = subprocess.run([sys.executable, "-m", "agents.cli_harness.harness", "aider", "/x"], cwd=tmp_path,
