@@ -5,7 +5,8 @@ streamed or not, with token IDs and logprobs, a unique response id per call, and
 `--echo-request` adds the request body it received under `echo_request` to non-streamed answers (for tests of
 what the gateway forwards); `--policy-version V` sets the version reported in every answer; `--tool-call NAME`
 (repeatable) makes every chat answer call these tools after its text (arguments `{"step": i}`, finish reason
-`tool_calls`, streamed in vLLM's tool-call deltas). `POST /tokenize` (vLLM's, at the root) answers
+`tool_calls`, streamed in vLLM's tool-call deltas; with `answer_tool_results` a request ending in a tool result is
+answered with text only, so an agent's episode ends). `POST /tokenize` (vLLM's, at the root) answers
 `{count, tokens, max_model_len}` with `--prompt-tokens` tokens.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -31,6 +33,7 @@ class Script:
     delay_s: float = 0.0
     echo_request: bool = False
     tool_calls: tuple[str, ...] = ()  # tools every chat answer calls, in order, after its text
+    answer_tool_results: bool = False  # a chat request ending in a tool result is answered with text only
     max_model_len: int = 4096  # reported by /tokenize
 
 
@@ -115,6 +118,8 @@ class ScriptedUpstream:
         self._bodies = {"/v1/chat/completions": orjson.dumps(_chat_body(script)),
                         "/v1/completions": orjson.dumps(_completion_body(script))}
         self._stream = _chat_stream(script)
+        text_only = dataclasses.replace(script, tool_calls=())  # the answer to a tool result (answer_tool_results)
+        self._text_body, self._text_stream = orjson.dumps(_chat_body(text_only)), _chat_stream(text_only)
         self._models = orjson.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
         self._tokenized = {"count": script.prompt_tokens, "tokens": list(range(1000, 1000 + script.prompt_tokens)),
                            "max_model_len": script.max_model_len}
@@ -150,12 +155,20 @@ class ScriptedUpstream:
         if path not in self._bodies:
             return _http(404, b'{"error":{"message":"no such path","type":"not_found"}}')
         ident = str(n).encode()
-        if b'"stream":true' in body and path == "/v1/chat/completions":
-            return _http(200, self._stream.replace(b"@ID@", ident), b"text/event-stream")
-        answer = self._bodies[path].replace(b"@ID@", ident)
+        chat = path == "/v1/chat/completions"
+        text_only = chat and self.script.answer_tool_results and _last_role(body) == "tool"
+        if b'"stream":true' in body and chat:
+            stream = self._text_stream if text_only else self._stream
+            return _http(200, stream.replace(b"@ID@", ident), b"text/event-stream")
+        answer = (self._text_body if text_only else self._bodies[path]).replace(b"@ID@", ident)
         if self.script.echo_request:
             answer = orjson.dumps({**orjson.loads(answer), "echo_request": orjson.loads(body)})
         return _http(200, answer)
+
+
+def _last_role(body: bytes) -> str | None:
+    messages = orjson.loads(body).get("messages") or [{}]
+    return messages[-1].get("role")
 
 
 def _http(status: int, body: bytes, content_type: bytes = b"application/json") -> bytes:
