@@ -72,8 +72,9 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     for i, message in enumerate(body["messages"]):
         messages.extend(_message(message, f"messages[{i}]"))
     if body["messages"][-1].get("role") == "assistant":
-        raise BadRequest("a final assistant turn (prefill) is not supported: end with a user turn",
-                         param=f"messages[{len(body['messages']) - 1}]")
+        last = f"messages[{len(body['messages']) - 1}]"
+        raise BadRequest(f"{last} is a final assistant turn (prefill), which is not supported: end with a user turn",
+                         param=last)
     chat: dict[str, Any] = {"messages": messages}
     translated = (_tool(tool, i) for i, tool in enumerate(_typed(body, "tools", list) or ()))
     tools = [tool for tool in translated if tool is not None]
@@ -208,7 +209,7 @@ def _tool(tool: Any, i: int) -> dict[str, Any] | None:
     if not isinstance(tool, dict):
         raise BadRequest(f"{where} must be an object", param=where)
     if tool.get("type") not in (None, "custom"):
-        raise BadRequest(f"{where} is a server tool ({tool['type']!r}): this gateway runs no server tools; send a "
+        raise BadRequest(f"{where}.type {tool['type']!r} is a server tool: this gateway runs no server tools; send a "
                          "client tool with name, description and input_schema", param=f"{where}.type")
     for key in tool:
         if key not in ("name", "description", "input_schema", "strict", "input_examples") and key not in TOOL_IGNORED:
@@ -246,7 +247,7 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
     elif kind == "tool" and isinstance(choice.get("name"), str):
         mapped = {"tool_choice": {"type": "function", "function": {"name": choice["name"]}}}
     else:
-        raise BadRequest(f"'tool_choice' must be auto, any, none or tool with a name, got {choice!r}",
+        raise BadRequest(f"'tool_choice.type' must be auto, any, none or tool (with a name), got {choice!r}",
                          param="tool_choice.type")
     if choice.get("disable_parallel_tool_use"):
         mapped["parallel_tool_calls"] = False
