@@ -141,3 +141,24 @@ def test_multi_turn_prompts_extend_the_previous_context_where_the_tokenizer_allo
         assert token_prefix == _round_trips(tokenizer, call1.response_token_ids)
         outcomes.append(token_prefix)
     assert any(outcomes), "at least one short response must merge at the token level"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_every_choice_of_n_is_recorded_as_the_engine_sampled_it(admin, engine_url, stream):
+    rollout_id = f"chat-n3-{'stream' if stream else 'unary'}"
+    client = _rollout(admin, rollout_id)
+    sampling = {"temperature": 1.0, "seed": 11, "max_tokens": 6, "n": 3}
+    answer = client.chat.completions.create(model="tiny", messages=MESSAGES, stream=stream, **sampling)
+    if stream:
+        list(answer)
+    direct = _direct(engine_url, "chat/completions", {"model": "tiny", "messages": MESSAGES, **sampling})
+    [call] = admin.calls(rollout_id)
+    assert call.n_choices == 3 and [c.index for c in call.extra_choices] == [1, 2]
+    assert call.response_token_ids == direct["choices"][0]["token_ids"]
+    for choice in call.extra_choices:
+        expected = direct["choices"][choice.index]
+        assert choice.response_token_ids == expected["token_ids"]
+        assert choice.response_text == expected["message"]["content"]
+        assert choice.finish_reason == expected["finish_reason"]
+        assert len(choice.response_logprobs) == len(choice.response_token_ids)
+        assert choice.prompt_token_ids == []  # the call's prompt
