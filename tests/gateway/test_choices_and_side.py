@@ -184,3 +184,15 @@ def old_calls_ddl(engine: sa.Engine) -> str:
             f" response_token_ids {blob} NOT NULL, response_logprobs {blob} NOT NULL, response_text TEXT,"
             " finish_reason TEXT, n_choices INTEGER NOT NULL, policy_version INTEGER,"
             " latency_ms FLOAT NOT NULL, created_at FLOAT NOT NULL)")
+
+
+def test_a_token_count_is_a_side_call_whatever_its_model(admin, upstream) -> None:
+    upstream.answer = Answer((orjson.dumps({"count": 3, "tokens": [1, 2, 3], "max_model_len": 64}),))
+    (created,) = create_rollouts(admin, prefix="count")
+    response = httpx.post(created.base_url + "/messages/count_tokens", timeout=30,
+                          headers={"x-api-key": created.api_key, "anthropic-version": "2023-06-01"},
+                          json={"model": "claude-opus-5-5", "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 200, response.text
+    assert response.json()["input_tokens"] == 3
+    call = only_call(admin, created.id)
+    assert (call.kind, call.side, call.prompt_token_ids) == ("count_tokens", True, [1, 2, 3])
