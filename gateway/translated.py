@@ -300,7 +300,7 @@ async def count_tokens(svc: GatewayContext, ctx: CallContext, adapter: ProtocolA
         await _refused(svc, ctx, adapter, send, status, payload, Captured())
         return
     try:
-        tokens = _tokens(payload)
+        tokens = tokenized_ids(payload)
         version = _version(Captured(), version_header, ctx.endpoint.version)
     except ProtocolError as exc:
         await _broken(svc, ctx, adapter, send, status, f"the tokenizer's answer breaks the protocol: {exc}", payload)
@@ -311,7 +311,7 @@ async def count_tokens(svc: GatewayContext, ctx: CallContext, adapter: ProtocolA
     await _answer(send, 200, answer, _headers(ctx, version, b"application/json"))
 
 
-def _tokens(payload: bytes) -> list[int]:
+def tokenized_ids(payload: bytes) -> list[int]:
     """The token IDs of a `/tokenize` answer (`{count, tokens, max_model_len}`); ProtocolError otherwise."""
     try:
         body = orjson.loads(payload)

@@ -1,0 +1,89 @@
+"""The translated-call forwarder's pure parts and its history lookup (gateway/translated.py): the upstream request
+carries chat's forced fields, `previous_id` chains are followed back through the attempt's recorded calls (a missing
+or cyclic id is a 400 naming it), the tokenizer's URL and answer."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.capture import ProtocolError
+from gateway.errors import BadRequest
+from gateway.protocols.anthropic import ADAPTER
+from gateway.records import CallRecord, RolloutMode
+from gateway.translated import history, prepare, tokenize_url, tokenized_ids
+
+REQUEST = {"model": "claude-x", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(("mode", "stream"), [(RolloutMode.TRAIN, False), (RolloutMode.TRAIN, True),
+                                              (RolloutMode.VAL, False)])
+def test_prepare_forces_chats_fields_and_fixes_the_answers_id(mode: RolloutMode, stream: bool) -> None:
+    body = {**REQUEST, "stream": stream}
+    call = prepare(ADAPTER, body, ADAPTER.to_chat(body, []), rollout_id="r", attempt=1, seq=4, mode=mode,
+                   served_name="served")
+    sent = orjson.loads(call.upstream_body)
+    assert sent == {"messages": REQUEST["messages"], "max_tokens": 9, "stream": stream, "model": "served",
+                    "return_token_ids": True, **({"logprobs": True} if mode == RolloutMode.TRAIN else {})}
+    assert call.response_id == ADAPTER.response_id("r", 1, 4) and call.body is body
+
+
+class Chained:
+    """A minimal adapter whose requests continue an earlier answer through `previous`."""
+
+    kind = "chained"
+
+    def previous_id(self, body: dict[str, Any]) -> str | None:
+        return body.get("previous")
+
+
+def record(seq: int, response_id: str, previous: str | None = None, *, kind: str = "chained",
+           status: str = "ok") -> CallRecord:
+    return CallRecord(id=seq, rollout_id="r", attempt=0, seq=seq, kind=kind, stream=False, model="m", upstream=None,
+                      status=status, http_status=200, error=None, request={"n": seq, "previous": previous},
+                      response_raw=f"answer {seq}", response_id=response_id, prompt_token_ids=[],
+                      response_token_ids=[], response_logprobs=[], response_text=None, finish_reason=None,
+                      n_choices=1, policy_version=0, latency_ms=1.0, created_at=0.0)
+
+
+def lookup(calls: list[CallRecord], body: dict[str, Any]) -> list[dict[str, Any]]:
+    async def list_calls(rollout_id: str, attempt: int) -> list[CallRecord]:
+        assert (rollout_id, attempt) == ("r", 0)
+        return calls
+
+    svc = SimpleNamespace(store=SimpleNamespace(list_calls=list_calls))
+    return asyncio.run(history(svc, Chained(), body, "r", 0))
+
+
+def test_history_follows_previous_ids_back_oldest_first() -> None:
+    calls = [record(0, "a"), record(1, "b", "a"), record(2, "c", "b"), record(3, "other")]
+    assert lookup(calls, {"previous": "c"}) == [{"request": {"n": n, "previous": p}, "response_raw": f"answer {n}"}
+                                                for n, p in ((0, None), (1, "a"), (2, "b"))]
+    assert lookup(calls, {}) == []
+
+
+@pytest.mark.parametrize(("calls", "previous", "missing"), [
+    ([record(0, "a")], "zzz", "zzz"),
+    ([record(0, "a", "gone")], "a", "gone"),
+    ([record(0, "a", "b"), record(1, "b", "a")], "b", "b"),  # a cycle ends as a missing id
+    ([record(0, "a", kind="chat")], "a", "a"),  # another protocol's answer is not continued
+    ([record(0, "a", status="error")], "a", "a"),  # nor a failed call
+])
+def test_a_previous_id_that_is_not_recorded_is_400_naming_it(calls, previous: str, missing: str) -> None:
+    with pytest.raises(BadRequest) as refused:
+        lookup(calls, {"previous": previous})
+    assert repr(missing) in refused.value.message and refused.value.param == "previous_response_id"
+
+
+def test_tokenize_url_and_answer() -> None:
+    assert tokenize_url("http://h:1/v1") == "http://h:1/tokenize"
+    assert tokenize_url("http://h:1/v1/") == "http://h:1/tokenize"
+    assert tokenize_url("http://h:1") == "http://h:1/tokenize"
+    assert tokenized_ids(b'{"count": 2, "tokens": [5, 6], "max_model_len": 9}') == [5, 6]
+    for broken in (b"nope", b"[1]", b'{"tokens": [-1]}', b'{"tokens": "5,6"}', b'{"count": 3, "tokens": [5]}'):
+        with pytest.raises(ProtocolError):
+            tokenized_ids(broken)
