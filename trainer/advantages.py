@@ -124,12 +124,24 @@ def rloo_advantages_R(rewards_R: np.ndarray, group_R: np.ndarray) -> np.ndarray:
 def reinforce_pp_baseline_advantages_R(
     rewards_R: np.ndarray, group_R: np.ndarray, epsilon: float = 1e-8
 ) -> np.ndarray:
-    """Group-mean baseline, then whitening over the batch's members (verl whitens over tokens instead)."""
-    centered_R = grpo_advantages_R(rewards_R, group_R, norm_by_std=False)
-    if centered_R.size < 2:
-        return np.zeros_like(centered_R)
-    whitened_R = centered_R - centered_R.mean()
-    return whitened_R / np.sqrt(centered_R.var(ddof=1) + epsilon)
+    """Group-mean baseline, then whitening over the members of groups with reward variance; the others get 0.
+
+    One-member groups and groups whose members share one reward carry no signal, so they neither get an advantage
+    nor enter the batch mean and std (verl lets them in, with a singleton keeping its raw reward, which can flip the
+    sign of every other advantage). verl whitens over tokens; this whitens over members (rollouts by default).
+    """
+    rewards_R = np.asarray(rewards_R, dtype=np.float64)
+    advantages_R = np.zeros_like(rewards_R)
+    if rewards_R.size == 0:
+        return advantages_R
+    num_groups = int(group_R.max()) + 1
+    _, count_G = _group_mean_count(rewards_R, group_R)
+    signal_R = ((count_G > 1) & ~zero_variance_G(rewards_R, group_R, num_groups))[group_R]
+    if signal_R.sum() < 2:
+        return advantages_R
+    centered_R = grpo_advantages_R(rewards_R, group_R, norm_by_std=False)[signal_R]
+    advantages_R[signal_R] = (centered_R - centered_R.mean()) / np.sqrt(centered_R.var(ddof=1) + epsilon)
+    return advantages_R
 
 
 def zero_variance_G(rewards_R: np.ndarray, group_R: np.ndarray, num_groups: int) -> np.ndarray:

@@ -247,3 +247,60 @@ def test_matches_verl_on_random_inputs():
         )
     verl_rloo, _ = core_algos.compute_rloo_outcome_advantage(token_rewards, mask, index)
     np.testing.assert_allclose(rloo_advantages_R(rewards_R, group_R), verl_rloo[:, 0].numpy(), atol=1e-5)
+
+
+# Groups [0, 1], [0, 1] and the one-member group [5] (issue 14): only the two groups with variance are whitened,
+# centered [-0.5, 0.5, -0.5, 0.5] -> mean 0, Bessel std sqrt(1/3) -> +-0.866025; the singleton gets 0.
+REINFORCE_PP_CASES = [
+    ([0, 1, 0, 1, 5], [0, 0, 1, 1, 2], [-0.866025, 0.866025, -0.866025, 0.866025, 0.0]),
+    ([0, 1, 0, 1, 1, 1], [0, 0, 1, 1, 2, 2], [-0.866025, 0.866025, -0.866025, 0.866025, 0.0, 0.0]),
+    ([1, 0, 2, 0], [0, 0, 1, 1], [0.547723, -0.547723, 1.095445, -1.095445]),
+    ([3.0], [0], [0.0]),
+    ([1, 1, 2, 2], [0, 0, 1, 1], [0.0, 0.0, 0.0, 0.0]),
+]
+
+
+@pytest.mark.parametrize(("rewards", "groups", "expected"), REINFORCE_PP_CASES)
+def test_reinforce_pp_baseline_whitens_over_groups_with_variance_only(rewards, groups, expected):
+    advantages_R = reinforce_pp_baseline_advantages_R(np.array(rewards, float), np.array(groups))
+    np.testing.assert_allclose(advantages_R, expected, atol=1e-5)
+
+
+def test_reinforce_pp_baseline_winners_stay_positive_beside_a_one_member_group():
+    outcomes = [outcome("a", "g1", 0.0), outcome("b", "g1", 1.0), outcome("c", "g2", 0.0),
+                outcome("d", "g2", 1.0), outcome("e", "g3", 5.0)]
+    result = sample_advantages(list("abcde"), outcomes, AdvantageConfig(estimator="reinforce_pp_baseline"))
+    np.testing.assert_allclose(result.advantages_S, [-0.866025, 0.866025, -0.866025, 0.866025, 0.0], atol=1e-5)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0, 3.0])), min_size=1, max_size=12),
+       st.floats(-10, 10), st.floats(0.5, 3))
+def test_reinforce_pp_baseline_ignores_flat_groups(rows, flat_reward, extra_size):
+    """Adding a group without variance (any size, any reward) changes no other member's advantage."""
+    rewards_R = np.array([r for _, r in rows])
+    group_R = np.array([g for g, _ in rows])
+    base_R = reinforce_pp_baseline_advantages_R(rewards_R, group_R)
+    size = int(extra_size)
+    with_flat_R = reinforce_pp_baseline_advantages_R(
+        np.concatenate([rewards_R, np.full(size, flat_reward)]), np.concatenate([group_R, np.full(size, 9)])
+    )
+    np.testing.assert_allclose(with_flat_R[: len(rows)], base_R, atol=1e-9)
+    assert (with_flat_R[len(rows):] == 0).all()
+
+
+def test_reinforce_pp_baseline_matches_verl_when_every_group_has_variance():
+    """verl whitens over tokens and lets singletons and flat groups in; with one token per response and
+    only groups with variance the two agree (our deliberate difference is what it does with the others)."""
+    core_algos = require_verl("verl.trainer.ppo.core_algos")
+    torch = pytest.importorskip("torch")
+    rewards_R = np.array([0, 1, 0, 1, 2, 0, 1, 1, 0.5], np.float32)
+    group_R = np.array([0, 0, 1, 1, 2, 2, 3, 3, 3])
+    token_rewards = torch.from_numpy(rewards_R)[:, None]
+    index = np.array([f"g{g}" for g in group_R], dtype=object)
+    verl_adv, _ = core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
+        token_rewards, torch.ones(len(rewards_R), 1), index
+    )
+    np.testing.assert_allclose(
+        reinforce_pp_baseline_advantages_R(rewards_R, group_R), verl_adv[:, 0].numpy(), atol=1e-5
+    )
