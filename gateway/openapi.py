@@ -10,6 +10,34 @@ _SECURITY = [{"rolloutKey": []}]
 _NAME = {"name": "name", "in": "path", "required": True,
          "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,100}$"}}
 _OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_ANTHROPIC_ERR = {"description": "Anthropic-style error: {\"type\": \"error\", \"error\": {type, message}} (the "
+                                 "gateway's code in brackets at the end of message)"}
+_ANTHROPIC_ERRORS = {status: _ANTHROPIC_ERR for status in _ERRORS}
+_ANTHROPIC_MESSAGES = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role", "content"],
+    "properties": {"role": {"type": "string", "enum": ["user", "assistant"]}, "content": {"type": "string"}}}}
+_ANTHROPIC_TOOLS = {"type": "array", "items": {
+    "type": "object", "required": ["name", "input_schema"],
+    "properties": {"name": {"type": "string"}, "description": {"type": "string"},
+                   "input_schema": {"type": "object"}}}}
+
+
+def _anthropic(summary: str, answer: str, *, count: bool) -> dict:
+    properties: dict = {"model": {"type": "string"}, "messages": _ANTHROPIC_MESSAGES, "system": {"type": "string"},
+                        "tools": _ANTHROPIC_TOOLS}
+    if not count:
+        properties |= {"max_tokens": {"type": "integer", "minimum": 1}, "stream": {"type": "boolean"},
+                       "temperature": {"type": "number"}, "stop_sequences": {"type": "array",
+                                                                              "items": {"type": "string"}}}
+    schema = {"type": "object", "required": ["model", "messages"] if count else ["model", "max_tokens", "messages"],
+              "properties": properties}
+    return {"post": {
+        "tags": ["harness"], "summary": summary, "parameters": [_ROLLOUT], "security": _SECURITY,
+        "description": "The rollout key as `x-api-key: <key>` (Anthropic's header) or `Authorization: Bearer <key>`; "
+                       "any `anthropic-version` and `anthropic-beta` headers are accepted.",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+        "responses": {"200": {"description": answer}, **_ANTHROPIC_ERRORS},
+    }}
 
 
 def _proxy(summary: str) -> dict:
@@ -26,6 +54,13 @@ def harness_paths() -> dict:
     return {
         "/r/{rollout_id}/v1/chat/completions": _proxy("OpenAI chat completions, recorded with token IDs"),
         "/r/{rollout_id}/v1/completions": _proxy("OpenAI completions, recorded with token IDs"),
+        "/r/{rollout_id}/v1/messages": _anthropic(
+            "Anthropic Messages, translated to the engine's chat completions and recorded with its token IDs",
+            "An Anthropic message (JSON, or Anthropic's SSE events when stream=true); header X-Policy-Version.",
+            count=False),
+        "/r/{rollout_id}/v1/messages/count_tokens": _anthropic(
+            "Anthropic token count: the prompt the engine would see, counted by its tokenizer (recorded as a side "
+            "call)", "{\"input_tokens\": N}", count=True),
         "/r/{rollout_id}/v1/models": {"get": {
             "tags": ["harness"], "summary": "Models served", "parameters": [_ROLLOUT], "security": _SECURITY,
             "responses": {"200": {"description": "OpenAI model list"}, **_ERRORS}}},
