@@ -11,6 +11,10 @@ is driven only over HTTP. Its dev-mode routes (`VLLM_SERVER_DEV_MODE=1`) do the 
   `POST /reset_prefix_cache` → `POST /update_weight_version` → `POST /resume`. Every tensor-parallel worker loads its
   own shard from the checkpoint directory, which must be readable at the same path on the vLLM host.
 
+Tool calls: `tool_call_parser` and `enable_auto_tool_choice` (default `hermes`, on) make vLLM answer OpenAI
+`tool_calls` as the embedded engine does; `chat_template: hermes_chatml` gives a model without tools in its template
+the embedded engine's fallback rendering.
+
 vLLM's responses carry no policy version, so the gateway records the version registered for the endpoint;
 `update_weights` sets it (before resuming vLLM) when the engine was registered with `register_with_gateway`.
 """
@@ -27,6 +31,7 @@ from typing import Any, Literal
 import httpx
 
 from engines.server_process import REPO_ROOT, ProcessEngine, ServerProcess, free_port
+from engines.serving.chat_template import FALLBACK_TEMPLATE_PATH
 from engines.vllm_worker import CheckpointRefit
 
 VLLM_PYTHON_ENV = "HARNESSRL_VLLM_PYTHON"
@@ -34,6 +39,8 @@ DEFAULT_VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 WORKER_EXTENSION = f"{CheckpointRefit.__module__}.{CheckpointRefit.__qualname__}"
 REFIT_METHOD = "load_checkpoint"
+FALLBACK_TEMPLATE_NAME = "hermes_chatml"
+"""`VLLMConfig.chat_template` value naming the embedded engine's fallback template (engines/serving/)."""
 
 
 def default_vllm_python() -> str:
@@ -76,6 +83,16 @@ class VLLMConfig:
     """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE), GiB."""
     cache_root: str | None = None
     """VLLM_CACHE_ROOT (compiled kernels, usage files); None leaves vLLM's default (~/.cache/vllm)."""
+    tool_call_parser: str | None = "hermes"
+    """vLLM's tool parser for tool calls in answers (`--tool-call-parser`): `hermes` reads the `<tool_call>` JSON
+    blocks of Qwen2.5/Qwen3 and of the embedded engine's fallback template; None leaves calls in the text."""
+    enable_auto_tool_choice: bool = True
+    """`--enable-auto-tool-choice`: parse tool calls when a request has tools and tool_choice `auto` (needs
+    tool_call_parser)."""
+    chat_template: str | None = None
+    """`--chat-template`: a Jinja file on the vLLM host, or `hermes_chatml` for the embedded engine's fallback (ChatML
+    with Hermes tool blocks, for a model whose own template renders no tools, e.g. SmolLM2); None keeps the model's
+    own."""
     python: str = field(default_factory=default_vllm_python)
     """Interpreter of the virtualenv holding vLLM."""
     extra_args: tuple[str, ...] = ()
@@ -121,6 +138,16 @@ def validate_config(config: VLLMConfig) -> None:
         raise ValueError(f"max_model_len={config.max_model_len} must be positive, or None for the model's own")
     if config.port == 0:
         raise ValueError("port=0 has no server address yet; let VLLMEngine pick a free port, or set one")
+    if config.enable_auto_tool_choice and not config.tool_call_parser:
+        raise ValueError("enable_auto_tool_choice=True needs a tool_call_parser (e.g. 'hermes'); set one, or set "
+                         "enable_auto_tool_choice=False")
+
+
+def chat_template_path(config: VLLMConfig) -> str | None:
+    """The `--chat-template` argument: `hermes_chatml` resolves to the embedded engine's fallback template file."""
+    if config.chat_template == FALLBACK_TEMPLATE_NAME:
+        return str(FALLBACK_TEMPLATE_PATH)
+    return config.chat_template
 
 
 def build_launch_command(config: VLLMConfig) -> list[str]:
@@ -138,7 +165,20 @@ def build_launch_command(config: VLLMConfig) -> list[str]:
         argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
     if config.sleep_mode:
         argv.append("--enable-sleep-mode")
-    return argv + list(config.extra_args)
+    return argv + tool_call_args(config) + list(config.extra_args)
+
+
+def tool_call_args(config: VLLMConfig) -> list[str]:
+    """Flags for tool calls in answers and the chat template that renders tools."""
+    argv = []
+    if config.tool_call_parser:
+        argv += ["--tool-call-parser", config.tool_call_parser]
+    if config.enable_auto_tool_choice:
+        argv.append("--enable-auto-tool-choice")
+    template = chat_template_path(config)
+    if template is not None:
+        argv += ["--chat-template", template]
+    return argv
 
 
 def build_launch_env(config: VLLMConfig) -> dict[str, str]:

@@ -11,6 +11,7 @@ import pytest
 
 from engines import vllm as vllm_engine
 from engines.base import Engine
+from engines.serving.chat_template import FALLBACK_TEMPLATE_PATH
 from engines.vllm import (
     RESUME_REQUEST,
     WORKER_EXTENSION,
@@ -63,6 +64,24 @@ def test_sleep_mode_can_be_switched_off_on_gpu_and_extra_args_come_last():
     assert argv[-2:] == ["--seed", "7"]
 
 
+def test_tool_calls_are_parsed_with_hermes_by_default():
+    argv = build_launch_command(CPU)
+    assert flag_value(argv, "--tool-call-parser") == "hermes"
+    assert "--enable-auto-tool-choice" in argv and "--chat-template" not in argv
+
+
+def test_tool_flags_follow_the_config_and_the_fallback_template_resolves_to_its_file():
+    argv = build_launch_command(dataclasses.replace(CPU, chat_template="hermes_chatml"))
+    template = Path(flag_value(argv, "--chat-template"))
+    assert template == FALLBACK_TEMPLATE_PATH and template.is_file()
+    assert flag_value(build_launch_command(dataclasses.replace(CPU, chat_template="/t/qwen.jinja")),
+                      "--chat-template") == "/t/qwen.jinja"
+    off = build_launch_command(dataclasses.replace(CPU, tool_call_parser=None, enable_auto_tool_choice=False))
+    assert "--tool-call-parser" not in off and "--enable-auto-tool-choice" not in off
+    parser_only = build_launch_command(dataclasses.replace(CPU, enable_auto_tool_choice=False))
+    assert flag_value(parser_only, "--tool-call-parser") == "hermes" and "--enable-auto-tool-choice" not in parser_only
+
+
 def test_worker_extension_names_an_importable_class_with_the_refit_method():
     module_name, _, class_name = WORKER_EXTENSION.rpartition(".")
     extension = getattr(importlib.import_module(module_name), class_name)
@@ -78,6 +97,7 @@ def test_worker_extension_names_an_importable_class_with_the_refit_method():
     ({"max_model_len": 0}, "max_model_len=0"),
     ({"port": 0}, "port=0"),
     ({"device": "tpu"}, "device='tpu'"),
+    ({"tool_call_parser": None}, "needs a tool_call_parser"),
 ])
 def test_invalid_configs_are_rejected_with_the_field_named(change, message):
     with pytest.raises(ValueError, match=message):
