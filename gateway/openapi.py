@@ -40,12 +40,14 @@ def _anthropic(summary: str, answer: str, *, count: bool) -> dict:
     }}
 
 
-def _proxy(summary: str) -> dict:
+_BYTE_FOR_BYTE = "The engine's answer, byte for byte (JSON, or SSE when stream=true); header X-Policy-Version."
+
+
+def _proxy(summary: str, answer: str = _BYTE_FOR_BYTE) -> dict:
     return {"post": {
         "tags": ["harness"], "summary": summary, "parameters": [_ROLLOUT], "security": _SECURITY,
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
-        "responses": {"200": {"description": "The engine's answer, byte for byte (JSON, or SSE when stream=true); "
-                                             "header X-Policy-Version."}, **_ERRORS},
+        "responses": {"200": {"description": answer}, **_ERRORS},
     }}
 
 
@@ -54,6 +56,11 @@ def harness_paths() -> dict:
     return {
         "/r/{rollout_id}/v1/chat/completions": _proxy("OpenAI chat completions, recorded with token IDs"),
         "/r/{rollout_id}/v1/completions": _proxy("OpenAI completions, recorded with token IDs"),
+        "/r/{rollout_id}/v1/responses": _proxy("OpenAI Responses, translated to the engine's chat completions and "
+                                               "recorded with its token IDs (previous_response_id served from this "
+                                               "rollout's recorded calls)",
+                                               "A response object (JSON, or the Responses SSE events when "
+                                               "stream=true); header X-Policy-Version."),
         "/r/{rollout_id}/v1/messages": _anthropic(
             "Anthropic Messages, translated to the engine's chat completions and recorded with its token IDs",
             "An Anthropic message (JSON, or Anthropic's SSE events when stream=true); header X-Policy-Version.",
