@@ -238,3 +238,21 @@ def test_matches_verl_on_random_inputs():
     logp, ref = -torch.rand(50, generator=gen) * 3, -torch.rand(50, generator=gen) * 3
     for ours, theirs in (("k1", "kl"), ("k2", "mse"), ("k3", "low_var_kl")):
         torch.testing.assert_close(kl_penalty_T(logp, ref, ours), core_algos.kl_penalty(logp, ref, theirs))
+
+
+@pytest.mark.parametrize(
+    ("log_ratio", "k3"),
+    [(float(np.log(2.0)), 1.0 - np.log(2.0)), (float(np.log(0.5)), np.log(2.0) - 0.5), (0.0, 0.0)],
+)
+def test_approx_kl_k3_estimates_kl_of_the_sampling_policy_to_the_current_one(log_ratio, k3):
+    """Tokens were sampled from pi_old, so k3 of KL(pi_old || pi) takes r = pi / pi_old: (r - 1) - log r
+    (verl's rollout-correction k3_kl convention); hand-computed: r = 2 gives 1 - ln 2, r = 1/2 gives ln 2 - 1/2."""
+    batch = LossBatch(
+        old_logprobs_T=torch.tensor([-1.0], dtype=torch.float64),
+        advantages_T=torch.tensor([1.0], dtype=torch.float64),
+        weights_T=torch.tensor([1.0], dtype=torch.float64),
+        token_share_T=torch.tensor([1.0], dtype=torch.float64),
+    )
+    metrics = policy_loss(torch.tensor([-1.0 + log_ratio], dtype=torch.float64), batch, LossConfig()).metrics
+    assert metrics["loss/approx_kl_k3"] == pytest.approx(k3, abs=1e-9)
+    assert metrics["loss/ppo_kl"] == pytest.approx(-log_ratio, abs=1e-9)
