@@ -23,10 +23,16 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VERL_VENV ?= .venv-verl
 VERL_VERSION ?= 0.9.1
 VERL_STAMP := $(VERL_VENV)/.installed
+# The OpenAI Agents SDK in its own venv: its top-level package is `agents`, the name of ours, so in the project venv
+# it would shadow the recipes wherever the project folder is not first on sys.path (tests/gateway/test_agents_sdk.py).
+AGENTS_SDK_VENV ?= .venv-agents-sdk
+AGENTS_SDK_VERSION ?= 0.24.0
+AGENTS_SDK_STAMP := $(AGENTS_SDK_VENV)/.installed
 VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
 	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 
-.PHONY: bwrap harnesses test test-fast test-vllm vllm-venv test-verl verl-venv models lint bench-gateway clean train
+.PHONY: bwrap harnesses test test-fast test-vllm vllm-venv test-verl verl-venv agents-sdk-venv models lint bench-gateway \
+	clean train
 
 # The whole suite, the real vLLM server test included, then the verl comparisons in the verl venv (PYTEST_ARGS are not
 # passed to them). The project venv and vLLM's are built side by side (neither waits for the other), verl's after them
@@ -34,10 +40,10 @@ VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::
 # file per worker at a time (module fixtures start once).
 test: bwrap harnesses
 	$(MAKE) -j2 $(STAMP) $(VLLM_STAMP)
-	$(MAKE) -j2 $(VERL_STAMP) models
+	$(MAKE) -j2 $(VERL_STAMP) models $(AGENTS_SDK_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	HARNESSRL_REQUIRE_AGENTS_SDK=1 $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 
 # bubblewrap, the sandbox of every harness and graded test run (sandbox/README.md): installed with apt-get where we
@@ -89,6 +95,13 @@ $(VLLM_STAMP): $(UV)
 
 test-vllm: $(STAMP) $(VLLM_STAMP) models
 	$(PY) -m pytest tests/engine/test_vllm_command.py tests/engine/test_vllm_server.py $(PYTEST_ARGS)
+
+agents-sdk-venv: $(AGENTS_SDK_STAMP)
+
+$(AGENTS_SDK_STAMP): $(UV)
+	test -x $(AGENTS_SDK_VENV)/bin/python || $(PYTHON) -m venv $(AGENTS_SDK_VENV)
+	$(UV_PIP) --python $(AGENTS_SDK_VENV)/bin/python openai-agents==$(AGENTS_SDK_VERSION)
+	touch $(AGENTS_SDK_STAMP)
 
 verl-venv: $(VERL_STAMP)
 

@@ -34,6 +34,7 @@ class Script:
     echo_request: bool = False
     tool_calls: tuple[str, ...] = ()  # tools every chat answer calls, in order, after its text
     answer_tool_results: bool = False  # a chat request ending in a tool result is answered with text only
+    text_finish_reason: str = "length"  # the finish reason of an answer without tool calls
     max_model_len: int = 4096  # reported by /tokenize
 
 
@@ -51,7 +52,8 @@ def _chat_body(script: Script) -> dict:
     return {"id": "chatcmpl-@ID@", "object": "chat.completion", "created": 0, "model": "scripted",
             "prompt_token_ids": list(range(1000, 1000 + script.prompt_tokens)),
             "choices": [{"index": 0, "message": message, "logprobs": {"content": tokens},
-                         "finish_reason": "tool_calls" if script.tool_calls else "length", "stop_reason": None,
+                         "finish_reason": "tool_calls" if script.tool_calls else script.text_finish_reason,
+                         "stop_reason": None,
                          "token_ids": list(range(5000, 5000 + script.response_tokens))}],
             "usage": {"prompt_tokens": script.prompt_tokens, "completion_tokens": script.response_tokens,
                       "total_tokens": script.prompt_tokens + script.response_tokens},
@@ -84,7 +86,7 @@ def _chat_stream(script: Script) -> bytes:
                        "choices": [{"index": 0, "delta": {"content": "t"}, "token_ids": [5000 + i],
                                     "logprobs": {"content": [{"token": "t", "logprob": -0.01 * (i + 1),
                                                               "bytes": [116], "top_logprobs": []}]},
-                                    "finish_reason": "length" if last else None}]})
+                                    "finish_reason": script.text_finish_reason if last else None}]})
     events.extend(_tool_chunks(script))
     return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
 

@@ -1,0 +1,125 @@
+"""The OpenAI Agents SDK (`openai-agents`), unmodified, with its default model (OpenAI Responses) through the gateway
+in front of the scripted upstream: an agent with two function tools runs its episode end to end (the model calls
+both tools in parallel, the SDK runs them and sends their outputs, the model answers), streamed and not.
+
+The SDK's top-level package is named `agents`, as ours is, so it lives in a venv of its own (`make agents-sdk-venv`:
+`.venv-agents-sdk`) and the agent runs there as a subprocess, in isolated mode outside the project folder; only the
+environment variables of the SDK's documentation point it at the gateway (`OPENAI_BASE_URL`, `OPENAI_API_KEY`;
+tracing export off). Without that venv the test is skipped, unless `HARNESSRL_REQUIRE_AGENTS_SDK=1` (`make test`)
+makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.client import GatewayClient
+from gateway.scripted import Script
+from tests.gateway.api_support import create_rollouts
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway, InProcessScripted
+
+REPO = Path(__file__).resolve().parents[2]
+SDK_PYTHON = REPO / ".venv-agents-sdk" / "bin" / "python"
+PROMPT_TOKENS, RESPONSE_TOKENS = 10, 5
+
+AGENT = '''
+import asyncio, json, sys
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+
+set_tracing_disabled(True)
+ran = []
+
+@function_tool
+def read_file(step: int) -> str:
+    """Read the file of one step."""
+    ran.append(["read_file", step])
+    return f"contents of step {step}"
+
+@function_tool
+def run(step: int) -> str:
+    """Run the tests of one step."""
+    ran.append(["run", step])
+    return "1 passed"
+
+agent = Agent(name="fixer", instructions="You fix bugs.", tools=[read_file, run], model="policy")
+
+async def episode(stream):
+    ran.clear()
+    if stream:
+        result = Runner.run_streamed(agent, "fix a.py", max_turns=4)
+        kinds = [event.type async for event in result.stream_events()]
+        assert "raw_response_event" in kinds, kinds
+    else:
+        result = await Runner.run(agent, "fix a.py", max_turns=4)
+    ids = [response.response_id for response in result.raw_responses]
+    return {"final": result.final_output, "ran": list(ran), "response_ids": ids}
+
+async def main():
+    print(json.dumps([await episode(stream=False), await episode(stream=True)]))
+
+asyncio.run(main())
+'''
+
+
+def sdk_python() -> Path:
+    if SDK_PYTHON.exists():
+        return SDK_PYTHON
+    if os.environ.get("HARNESSRL_REQUIRE_AGENTS_SDK") == "1":
+        pytest.fail(f"the OpenAI Agents SDK venv is missing ({SDK_PYTHON}); build it with `make agents-sdk-venv`")
+    pytest.skip(f"the OpenAI Agents SDK venv is missing ({SDK_PYTHON}); `make agents-sdk-venv` builds it")
+
+
+@pytest.fixture(scope="module")
+def gateway_admin(tmp_path_factory):
+    scripted = InProcessScripted(Script(prompt_tokens=PROMPT_TOKENS, response_tokens=RESPONSE_TOKENS,
+                                        tool_calls=("read_file", "run"), answer_tool_results=True,
+                                        text_finish_reason="stop")).start()
+    gw = InProcessGateway(db_url=f"sqlite:///{tmp_path_factory.mktemp('gw') / 'store.db'}").start()
+    with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
+        admin.register_model("policy", scripted.base_url, version=2)
+        yield admin
+    gw.stop()
+    scripted.stop()
+
+
+def test_an_agent_runs_its_function_tools_end_to_end(gateway_admin, tmp_path):
+    """Two episodes in one SDK process (its import takes seconds): `Runner.run`, then `Runner.run_streamed`."""
+    python = sdk_python()
+    (created,) = create_rollouts(gateway_admin)
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "OPENAI_BASE_URL": created.base_url,
+           "OPENAI_API_KEY": created.api_key, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    done = subprocess.run([str(python), "-I", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    episodes = json.loads(done.stdout.strip().splitlines()[-1])
+    calls = gateway_admin.calls(created.id)
+    assert [(c.kind, c.stream, c.status) for c in calls] == [("responses", stream, "ok") for stream in
+                                                              (False, False, True, True)]
+    for episode, (first, second) in zip(episodes, (calls[:2], calls[2:]), strict=True):
+        assert episode["ran"] == [["read_file", 0], ["run", 1]]
+        assert episode["final"] == "t" * RESPONSE_TOKENS
+        assert [first.response_id, second.response_id] == episode["response_ids"]
+        for call in (first, second):
+            assert call.prompt_token_ids == list(range(1000, 1000 + PROMPT_TOKENS))
+            assert call.response_token_ids == list(range(5000, 5000 + RESPONSE_TOKENS))
+        assert first.request["input"] == [{"role": "user", "content": "fix a.py"}]
+        outputs = {item["call_id"]: item["output"] for item in second.request["input"]
+                   if item.get("type") == "function_call_output"}
+        assert sorted(outputs.values()) == ["1 passed", "contents of step 0"]
+
+
+def test_the_sdk_venv_does_not_shadow_the_projects_agents_package():
+    """The project's `agents` (the recipes) is what the project venv imports, wherever it runs from."""
+    done = subprocess.run([sys.executable, "-c", "import agents.swe.recipe, agents; print(agents.__file__)"],
+                          cwd="/", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert Path(done.stdout.strip()).parent == REPO / "agents"
