@@ -54,7 +54,8 @@ class AdvantageConfig:
     agent_failure_reward: float | None = 0.0
     """Reward given to agent failures without one; None excludes them like infra failures."""
     filter_zero_variance: bool = False
-    """Drop the samples of groups whose members all share one reward."""
+    """Drop the samples of groups whose members all share one reward, out of the batch and its loss denominators
+    (false: they train with advantage 0 and count in the denominators, as every rollout taken does in verl)."""
 
     def __post_init__(self) -> None:
         if self.estimator not in ("grpo", "rloo", "reinforce_pp_baseline"):

@@ -25,7 +25,7 @@ class PreparedStep:
     """What one step trains on, and what it saw."""
 
     batch: TrainBatch | None
-    """Samples with a non-zero advantage, or None when no sample carries any gradient signal."""
+    """Every kept rollout's samples (zero advantages included), or None when no sample carries gradient signal."""
     metrics: dict[str, float]
     """Rewards, pass rate, sample and advantage statistics."""
 
@@ -56,7 +56,7 @@ def reward_metrics(rollouts: Sequence[Rollout], pass_threshold: float, prefix: s
 
 def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, limits: SampleLimits,
                  pass_threshold: float = 1.0, decode: Callable[[Sequence[int]], str] | None = None) -> PreparedStep:
-    """Samples and advantages of `groups` (rollout level by default); samples without signal are left out."""
+    """Samples and advantages of `groups` (rollout level by default); every kept rollout is in the batch."""
     rollouts = [r for group in groups for r in group.rollouts]
     calls = [c for group in groups for r in group.rollouts for c in recorded_calls(r, group.calls.get(r.id, ()))]
     built = build_samples(calls, limits=limits, decode=decode)
@@ -68,6 +68,12 @@ def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, li
     metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))
     if not signal_S.any():
         return PreparedStep(None, metrics)
-    keep = np.flatnonzero(signal_S)  # whole rollouts: every sample of a rollout shares its advantage and keep flag
+    # Every kept rollout enters the batch, zero advantage included, so that the loss denominators count every rollout
+    # taken (verl's semantics); `filter_zero_variance` (or dynamic sampling) is what leaves flat groups out.
+    keep = np.flatnonzero(advantages.keep_S)
     samples = [built.samples[s] for s in keep]
+    batch_rollouts = {sample.rollout_id for sample in samples}
+    signal_rollouts = {built.samples[s].rollout_id for s in np.flatnonzero(signal_S)}
+    metrics["batch/rollouts"] = float(len(batch_rollouts))
+    metrics["batch/rollouts_zero_advantage"] = float(len(batch_rollouts - signal_rollouts))
     return PreparedStep(TrainBatch.of(samples, advantages.advantages_S[keep]), metrics)

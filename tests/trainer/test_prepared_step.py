@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.records import CallRecord
 from tests.trainer.loop_support import call, group, rollout
 from trainer.advantages import AdvantageConfig
+from trainer.losses import LossDenominators
 from trainer.prepared_step import prepare_step, reward_metrics
 from trainer.samples import SampleLimits
 
@@ -30,12 +31,29 @@ def test_rollout_level_advantages_reach_every_sample_of_a_rollout():
     assert m["samples/samples_per_rollout_mean"] == 2.0 and m["advantages/groups_with_signal"] == 1.0
 
 
-def test_groups_without_variance_are_left_out_and_all_flat_means_no_signal():
+def test_every_rollout_taken_into_the_batch_counts_in_the_loss_denominators_as_in_verl():
+    """A flat group's rollouts (advantage 0) stay in the batch, so rollout-token-mean divides by all 4 rollouts,
+    not by the 2 with signal: the step per rollout does not swing with how many groups had variance."""
     flat = group("flat", {"a": 1.0, "b": 1.0}, calls=two_samples)
     mixed = group("mixed", {"c": 1.0, "d": 0.0}, calls=two_samples)
     built = prepare_step([flat, mixed], AdvantageConfig(), SampleLimits())
-    assert {s.rollout_id for s in built.batch.samples} == {"c", "d"}
+    assert {s.rollout_id for s in built.batch.samples} == {"a", "b", "c", "d"}
+    denominators = LossDenominators.from_sequences([s.rollout_id for s in built.batch.samples],
+                                                   [s.num_trainable_tokens for s in built.batch.samples])
+    assert denominators.rollouts == 4 and denominators.token_weight("rollout-token-mean", "c", 2) == 1 / (3 * 4)
     assert built.metrics["advantages/zero_variance_groups"] == 1.0
+    assert built.metrics["batch/rollouts"] == 4.0 and built.metrics["batch/rollouts_zero_advantage"] == 2.0
+
+
+def test_filter_zero_variance_leaves_flat_groups_out_of_batch_and_denominators():
+    flat = group("flat", {"a": 1.0, "b": 1.0}, calls=two_samples)
+    mixed = group("mixed", {"c": 1.0, "d": 0.0}, calls=two_samples)
+    built = prepare_step([flat, mixed], AdvantageConfig(filter_zero_variance=True), SampleLimits())
+    assert {s.rollout_id for s in built.batch.samples} == {"c", "d"} and built.metrics["batch/rollouts"] == 2.0
+
+
+def test_all_flat_groups_mean_no_signal():
+    flat = group("flat", {"a": 1.0, "b": 1.0}, calls=two_samples)
     zero = group("zero", {"e": 0.0, "f": 0.0}, calls=two_samples)
     none = prepare_step([flat, zero], AdvantageConfig(), SampleLimits())
     assert none.no_signal and none.batch is None
