@@ -128,8 +128,15 @@ def _message(message: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(message, dict):
         raise BadRequest(f"{where} must be an object with 'role' and 'content'", param=where)
     role, content = message.get("role"), message.get("content")
+    if role == "system":  # Claude Code (2.1.x) sends its environment as a system message inside `messages`
+        if not isinstance(content, (str, list)):
+            raise BadRequest(f"{where}.content must be a string or a list of text blocks", param=f"{where}.content")
+        text = content if isinstance(content, str) else \
+            TEXT_JOIN.join(_text_block(block, f"{where}.content[{k}]") for k, block in enumerate(content))
+        return [{"role": "system", "content": text}]
     if role not in ("user", "assistant"):
-        raise BadRequest(f"{where}.role must be 'user' or 'assistant', got {role!r}", param=f"{where}.role")
+        raise BadRequest(f"{where}.role must be 'user', 'assistant' or 'system', got {role!r}",
+                         param=f"{where}.role")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):

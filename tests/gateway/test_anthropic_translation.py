@@ -113,7 +113,7 @@ REFUSALS = [
     ("tool without schema", body(tools=[{"name": "x"}]), "tools[0].input_schema"),
     ("mcp servers", body(mcp_servers=[{"type": "url", "url": "http://x", "name": "x"}]), "mcp_servers"),
     ("prefill", body(messages=[USER, {"role": "assistant", "content": "The answer is"}]), "messages[1]"),
-    ("bad role", body(messages=[{"role": "system", "content": "x"}]), "messages[0].role"),
+    ("bad role", body(messages=[{"role": "tool", "content": "x"}]), "messages[0].role"),
     ("no max_tokens", {"model": "m", "messages": [USER]}, "max_tokens"),
     ("max_tokens 0", body(max_tokens=0), "max_tokens"),
     ("empty messages", body(messages=[]), "messages"),
