@@ -27,6 +27,8 @@ CLAUDE_TOOLS = ("Bash", "Read", "Edit", "Write")  # the tools Claude Code may us
 DEFAULTS: dict[str, Any] = {"model": None, "step_limit": 30, "max_tokens": 1024, "command_timeout_s": 60}
 QUIET_CLAUDE_ENV = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
                     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+CLAUDE_MODEL_ENV = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+                    "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL")
 CODEX_KEY_ENV = "OPENAI_API_KEY"  # the variable Codex reads the rollout key from (the provider's env_key)
 PROMPT = """{problem}
 
@@ -96,8 +98,9 @@ def claude_code_launch(binary: Path, task: Mapping[str, Any], contract: Contract
            "BASH_DEFAULT_TIMEOUT_MS": timeout_ms, "BASH_MAX_TIMEOUT_MS": timeout_ms}
     argv = [str(binary), "-p", task_prompt(task), "--output-format", "json", "--allowedTools", ",".join(CLAUDE_TOOLS),
             "--max-turns", str(settings["step_limit"]), "--no-session-persistence"]
-    if settings["model"]:
+    if settings["model"]:  # every call names it, the small-model side calls too (else the gateway's aliases map)
         argv += ["--model", str(settings["model"])]
+        env |= {name: str(settings["model"]) for name in CLAUDE_MODEL_ENV}
     return Launch(tuple(argv), env, workdir / REPO_DIR)
 
 
@@ -108,7 +111,8 @@ def toml_string(value: str) -> str:
 
 def codex_config_toml(contract: Contract, task: Mapping[str, Any]) -> str:
     """`$CODEX_HOME/config.toml` of one rollout: the gateway as the only provider, no telemetry, no update check,
-    no history, and the agent's commands without the rollout key in their environment."""
+    no history, no subagents (each would be a conversation of its own, its own thread of calls in the rollout), and
+    the agent's commands without the rollout key in their environment."""
     settings = task_settings(task)
     model = settings["model"] or "policy"
     return "\n".join([
@@ -123,6 +127,9 @@ def codex_config_toml(contract: Contract, task: Mapping[str, Any]) -> str:
         f"base_url = {toml_string(contract.base_url)}",
         f"env_key = {toml_string(CODEX_KEY_ENV)}",
         'wire_api = "responses"',
+        "",
+        "[agents]",
+        "enabled = false",
         "",
         "[analytics]",
         "enabled = false",

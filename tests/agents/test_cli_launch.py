@@ -78,10 +78,12 @@ def test_claude_code_argv_is_print_mode_with_the_allowed_tools_and_turn_limit():
 
 
 def test_claude_code_model_is_passed_only_when_the_task_names_one():
-    argv = claude_code_launch(Path("/c"), TASK | {"model": "policy"}, CONTRACT, WORK, PYTHON_BIN, {}).argv
-    assert argv[-2:] == ("--model", "policy")
-    env = claude_code_launch(Path("/c"), {"problem_statement": "p"}, CONTRACT, WORK, PYTHON_BIN, {}).env
-    assert env["PATH"] == "/venv/bin:/usr/bin:/bin" and env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "1024"
+    named = claude_code_launch(Path("/c"), TASK | {"model": "policy"}, CONTRACT, WORK, PYTHON_BIN, {})
+    assert named.argv[-2:] == ("--model", "policy")
+    assert named.env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == named.env["ANTHROPIC_SMALL_FAST_MODEL"] == "policy"
+    default = claude_code_launch(Path("/c"), {"problem_statement": "p"}, CONTRACT, WORK, PYTHON_BIN, {})
+    assert "--model" not in default.argv and not any(name.endswith("_MODEL") for name in default.env)
+    assert default.env["PATH"] == "/venv/bin:/usr/bin:/bin" and default.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "1024"
 
 
 def test_codex_config_toml_names_the_gateway_as_the_only_provider():
@@ -93,7 +95,7 @@ def test_codex_config_toml_names_the_gateway_as_the_only_provider():
     assert config["approval_policy"] == "never" and config["sandbox_mode"] == "danger-full-access"
     assert config["check_for_update_on_startup"] is False
     assert config["analytics"] == {"enabled": False} and config["feedback"] == {"enabled": False}
-    assert config["history"] == {"persistence": "none"}
+    assert config["history"] == {"persistence": "none"} and config["agents"] == {"enabled": False}
     assert config["shell_environment_policy"] == {"inherit": "core", "exclude": ["OPENAI_API_KEY"]}
 
 
