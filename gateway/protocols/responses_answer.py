@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from gateway.protocols.responses_request import tool_namespaces
+
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
@@ -62,13 +64,16 @@ def text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    """A `function_call` output item."""
-    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str,
+              namespace: str | None) -> dict[str, Any]:
+    """A `function_call` output item (with the `namespace` its function was offered in, if any)."""
+    item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
             "arguments": arguments}
+    return item if namespace is None else {**item, "namespace": namespace}
 
 
-def output_items(message: dict[str, Any], rid: str, status: str) -> list[dict[str, Any]]:
+def output_items(message: dict[str, Any], rid: str, status: str,
+                 namespaces: dict[str, str]) -> list[dict[str, Any]]:
     """The output items of one chat choice's message: its text (if any, or nothing at all), then its tool calls."""
     suffix = rid.removeprefix("resp_")
     items = []
@@ -78,8 +83,9 @@ def output_items(message: dict[str, Any], rid: str, status: str) -> list[dict[st
         items.append(message_item(f"msg_{suffix}", text, status))
     for i, call in enumerate(calls):
         function = call.get("function") or {}
-        items.append(call_item(f"fc_{suffix}_{i}", call.get("id") or f"call_{suffix}_{i}",
-                               function.get("name", ""), function.get("arguments") or "", "completed"))
+        name = function.get("name", "")
+        items.append(call_item(f"fc_{suffix}_{i}", call.get("id") or f"call_{suffix}_{i}", name,
+                               function.get("arguments") or "", "completed", namespaces.get(name)))
     return items
 
 
@@ -90,7 +96,8 @@ def from_chat(answer: dict[str, Any], body: dict[str, Any], rid: str) -> dict[st
     counts = answer.get("usage") or {}
     response = skeleton(body, rid, int(answer.get("created") or time.time()))
     response.update(status=status, incomplete_details=incomplete,
-                    output=output_items(choice.get("message") or {}, rid, status),
+                    output=output_items(choice.get("message") or {}, rid, status,
+                                        tool_namespaces(body.get("tools"))),
                     usage=usage(counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0)))
     return response
 

@@ -6,7 +6,8 @@ What each field becomes (anything not listed is refused with a 400 naming it):
   assistant, system, developer -> system; text parts joined by a newline), consecutive `function_call` items -> one
   assistant message with parallel `tool_calls` (`call_id` kept), `function_call_output` -> a `tool` message,
   `reasoning` items dropped (the model has no reasoning); images, files and audio refused (the model takes text only).
-- `tools` of type `function` -> chat function tools; the hosted and built-in types (`DROPPED_TOOL_TYPES`: web search,
+- `tools` of type `function` -> chat function tools (those inside a `namespace` tool too, under their own names;
+  a call's `namespace` is restored in the answer); the hosted and built-in types (`DROPPED_TOOL_TYPES`: web search,
   local shell, custom/freeform, file search, ...) are dropped, as the policy can only call functions (Codex sends
   `web_search` with its function tools); `tool_choice`, `parallel_tool_calls`, `max_output_tokens` (-> `max_tokens`),
   `temperature`, `top_p`, `stop`, `text.format` (-> `response_format`) carried over.
@@ -188,24 +189,51 @@ def _content_text(content: Any, at: str) -> str:
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]]:
-    """Function tools as chat tools; the types in DROPPED_TOOL_TYPES are left out (the model cannot call them)."""
+    """Function tools as chat tools, the functions of `namespace` tools among them under their own names (a call's
+    namespace is restored in the answer: `tool_namespaces`); the types in DROPPED_TOOL_TYPES are left out (the model
+    cannot call them). Two functions of one name are refused: the model could not tell them apart."""
     if tools is None:
         return []
+    chat = _function_tools(tools, "tools")
+    seen: set[str] = set()
+    for tool in chat:
+        name = tool["function"]["name"]
+        if name in seen:
+            raise BadRequest(f"two function tools are named {name!r} (namespaces included): the model calls "
+                             "functions by name; rename one", param="tools")
+        seen.add(name)
+    return chat
+
+
+def _function_tools(tools: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
-        raise BadRequest("'tools' must be a list", param="tools")
+        raise BadRequest(f"'{where}' must be a list", param=where)
     chat = []
     for i, tool in enumerate(tools):
         kind = _name(tool.get("type")) if isinstance(tool, dict) else None
         if kind in DROPPED_TOOL_TYPES:
             continue
+        if kind == "namespace":
+            chat.extend(_function_tools(tool.get("tools"), f"{where}[{i}].tools"))
+            continue
         if kind != "function" or not isinstance(tool.get("name"), str):
-            raise BadRequest(f"tools[{i}] of type {kind!r} is not supported: the model calls function tools "
-                             f"(with a 'name'); hosted tools {sorted(DROPPED_TOOL_TYPES)} are dropped",
-                             param=f"tools[{i}]")
+            raise BadRequest(f"{where}[{i}] of type {kind!r} is not supported: the model calls function tools "
+                             f"(with a 'name', or in a namespace); hosted tools {sorted(DROPPED_TOOL_TYPES)} are "
+                             "dropped", param=f"{where}[{i}]")
         function = {key: tool[key] for key in ("name", "description", "parameters", "strict")
                     if tool.get(key) is not None}
         chat.append({"type": "function", "function": function})
     return chat
+
+
+def tool_namespaces(tools: Any) -> dict[str, str]:
+    """The namespace of each function offered inside a `namespace` tool, by function name."""
+    found: dict[str, str] = {}
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict) and tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+            found.update({inner["name"]: tool.get("name") for inner in tool["tools"]
+                          if isinstance(inner, dict) and isinstance(inner.get("name"), str)})
+    return found
 
 
 def chat_tool_choice(choice: Any, tools: list[dict[str, Any]]) -> Any:

@@ -24,6 +24,7 @@ from gateway.protocols.responses_answer import (
     text_part,
     usage,
 )
+from gateway.protocols.responses_request import tool_namespaces
 
 
 class ResponsesStream:
@@ -32,6 +33,7 @@ class ResponsesStream:
     def __init__(self, body: dict[str, Any], rid: str) -> None:
         self.body = body
         self.rid = rid
+        self.namespaces = tool_namespaces(body.get("tools"))
         self.seq = 0
         self.response: dict[str, Any] | None = None
         self.items: list[dict[str, Any]] = []  # output items, finished ones in their final shape
@@ -94,8 +96,9 @@ class ResponsesStream:
         if index not in self.calls:
             out += self._close()
             position = len(self.items)
+            name = function.get("name") or ""
             item = call_item(f"fc_{self._suffix()}_{position}", call.get("id") or f"call_{self._suffix()}_{position}",
-                             function.get("name") or "", "", "in_progress")
+                             name, "", "in_progress", self.namespaces.get(name))
             self.calls[index] = self.open = item
             out += self._event("response.output_item.added", output_index=position, item=item)
         item = self.calls[index]

@@ -83,9 +83,30 @@ def test_function_tools_and_sampling_fields_carry_over_and_hosted_tools_are_drop
                                                                               "schema": {"type": "object"}}}
 
 
+NAMESPACE = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+             "tools": [{"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}},
+                       {"type": "custom", "name": "freeform"}]}
+
+
+def test_namespaced_functions_are_offered_by_name_and_their_calls_keep_the_namespace():
+    body = {"model": "gpt-5-codex", "input": "hi", "tools": [TOOL_READ, NAMESPACE]}
+    assert [t["function"]["name"] for t in chat_of(body)["tools"]] == ["read", "spawn_agent"]
+    spawn = {"type": "function_call", "call_id": "call_s", "name": "spawn_agent", "arguments": "{}"}
+    answer = RESPONSES.from_chat(chat_answer(None, [spawn, CALL_A], "tool_calls"), body, "resp_1")
+    assert [(i["name"], i.get("namespace")) for i in answer["output"]] == [("spawn_agent", "multi_agent_v1"),
+                                                                           ("read", None)]
+    stream = RESPONSES.stream(body, "resp_2")
+    events = events_of(stream.feed(chunk(call_delta(0, spawn, ""))) + stream.finish())
+    assert events[-1]["response"]["output"][0]["namespace"] == "multi_agent_v1"
+    later = chat_of({**body, "input": [{**spawn, "namespace": "multi_agent_v1"},
+                                       {"type": "function_call_output", "call_id": "call_s", "output": "ok"}]})
+    assert later["messages"][0]["tool_calls"][0]["function"]["name"] == "spawn_agent"
+
+
 def test_what_codex_sends_is_accepted_and_nothing_of_it_reaches_the_engine():
     body = {"model": "gpt-5-codex", "instructions": "You are Codex.", "input": [{"role": "user", "content": "fix"}],
-            "tools": [TOOL_READ, {"type": "web_search", "external_web_access": False}], "tool_choice": "auto",
+            "tools": [TOOL_READ, {"type": "web_search", "external_web_access": False}, NAMESPACE],
+            "tool_choice": "auto",
             "parallel_tool_calls": False, "reasoning": {"effort": "medium", "summary": "auto"}, "store": False,
             "stream": True, "include": ["reasoning.encrypted_content"], "prompt_cache_key": "abc",
             "client_metadata": {"x": "y"}, "metadata": {"k": "v"}, "service_tier": "auto", "user": "u",
@@ -105,7 +126,9 @@ REFUSALS = [
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "item_reference"),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id", "call_id"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "'tool'"),
-    ({"input": "hi", "tools": [{"type": "namespace", "tools": []}]}, "tools[0]", "'namespace'"),
+    ({"input": "hi", "tools": [{"type": "file_reader"}]}, "tools[0]", "'file_reader'"),
+    ({"input": "hi", "tools": [TOOL_READ, {"type": "namespace", "name": "n", "tools": [TOOL_READ]}]}, "tools",
+     "'read'"),
     ({"input": "hi", "tools": [TOOL_READ], "tool_choice": {"type": "function", "name": "write"}},
      "tool_choice", "'write'"),
     ({"input": "hi", "tool_choice": "required"}, "tool_choice", "no function tools"),
