@@ -19,7 +19,9 @@ from gateway.protocols.responses_request import chat_request, check_fields
 from gateway.protocols.responses_stream import ResponsesStream
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+               404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
+               413: "invalid_request_error", 429: "rate_limit_error", 502: "upstream_error"}
+"""OpenAI error `type` by HTTP status, as the chat path answers them (`gateway.errors`); others: server_error."""
 
 
 class ResponsesAdapter:

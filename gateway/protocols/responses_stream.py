@@ -153,5 +153,9 @@ class ResponsesStream:
         `error.code` is `server_error`, the one of OpenAI's codes that fits a gateway or engine failure)."""
         out = b"" if self.response is not None else self._start(None)
         failed = self._final("failed", error={"code": "server_error", "message": f"{message} ({code})"})
+        if self.open is not None:  # the item cut short, as far as it came
+            cut = self.open
+            failed["output"] = [*self.items, message_item(cut["id"], cut["text"], "incomplete")
+                                if cut["type"] == "message" else {**cut, "status": "incomplete"}]
         return (out + self._event("error", code=code, message=message, param=None)
                 + self._event("response.failed", response=failed))
