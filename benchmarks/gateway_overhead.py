@@ -5,9 +5,12 @@ logprobs). The gateway runs as its real server process on a fresh store, pinned 
 and the load generator share the other core. Every call through the gateway is durably committed before its reply.
 One invocation measures each store side by side: SQLite with synchronous=FULL, SQLite with synchronous=NORMAL, and a
 real PostgreSQL server (fsync and synchronous commits on, pinned to the gateway's core: everything that makes a call
-durable shares that core, as with SQLite). Run:
+durable shares that core, as with SQLite). Each harness protocol in `--protocols` is measured through the same
+gateway: `chat` (passed through byte for byte) and `messages` (Anthropic Messages, translated to chat completions and
+back); the difference of their p50 at the same point is the translation's overhead. Run:
 `.venv/bin/python benchmarks/gateway_overhead.py [--seconds 5] [--stores sqlite-FULL sqlite-NORMAL postgres]
-[--rounds 1] [--json out.json]`; the stores' gateways run at once and each point is measured store after store.
+[--protocols chat messages] [--rounds 1] [--json out.json]`; the stores' gateways run at once and each point is
+measured store after store, protocol after protocol.
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gateway.proxy import CHAT, parse_request, upstream_request  # noqa: E402
+from gateway.records import RolloutMode  # noqa: E402
+from gateway.scripted import Script, chat_answer  # noqa: E402
+from gateway.translated import prepare  # noqa: E402
 from tests.gateway.support import ADMIN_TOKEN, free_port, wait_healthy  # noqa: E402
 from tests.services import PostgresServer, postgres_bin_dir  # noqa: E402
 
@@ -42,6 +50,16 @@ GATEWAY_CORE, LOAD_CORE = 0, 1
 
 BODY = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "Fix the failing test in utils.py."}],
                    "max_tokens": 64, "temperature": 1.0}).encode()
+MESSAGES_BODY = json.dumps({"model": "claude-opus-5-5", "max_tokens": 64, "temperature": 1.0,
+                            "system": [{"type": "text", "text": "You are a careful engineer."}],
+                            "messages": [{"role": "user", "content": [{"type": "text", "text":
+                                                                       "Fix the failing test in utils.py."}]}],
+                            "tools": [{"name": "Bash", "description": "Run a shell command", "input_schema": {
+                                "type": "object", "properties": {"command": {"type": "string"}},
+                                "required": ["command"]}}],
+                            "metadata": {"user_id": "bench"}}).encode()
+PROTOCOLS = {"chat": ("/chat/completions", BODY), "messages": ("/messages", MESSAGES_BODY)}
+"""Harness protocol -> (path under the rollout's /v1 base URL, the request body sent)."""
 
 
 def pinned(core: int, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
@@ -54,8 +72,10 @@ def _has_taskset() -> bool:
     return subprocess.run(["which", "taskset"], capture_output=True).returncode == 0
 
 
-async def run_load(urls_keys: list[tuple[str, str]], clients: int, seconds: float) -> tuple[list[float], float]:
-    """`clients` closed-loop clients for `seconds`; returns per-call latencies (ms) and wall time."""
+async def run_load(urls_keys: list[tuple[str, str]], clients: int, seconds: float,
+                   body: bytes = BODY) -> tuple[list[float], float]:
+    """`clients` closed-loop clients for `seconds`, each posting `body`; returns per-call latencies (ms) and wall
+    time."""
     latencies: list[float] = []
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -66,7 +86,7 @@ async def run_load(urls_keys: list[tuple[str, str]], clients: int, seconds: floa
             headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
             while time.perf_counter() < stop_at:
                 started = time.perf_counter()
-                async with session.post(url, data=BODY, headers=headers) as response:
+                async with session.post(url, data=body, headers=headers) as response:
                     await response.read()
                     if response.status != 200:
                         raise RuntimeError(f"HTTP {response.status} from {url}")
@@ -116,6 +136,7 @@ def store_url(store: str, workdir: Path, cleanup: contextlib.ExitStack) -> tuple
 
 def setup_gateway(store: str, workdir: Path, cleanup: contextlib.ExitStack, upstream_url: str, rollouts: int,
                   profile: Path | None) -> tuple[subprocess.Popen, list[tuple[str, str]]]:
+    """The store's gateway process and its rollouts' (base URL, key)."""
     port = free_port()
     env = {**os.environ, "HARNESSRL_ADMIN_TOKEN": ADMIN_TOKEN}
     db_url, config = store_url(store, workdir, cleanup)
@@ -131,19 +152,21 @@ def setup_gateway(store: str, workdir: Path, cleanup: contextlib.ExitStack, upst
     admin.post("/v1/admin/models", json={"name": "policy", "base_url": upstream_url}).raise_for_status()
     specs = [{"id": f"bench-{i}", "group_id": "bench"} for i in range(rollouts)]
     created = admin.post("/v1/admin/rollouts", json={"rollouts": specs}).raise_for_status().json()
-    return proc, [(c["base_url"] + "/chat/completions", c["api_key"]) for c in created]
+    return proc, [(c["base_url"], c["api_key"]) for c in created]
 
 
-def measure_point(store: str, gateway: subprocess.Popen, routes: list[tuple[str, str]], upstream_url: str,
-                  clients: int, seconds: float) -> dict:
-    """One client count against one store's gateway, beside a direct run of the same load just before it."""
+def measure_point(store: str, protocol: str, gateway: subprocess.Popen, rollouts: list[tuple[str, str]],
+                  upstream_url: str, clients: int, seconds: float) -> dict:
+    """One client count of one protocol against one store's gateway, beside a direct run of the same load (chat,
+    what the engine is sent either way) just before it."""
     d = summarize(*asyncio.run(run_load([(upstream_url + "/chat/completions", "unused")], clients, seconds)))
+    path, body = PROTOCOLS[protocol]
     cpu_before = cpu_seconds(gateway.pid)
-    g = summarize(*asyncio.run(run_load(routes, clients, seconds)))
+    g = summarize(*asyncio.run(run_load([(url + path, key) for url, key in rollouts], clients, seconds, body)))
     g["cpu_ms_per_call"] = (cpu_seconds(gateway.pid) - cpu_before) * 1000 / g["calls"]
-    point = {"store": store, "clients": clients, "direct": d, "gateway": g,
+    point = {"store": store, "protocol": protocol, "clients": clients, "direct": d, "gateway": g,
              "added_p50_ms": g["p50_ms"] - d["p50_ms"], "added_p99_ms": g["p99_ms"] - d["p99_ms"]}
-    print(f"{store:>13} {clients:>3} clients | direct p50 {d['p50_ms']:.2f} ms p99 {d['p99_ms']:.2f} ms "
+    print(f"{store:>13} {protocol:>8} {clients:>3} clients | direct p50 {d['p50_ms']:.2f} ms p99 {d['p99_ms']:.2f} ms "
           f"{d['calls_per_s']:.0f}/s | gateway p50 {g['p50_ms']:.2f} ms p99 {g['p99_ms']:.2f} ms "
           f"{g['calls_per_s']:.0f}/s, {g['cpu_ms_per_call']:.3f} CPU ms/call | "
           f"added p50 {point['added_p50_ms']:.2f} ms", flush=True)
@@ -152,18 +175,66 @@ def measure_point(store: str, gateway: subprocess.Popen, routes: list[tuple[str,
 
 def measure(workdir: Path, upstream_url: str, args: argparse.Namespace) -> list[dict]:
     """Every store's gateway started at once (idle ones wait on the same core), then for each round and client count
-    the stores one after another: side by side, so a change of load on a shared machine hits them alike."""
+    the stores one after another, each protocol after the other: side by side, so a change of load on a shared
+    machine hits them alike."""
     with contextlib.ExitStack() as cleanup:
         gateways = {}
         for store in args.stores:
-            gateway, routes = setup_gateway(store, workdir, cleanup, upstream_url, max(args.clients), args.profile)
+            gateway, rollouts = setup_gateway(store, workdir, cleanup, upstream_url, max(args.clients), args.profile)
             cleanup.callback(_stop, gateway)
-            asyncio.run(run_load(routes, 8, 1.0))  # warm up
-            gateways[store] = (gateway, routes)
+            for protocol in args.protocols:  # warm up
+                path, body = PROTOCOLS[protocol]
+                asyncio.run(run_load([(url + path, key) for url, key in rollouts], 8, 1.0, body))
+            gateways[store] = (gateway, rollouts)
         asyncio.run(run_load([(upstream_url + "/chat/completions", "unused")], 8, 1.0))
-        return [{**measure_point(store, gateway, routes, upstream_url, clients, args.seconds), "round": r}
+        return [{**measure_point(store, protocol, gateway, rollouts, upstream_url, clients, args.seconds), "round": r}
                 for r in range(args.rounds) for clients in args.clients
-                for store, (gateway, routes) in gateways.items()]
+                for store, (gateway, rollouts) in gateways.items() for protocol in args.protocols]
+
+
+def translation_cpu_us(repeats: int = 2000) -> dict[str, float]:
+    """In-process, median µs of what the gateway computes per call besides forwarding, for each protocol: chat's
+    parse and upstream body; a translated protocol's parse, translation, upstream body and, for the scripted upstream's
+    answer, the harness's answer. The share of the end-to-end difference that is the translation's own CPU."""
+    from gateway.routes.harness import TRANSLATED  # the adapters as served
+
+    answer = chat_answer(Script())
+    adapters = {"messages": TRANSLATED[("v1", "messages")]}
+
+    def chat_once() -> None:
+        upstream_request(parse_request(BODY, CHAT), CHAT, RolloutMode.TRAIN, "policy")
+
+    def translated_once(protocol: str) -> None:
+        adapter = adapters[protocol]
+        request = adapter.parse(PROTOCOLS[protocol][1])
+        call = prepare(adapter, request, adapter.to_chat(request, []), rollout_id="bench", attempt=0, seq=1,
+                       mode=RolloutMode.TRAIN, served_name="policy")
+        orjson.dumps(adapter.from_chat(answer, request, call.response_id))
+
+    def median_us(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - started) * 1e6)
+        return statistics.median(times)
+
+    figures = {protocol: median_us(chat_once if protocol == "chat" else lambda p=protocol: translated_once(p))
+               for protocol in PROTOCOLS if protocol == "chat" or protocol in adapters}
+    print("in-process CPU per call: " + ", ".join(f"{p} {us:.1f} µs" for p, us in figures.items()), flush=True)
+    return figures
+
+
+def translation_overhead(results: list[dict]) -> list[dict]:
+    """Per store, client count and round: each translated protocol's gateway p50 minus chat's at the same point."""
+    chat = {(r["store"], r["clients"], r["round"]): r["gateway"]["p50_ms"] for r in results if r["protocol"] == "chat"}
+    rows = [{"store": r["store"], "protocol": r["protocol"], "clients": r["clients"], "round": r["round"],
+             "added_p50_ms_over_chat": r["gateway"]["p50_ms"] - chat[(r["store"], r["clients"], r["round"])]}
+            for r in results if r["protocol"] != "chat" and (r["store"], r["clients"], r["round"]) in chat]
+    for row in rows:
+        print(f"{row['store']:>13} {row['protocol']:>8} {row['clients']:>3} clients round {row['round']} | "
+              f"p50 over chat {row['added_p50_ms_over_chat']:+.3f} ms", flush=True)
+    return rows
 
 
 def _stop(gateway: subprocess.Popen) -> None:
@@ -176,6 +247,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--stores", nargs="+", choices=STORES, default=list(STORES))
+    parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS), default=list(PROTOCOLS),
+                        help="harness protocols measured through the gateway (chat is the baseline of the others)")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every point, interleaved, this many times")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the gateway into this file (per store)")
@@ -192,7 +265,8 @@ def main() -> None:
         finally:
             upstream.terminate()
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-              "gateway_core": GATEWAY_CORE if _has_taskset() else None, "results": results}
+              "gateway_core": GATEWAY_CORE if _has_taskset() else None, "results": results,
+              "translation": translation_overhead(results), "translation_cpu_us": translation_cpu_us()}
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 

@@ -60,6 +60,11 @@ def _chat_body(script: Script) -> dict:
             "policy_version": script.policy_version}
 
 
+def chat_answer(script: Script, ident: int = 1) -> dict:
+    """The non-streamed chat answer the upstream sends for `script` (its `ident`-th call)."""
+    return orjson.loads(orjson.dumps(_chat_body(script)).replace(b"@ID@", str(ident).encode()))
+
+
 def _completion_body(script: Script) -> dict:
     n = script.response_tokens
     return {"id": "cmpl-@ID@", "object": "text_completion", "created": 0, "model": "scripted",
