@@ -1,0 +1,73 @@
+"""Each real coding CLI once in front of the real embedded engine, through the gateway, inside the local runner's
+sandbox: a random-weight model (the `tiny` variant of `cli_long_model.py`, whose context holds the CLI's prompt) need
+not solve anything; the episode ends cleanly, every call is recorded with the engine's token IDs, the samples build,
+and the grader scores the untouched repository 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.recipe import GradeInput
+from controller.runners.base import Termination
+from engines.embedded import EmbeddedEngine
+from gateway.client import GatewayClient
+from gateway.records import RolloutSpec
+from tests.agents.cli_long_model import build_long_tiny
+from tests.agents.cli_support import (
+    CALL_KINDS,
+    built_samples,
+    check_recorded,
+    cli_missing,
+    generated_task,
+    prepare,
+    run_sandboxed,
+    sandbox_missing,
+    summary_line,
+)
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway
+
+pytestmark = pytest.mark.slow  # an engine process and a real CLI per test
+SERVED_NAME = "policy"
+TASK_OVERRIDES = {"model": SERVED_NAME, "step_limit": 3, "max_tokens": 32, "command_timeout_s": 30}
+
+
+@pytest.fixture(scope="module")
+def long_engine(tiny_model_dir: Path, tmp_path_factory) -> str:
+    """The embedded engine serving the long-context tiny variant as `policy`; its root URL."""
+    model_dir = tmp_path_factory.mktemp("long-tiny")
+    assert build_long_tiny(tiny_model_dir, model_dir) > 0.1  # its answers end within a few tokens
+    engine = EmbeddedEngine(model_dir, served_model_name=SERVED_NAME, max_batch_size=4)
+    engine.start()
+    yield engine.base_url
+    engine.stop()
+
+
+@pytest.mark.parametrize("cli", ["claude-code", "codex"])
+def test_cli_episode_on_the_engine_ends_cleanly_and_is_recorded(cli, long_engine, tmp_path):
+    if (reason := cli_missing(cli) or sandbox_missing()) is not None:
+        pytest.skip(reason)
+    task = generated_task(tmp_path / "task")
+    recipe = task.recipe(cli)
+    workdir = tmp_path / "runs" / "w1"
+    task_input = prepare(task, recipe, workdir, TASK_OVERRIDES)
+    gateway = InProcessGateway(tmp_path / "gateway.db").start()
+    try:
+        with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
+            admin.register_model(SERVED_NAME, long_engine + "/v1")
+            created = admin.create_rollouts([RolloutSpec(id=f"{cli}-e", group_id="g", input=task_input)])[0]
+            result, stdout, stderr = run_sandboxed(recipe, task_input, workdir, created.base_url, created.api_key,
+                                                   created.id, timeout_s=240)
+            calls = admin.calls(created.id)
+    finally:
+        gateway.stop()
+    assert (result.termination, result.exit_code) == (Termination.EXITED, 0), (stdout[-2000:], stderr[-3000:])
+    assert summary_line(stdout)["exit_status"] in ("Completed", "LimitsExceeded")
+    check_recorded(calls, CALL_KINDS[cli])
+    assert all(call.model == SERVED_NAME for call in calls)
+    assert max(len(call.prompt_token_ids) for call in calls) > 4096  # the CLI's prompt: past tiny's own context
+    built_samples(calls, "g")
+    grade = recipe.grade(GradeInput(task=task_input, workdir=workdir, calls=calls, exit_code=0))
+    assert grade.reward == 0.0 and grade.details["resolved"] is False
