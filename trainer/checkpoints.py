@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from storage.checkpoint_layout import LATEST_FILE, META_FILE, CheckpointError, c
 from storage.files import fsync_dir, write_atomic
 
 OPTIMIZER_FILE = "optimizer.pt"
+MASTER_WEIGHTS_FILE = "master_weights.pt"
+"""fp32 master weights of a backend that trains a bf16 model (`trainer.backends.master_weights`)."""
 TOKENIZER_PATTERNS = (
     "tokenizer*.json",
     "tokenizer.model",
@@ -61,8 +64,10 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None,
     meta: CheckpointMeta,
     tokenizer_source: Path,
+    master_weights: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Atomically writes `root/step-NNNNNN` (see the module docstring) and points `root/latest` at it."""
+    """Atomically writes `root/step-NNNNNN` (see the module docstring) and points `root/latest` at it; with
+    `master_weights` (fp32 copies of a bf16 model's parameters) also `master_weights.pt`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(meta.step)
@@ -74,6 +79,8 @@ def save_checkpoint(
         copy_tokenizer_files(Path(tokenizer_source), staging)
         if optimizer is not None:
             torch.save(optimizer.state_dict(), staging / OPTIMIZER_FILE)
+        if master_weights is not None:
+            torch.save(dict(master_weights), staging / MASTER_WEIGHTS_FILE)
         (staging / META_FILE).write_text(meta.model_dump_json(indent=2))
         _fsync_tree(staging)
         os.rename(staging, final)
@@ -112,6 +119,12 @@ def load_optimizer_state(path: Path) -> dict[str, Any]:
     if not state_path.is_file():
         raise CheckpointError(f"{path} has no {OPTIMIZER_FILE}; it was saved without optimizer state")
     return torch.load(state_path, map_location="cpu", weights_only=True)
+
+
+def load_master_weights(path: Path) -> dict[str, torch.Tensor] | None:
+    """The fp32 master weights saved in checkpoint `path`, or None when it has none (an fp32 model's)."""
+    state_path = Path(path) / MASTER_WEIGHTS_FILE
+    return torch.load(state_path, map_location="cpu", weights_only=True) if state_path.is_file() else None
 
 
 def latest_checkpoint(root: Path) -> Path | None:

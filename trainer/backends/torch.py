@@ -4,7 +4,8 @@ A training step schedules the batch's samples with `trainer.scheduling` (one wor
 updates, packed or padded micro-batches under a token budget). For each update it counts the loss
 denominators over the whole update, accumulates the gradient of every micro-batch's additive loss share
 (`trainer.losses.policy_loss` on logprobs recomputed from the model against the recorded rollout logprobs),
-clips the gradient norm and takes one AdamW step. Every step adds one to the policy version. Dropout is off
+clips the gradient norm and takes one AdamW step (on fp32 master weights when the model is bf16:
+`trainer.backends.master_weights`). Every step adds one to the policy version. Dropout is off
 (the model stays in eval mode): the ratio must compare the same function the engine samples from.
 """
 
@@ -22,13 +23,14 @@ from transformers import AutoModelForCausalLM
 
 from trainer import checkpoints
 from trainer.backends.base import TrainBatch
+from trainer.backends.master_weights import MasterWeights
 from trainer.backends.model_inputs import ModelInputs, build_model_inputs
 from trainer.backends.token_logprobs import check_plain_output_head, token_logprobs
 from trainer.losses import LossConfig, LossDenominators, policy_loss
 from trainer.scheduling import ScheduleConfig, UpdatePlan, schedule
 
 DType = Literal["float32", "bfloat16"]
-"""Parameter dtype (float32 unless memory forces bfloat16)."""
+"""Parameter dtype (float32 unless memory forces bfloat16; bfloat16 trains fp32 master weights)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class TorchBackendConfig:
     schedule: ScheduleConfig = ScheduleConfig()
     """Micro-batching; num_workers must be 1 (this backend is one process)."""
     dtype: DType = "float32"
-    """Parameter dtype."""
+    """Parameter dtype of the model (forward and backward); bfloat16 keeps fp32 master weights that AdamW steps."""
     initial_version: int = 0
     """Policy version of the base model's weights (ignored when resuming)."""
 
@@ -100,6 +102,7 @@ class TorchBackend:
         self.model: torch.nn.Module | None = None
         self.reference: torch.nn.Module | None = None
         self.optimizer: torch.optim.AdamW | None = None
+        self.master: MasterWeights | None = None
         self.step = 0
         self.optimizer_updates = 0
         self._version = config.initial_version
@@ -122,11 +125,16 @@ class TorchBackend:
         config = self.model.config
         self._pad_token_id = int(config.pad_token_id if config.pad_token_id is not None else 0)
         opt = self.config.optimizer
+        self.master = MasterWeights(self.model) if self.config.dtype != "float32" else None
+        stepped = self.master.params if self.master is not None else self.model.parameters()
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+            stepped, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
         )
         if meta is not None:
             self.optimizer.load_state_dict(checkpoints.load_optimizer_state(resume))
+            master_state = checkpoints.load_master_weights(resume)
+            if self.master is not None and master_state is not None:
+                self.master.load_state_dict(master_state)
             self.step, self.optimizer_updates, self._version = meta.step, meta.optimizer_updates, meta.policy_version
         if self.config.loss.kl_coef:
             self.reference = self._load_model(Path(self.config.model_path)).requires_grad_(False)
@@ -173,6 +181,7 @@ class TorchBackend:
             [batch.samples[i].rollout_id for i in indices], [batch.samples[i].num_trainable_tokens for i in indices]
         )
         self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
         sums: dict[str, float] = {"train/tokens": 0.0, "train/trainable_tokens": float(denominators.tokens)}
         for worker in update.workers:
             for micro_batch in worker.micro_batches:
@@ -205,13 +214,16 @@ class TorchBackend:
         computed = token_logprobs(self.model, inputs, entropy_grad=bool(self.config.loss.entropy_coef))
         output = policy_loss(computed.logprobs_N, loss_batch, self.config.loss, computed.entropy_N)
         output.loss.backward()
+        if self.master is not None:
+            self.master.accumulate_grads()
         return output.metrics
 
     def _optimizer_step(self) -> dict[str, float]:
         assert self.model is not None and self.optimizer is not None
         opt = self.config.optimizer
         max_norm = opt.max_grad_norm if opt.max_grad_norm is not None else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        stepped = self.master.params if self.master is not None else list(self.model.parameters())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(stepped, max_norm))
         if not torch.isfinite(torch.tensor(grad_norm)):
             raise FloatingPointError(
                 f"gradient norm is {grad_norm} at optimizer update {self.optimizer_updates}; lower the learning "
@@ -221,6 +233,8 @@ class TorchBackend:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
+        if self.master is not None:
+            self.master.copy_to_model()
         self.optimizer_updates += 1
         return {"train/grad_norm": grad_norm, "train/lr": lr}
 
@@ -229,7 +243,9 @@ class TorchBackend:
         if self.model is None:
             raise RuntimeError("TorchBackend.save_checkpoint before load(); call load() first")
         meta = checkpoints.meta_now(self._version, self.step, self.optimizer_updates, self.config.model_path)
-        path = checkpoints.save_checkpoint(Path(directory), self.model, self.optimizer, meta, self._weights_path)
+        master = self.master.state_dict() if self.master is not None else None
+        path = checkpoints.save_checkpoint(Path(directory), self.model, self.optimizer, meta, self._weights_path,
+                                           master)
         return path, self._version
 
 
