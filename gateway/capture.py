@@ -182,6 +182,15 @@ def parse_version_header(value: str | None) -> int | None:
     return None if value is None else _version(value.strip())
 
 
+def capture_chunk(cap: Captured, chunk: Any) -> None:
+    """Fold one decoded stream chunk into `cap`, as `capture_sse` folds each line (for a caller that decodes the
+    chunks itself); a chunk off the protocol's shapes marks `cap` broken."""
+    try:
+        _add_body(cap, chunk)
+    except ProtocolError as exc:
+        _broken(cap, str(exc))
+
+
 def capture_sse(stream: bytes) -> Captured:
     """Capture a whole SSE stream (`data: {...}` events, `data: [DONE]` ignored)."""
     cap = Captured()

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, parse_version_header
+from gateway.capture import Captured, ProtocolError, capture_chunk, capture_json, parse_version_header
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError
 from gateway.protocols.base import ProtocolAdapter, StreamTranslator
@@ -199,10 +199,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
     await send({"type": "http.response.start", "status": 200,
                 "headers": [*_headers(ctx, version, b"text/event-stream"), (b"cache-control", b"no-cache")]})
     translator = adapter.stream(call.body, call.response_id)
-    received, sent, problem = await _translate(response, translator, send)
-    cap = capture_sse(b"".join(received))
-    if problem is None and (cap.broken or cap.error):
-        problem = (cap.error or "broken stream", "upstream_protocol_error" if cap.broken else "upstream_error")
+    cap, sent, problem = await _translate(response, translator, send)
     events, error = _closing(translator, problem)
     cap.response_id = call.response_id
     try:
@@ -228,32 +225,31 @@ def _closing(translator: StreamTranslator, problem: tuple[str, str] | None) -> t
 
 
 async def _translate(response, translator: StreamTranslator,
-                     send) -> tuple[list[bytes], list[bytes], tuple[str, str] | None]:
-    """Feed the upstream's chunks to the translator and send its events as they come: (the upstream bytes received,
-    the events sent, (why the stream stopped early, its error code) or None)."""
-    received: list[bytes] = []
+                     send) -> tuple[Captured, list[bytes], tuple[str, str] | None]:
+    """Capture the upstream's chunks, feed them to the translator and send its events as they come: (what was
+    captured, the events sent, (why the stream stopped early, its error code) or None)."""
+    cap = Captured()
     sent: list[bytes] = []
     pending = b""
     try:
         async for data in response.content.iter_any():
-            received.append(data)
             lines = (pending + data).split(b"\n")
             pending = lines.pop()
             for line in lines:
-                problem = await _feed_line(line, translator, sent, send)
+                problem = await _feed_line(line, cap, translator, sent, send)
                 if problem is not None:
-                    return received, sent, problem
+                    return cap, sent, problem
     except GatewayError:
         raise
     except Exception as exc:  # the engine dropped the stream: record what came, tell the harness
-        return received, sent, (f"upstream stream broke: {type(exc).__name__}: {exc}", "stream_broken")
-    if pending.strip():
-        return received, sent, await _feed_line(pending, translator, sent, send)
-    return received, sent, None
+        return cap, sent, (f"upstream stream broke: {type(exc).__name__}: {exc}", "stream_broken")
+    return cap, sent, await _feed_line(pending, cap, translator, sent, send)
 
 
-async def _feed_line(line: bytes, translator: StreamTranslator, sent: list[bytes],
+async def _feed_line(line: bytes, cap: Captured, translator: StreamTranslator, sent: list[bytes],
                      send) -> tuple[str, str] | None:
+    """One SSE line of the upstream: captured (as `capture_sse` would) and translated; (reason, code) when the stream
+    cannot go on."""
     if not line.startswith(b"data:"):
         return None
     payload = line[5:].strip()
@@ -261,11 +257,15 @@ async def _feed_line(line: bytes, translator: StreamTranslator, sent: list[bytes
         return None
     try:
         chunk = orjson.loads(payload)
-        if isinstance(chunk, dict) and chunk.get("error") is not None:
-            return None  # capture_sse reports it
-        events = translator.feed(chunk)
     except orjson.JSONDecodeError:
-        return None  # capture_sse reports it
+        cap.error = f"the upstream's answer breaks the protocol: undecodable stream chunk: {payload[:200]!r}"
+        cap.broken = True
+        return cap.error, "upstream_protocol_error"
+    capture_chunk(cap, chunk)
+    if cap.broken or cap.error is not None:  # off the protocol's shapes, or the engine's own error chunk
+        return cap.error or "broken stream", "upstream_protocol_error" if cap.broken else "upstream_error"
+    try:
+        events = translator.feed(chunk)
     except BROKEN_FEED as exc:
         return f"the upstream's answer breaks the protocol: {type(exc).__name__}: {exc}", "upstream_protocol_error"
     if events:

@@ -11,10 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.capture import ProtocolError
+from gateway.capture import Captured, ProtocolError, capture_chunk, capture_sse
 from gateway.errors import BadRequest
 from gateway.protocols.anthropic import ADAPTER
 from gateway.records import CallRecord, RolloutMode
+from gateway.scripted import Script, _chat_stream
 from gateway.translated import history, prepare, tokenize_url, tokenized_ids
 
 REQUEST = {"model": "claude-x", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
@@ -87,3 +88,14 @@ def test_tokenize_url_and_answer() -> None:
     for broken in (b"nope", b"[1]", b'{"tokens": [-1]}', b'{"tokens": "5,6"}', b'{"count": 3, "tokens": [5]}'):
         with pytest.raises(ProtocolError):
             tokenized_ids(broken)
+
+
+def test_capturing_decoded_chunks_is_capturing_the_stream() -> None:
+    raw = _chat_stream(Script(prompt_tokens=5, response_tokens=4, tool_calls=("Bash",))).replace(b"@ID@", b"1")
+    cap = Captured()
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data: {"):
+            capture_chunk(cap, orjson.loads(line[6:]))
+    assert cap == capture_sse(raw) and cap.response_token_ids == [5000, 5001, 5002, 5003] and not cap.broken
+    capture_chunk(cap, {"choices": [{"index": 0, "token_ids": [-1]}]})
+    assert cap.broken and "token IDs" in cap.error
