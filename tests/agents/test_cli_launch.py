@@ -74,7 +74,7 @@ def test_claude_code_argv_is_print_mode_with_the_allowed_tools_and_turn_limit():
     argv = claude_code_launch(Path("/cli/claude"), TASK, CONTRACT, WORK, PYTHON_BIN, HOST_ENV).argv
     assert argv[:3] == ("/cli/claude", "-p", task_prompt(TASK))
     assert argv[3:] == ("--output-format", "json", "--allowedTools", "Bash,Read,Edit,Write", "--max-turns", "7",
-                        "--no-session-persistence")
+                        "--no-session-persistence", "--model", "policy")
 
 
 def test_claude_code_model_is_passed_only_when_the_task_names_one():
@@ -82,8 +82,10 @@ def test_claude_code_model_is_passed_only_when_the_task_names_one():
     assert named.argv[-2:] == ("--model", "policy")
     assert named.env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == named.env["ANTHROPIC_SMALL_FAST_MODEL"] == "policy"
     default = claude_code_launch(Path("/c"), {"problem_statement": "p"}, CONTRACT, WORK, PYTHON_BIN, {})
-    assert "--model" not in default.argv and not any(name.endswith("_MODEL") for name in default.env)
+    assert default.argv[-2:] == ("--model", "policy")  # the name the flows register the policy under
     assert default.env["PATH"] == "/venv/bin:/usr/bin:/bin" and default.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "1024"
+    own = claude_code_launch(Path("/c"), {"problem_statement": "p", "model": None}, CONTRACT, WORK, PYTHON_BIN, {})
+    assert "--model" not in own.argv and not any(name.endswith("_MODEL") for name in own.env)
 
 
 def test_codex_config_toml_names_the_gateway_as_the_only_provider():
@@ -99,8 +101,9 @@ def test_codex_config_toml_names_the_gateway_as_the_only_provider():
     assert config["shell_environment_policy"] == {"inherit": "core", "exclude": ["OPENAI_API_KEY"]}
 
 
-def test_codex_config_default_model_is_policy():
+def test_codex_config_default_model_is_policy_and_null_leaves_codex_its_own():
     assert tomllib.loads(codex_config_toml(CONTRACT, {"problem_statement": "p"}))["model"] == "policy"
+    assert "model" not in tomllib.loads(codex_config_toml(CONTRACT, {"problem_statement": "p", "model": None}))
 
 
 def test_codex_launch_writes_its_config_under_the_throwaway_home():
