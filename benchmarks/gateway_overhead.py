@@ -6,11 +6,12 @@ and the load generator share the other core. Every call through the gateway is d
 One invocation measures each store side by side: SQLite with synchronous=FULL, SQLite with synchronous=NORMAL, and a
 real PostgreSQL server (fsync and synchronous commits on, pinned to the gateway's core: everything that makes a call
 durable shares that core, as with SQLite). Each harness protocol in `--protocols` is measured through the same
-gateway: `chat` (passed through byte for byte) and `messages` (Anthropic Messages, translated to chat completions and
-back); the difference of their p50 at the same point is the translation's overhead. Run:
+gateway: `chat` (passed through byte for byte), `messages` (Anthropic Messages) and `responses` (OpenAI Responses),
+both translated to chat completions and back; the difference of their p50 at the same point is the translation's
+overhead. Run:
 `.venv/bin/python benchmarks/gateway_overhead.py [--seconds 5] [--stores sqlite-FULL sqlite-NORMAL postgres]
-[--protocols chat messages] [--rounds 1] [--json out.json]`; the stores' gateways run at once and each point is
-measured store after store, protocol after protocol.
+[--protocols chat messages responses] [--rounds 1] [--json out.json]`; the stores' gateways run at once and each
+point is measured store after store, protocol after protocol.
 """
 
 from __future__ import annotations
@@ -58,7 +59,16 @@ MESSAGES_BODY = json.dumps({"model": "claude-opus-5-5", "max_tokens": 64, "tempe
                                 "type": "object", "properties": {"command": {"type": "string"}},
                                 "required": ["command"]}}],
                             "metadata": {"user_id": "bench"}}).encode()
-PROTOCOLS = {"chat": ("/chat/completions", BODY), "messages": ("/messages", MESSAGES_BODY)}
+RESPONSES_BODY = json.dumps({"model": "gpt-5-codex", "max_output_tokens": 64, "temperature": 1.0,
+                             "instructions": "You are a careful engineer.", "store": False,
+                             "input": [{"type": "message", "role": "user", "content": [
+                                 {"type": "input_text", "text": "Fix the failing test in utils.py."}]}],
+                             "tools": [{"type": "function", "name": "exec_command", "description": "Run a command",
+                                        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}},
+                                                       "required": ["cmd"]}}],
+                             "include": ["reasoning.encrypted_content"], "prompt_cache_key": "bench"}).encode()
+PROTOCOLS = {"chat": ("/chat/completions", BODY), "messages": ("/messages", MESSAGES_BODY),
+             "responses": ("/responses", RESPONSES_BODY)}
 """Harness protocol -> (path under the rollout's /v1 base URL, the request body sent)."""
 
 
@@ -199,7 +209,7 @@ def translation_cpu_us(repeats: int = 2000) -> dict[str, float]:
     from gateway.routes.harness import TRANSLATED  # the adapters as served
 
     answer = chat_answer(Script())
-    adapters = {"messages": TRANSLATED[("v1", "messages")]}
+    adapters = {"messages": TRANSLATED[("v1", "messages")], "responses": TRANSLATED[("v1", "responses")]}
 
     def chat_once() -> None:
         upstream_request(parse_request(BODY, CHAT), CHAT, RolloutMode.TRAIN, "policy")
