@@ -44,6 +44,10 @@ class SampleStats:
     """Responses cut to their first max_response_tokens."""
     responses_dropped: int
     """Calls skipped for a too-long response."""
+    logprobs_missing: int
+    """Trainable tokens masked because the engine recorded no (finite) logprob for them."""
+    calls_length_masked: int
+    """Responses that finished for length, masked (SampleLimits.length_calls = mask)."""
     merge_failures_retokenization: int
     """New samples opened because the IDs differ although the text is a prefix."""
     merge_failures_template: int
@@ -96,6 +100,10 @@ class SampleCounters:
     """Responses cut from the right."""
     responses_dropped: int = 0
     """Calls skipped for a too-long response."""
+    logprobs_missing: int = 0
+    """Trainable tokens masked for a missing logprob."""
+    calls_length_masked: int = 0
+    """Responses masked for finishing at their length limit."""
     merge_failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MERGE_FAILURE_KINDS, 0))
     """New samples opened after a rollout's first, by class."""
 
@@ -119,6 +127,8 @@ class SampleCounters:
             prompts_dropped=self.prompts_dropped,
             responses_truncated=self.responses_truncated,
             responses_dropped=self.responses_dropped,
+            logprobs_missing=self.logprobs_missing,
+            calls_length_masked=self.calls_length_masked,
             merge_failures_retokenization=failures["retokenization"],
             merge_failures_template=failures["template"],
             merge_failures_other=failures["other"],

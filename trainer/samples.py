@@ -13,6 +13,7 @@ Side calls (a token count, a small-model call for a title: `RecordedCall.side`) 
 is an independent sample of the same prompt (`SampleLimits.extra_choices`, default include) and opens a branch of its
 own whose context is that prompt (observation) and whose only trainable span is the choice. So a later call that
 continues any of the choices extends that choice's branch by token prefix, and no trainable token is in two samples.
+Then `trainer.sample_masks` masks tokens without a logprob and, when configured, responses cut off for length.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Literal
 import numpy as np
 
 from trainer.merge_failures import Decode, classify_merge_failure, common_prefix_len
+from trainer.sample_masks import masked_samples
 from trainer.sample_stats import SampleCounters, SampleStats
 
 
@@ -129,7 +131,13 @@ class SampleLimits:
     max_response_tokens: int | None = None
     """Longest trainable response; None for no limit."""
     overflow: Literal["truncate", "drop"] = "truncate"
-    """truncate: keep the prompt's last / the response's first tokens; drop: skip the call."""
+    """Responses over max_response_tokens: truncate (keep the first tokens) or drop (skip the call)."""
+    prompt_overflow: Literal["drop", "truncate"] = "drop"
+    """Prompts over max_prompt_tokens: drop (skip the call, counted as samples/prompts_dropped) or truncate (keep the
+    last tokens, a new sample scored against another context than the engine saw)."""
+    length_calls: Literal["train", "mask"] = "train"
+    """Responses that finished for `length`: train (like complete ones, verl's default) or mask (DAPO's overlong
+    filtering: context for later calls, no loss; counted as samples/calls_length_masked)."""
     side_calls: Literal["skip", "include"] = "skip"
     """A harness's side calls (token counts, small-model calls for titles; gateway `side_models`): skip (counted as
     samples/calls_side_skipped) or include like any other call."""
@@ -143,7 +151,8 @@ class SampleLimits:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"SampleLimits.{name}={value}: use a positive token count or None")
-        for name, allowed in (("overflow", ("truncate", "drop")), ("side_calls", ("skip", "include")),
+        for name, allowed in (("overflow", ("truncate", "drop")), ("prompt_overflow", ("drop", "truncate")),
+                              ("length_calls", ("train", "mask")), ("side_calls", ("skip", "include")),
                               ("extra_choices", ("include", "skip"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"SampleLimits.{name}={getattr(self, name)!r}: use {' or '.join(map(repr, allowed))}")
@@ -259,7 +268,8 @@ def _rollout_samples(
         counters.calls += 1
         _merge_call(call, branches, limits, decode, counters)
     branches.sort(key=lambda branch: branch.spans[0].call_seq)
-    return [branch.to_sample(ordered[0].rollout_id, ordered[0].group_id) for branch in branches]
+    samples = [branch.to_sample(ordered[0].rollout_id, ordered[0].group_id) for branch in branches]
+    return masked_samples(samples, ordered, limits.length_calls == "mask", counters)
 
 
 def _check_rollout(ordered: list[RecordedCall]) -> None:
@@ -375,7 +385,7 @@ def _apply_limits(
     max_prompt = limits.max_prompt_tokens
     prompt_truncated = max_prompt is not None and len(prompt) > max_prompt
     if prompt_truncated:
-        if not truncate:
+        if limits.prompt_overflow == "drop":
             counters.prompts_dropped += 1
             return None
         counters.prompts_truncated += 1

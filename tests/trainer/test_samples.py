@@ -167,11 +167,11 @@ def test_dropped_response_is_not_trained_and_next_call_still_merges():
 
 def test_prompt_limit_truncates_from_the_left_into_a_new_sample_or_drops():
     calls = [make_call(0, (1, 2), (3,)), make_call(1, (1, 2, 3, 4), (5,))]
-    truncated = build_samples(calls, limits=SampleLimits(max_prompt_tokens=3))
+    truncated = build_samples(calls, limits=SampleLimits(max_prompt_tokens=3, prompt_overflow="truncate"))
     assert [s.token_ids_T.tolist() for s in truncated.samples] == [[1, 2, 3], [2, 3, 4, 5]]
     assert truncated.stats.prompts_truncated == 1
     assert truncated.stats.merge_failures_other == 0
-    dropped = build_samples(calls, limits=SampleLimits(max_prompt_tokens=3, overflow="drop"))
+    dropped = build_samples(calls, limits=SampleLimits(max_prompt_tokens=3))
     assert [s.call_seqs for s in dropped.samples] == [(0,)] and dropped.stats.prompts_dropped == 1
 
 

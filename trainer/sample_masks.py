@@ -1,0 +1,79 @@
+"""Tokens taken out of the loss after merging: missing logprobs, and calls cut off at their length limit.
+
+A token whose recorded logprob is missing (the engine returned none: NaN, or another non-finite value) has no old
+logprob to take a ratio against: it stays in its sample as context but is masked (loss mask 0, logprob 0) and counted
+(`samples/logprobs_missing`), instead of turning the step's loss into NaN. With `SampleLimits.length_calls = "mask"`
+(DAPO's overlong filtering) the response of a call that finished for `length` is masked the same way
+(`samples/calls_length_masked`): it stays the context later calls extend, but is not trained on. Masked tokens leave
+their span, which splits around them; a sample left without trainable tokens is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trainer.sample_stats import SampleCounters
+
+if TYPE_CHECKING:
+    from trainer.samples import RecordedCall, Sample, TrainableSpan
+
+LENGTH_FINISH = "length"
+"""The finish reason of a response cut off at its token limit."""
+
+
+def masked_samples(
+    samples: Sequence[Sample], calls: Sequence[RecordedCall], mask_length: bool, counters: SampleCounters
+) -> list[Sample]:
+    """`samples` of one rollout with missing-logprob tokens (and, with `mask_length`, cut-off calls) masked."""
+    cut_off = _length_choices(calls) if mask_length else set()
+    kept = []
+    for sample in samples:
+        drop_T = np.asarray(sample.loss_mask_T, dtype=bool) & ~np.isfinite(sample.logprobs_T)
+        counters.logprobs_missing += int(drop_T.sum())
+        for span in sample.spans:
+            if (span.call_seq, span.choice) in cut_off:
+                counters.calls_length_masked += 1
+                drop_T[span.start : span.end] = True
+        if not drop_T.any():
+            kept.append(sample)
+            continue
+        masked = mask_tokens(sample, drop_T)
+        if masked.spans:
+            kept.append(masked)
+    return kept
+
+
+def _length_choices(calls: Sequence[RecordedCall]) -> set[tuple[int, int]]:
+    """(seq, choice index) of every choice that finished for length."""
+    found = {(call.seq, 0) for call in calls if call.finish_reason == LENGTH_FINISH}
+    found |= {(call.seq, c.index) for call in calls for c in call.extra_choices if c.finish_reason == LENGTH_FINISH}
+    return found
+
+
+def mask_tokens(sample: Sample, drop_T: np.ndarray) -> Sample:
+    """`sample` with the tokens in `drop_T` out of the loss (logprob 0, version -1) and its spans split around them."""
+    keep_T = np.asarray(sample.loss_mask_T, dtype=bool) & ~drop_T
+    spans = tuple(piece for span in sample.spans for piece in _split(span, keep_T))
+    arrays = {
+        "loss_mask_T": keep_T,
+        "logprobs_T": np.where(keep_T, sample.logprobs_T, 0.0).astype(np.float32),
+        "policy_versions_T": np.where(keep_T, sample.policy_versions_T, -1).astype(np.int64),
+    }
+    for array in arrays.values():
+        array.flags.writeable = False
+    return replace(sample, spans=spans, **arrays)
+
+
+def _split(span: TrainableSpan, keep_T: np.ndarray) -> list[TrainableSpan]:
+    """The runs of kept tokens inside `span`, each a span of the same call."""
+    kept = np.flatnonzero(keep_T[span.start : span.end]) + span.start
+    if kept.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(kept) > 1)
+    starts = np.concatenate([[kept[0]], kept[breaks + 1]])
+    ends = np.concatenate([kept[breaks] + 1, [kept[-1] + 1]])
+    return [replace(span, start=int(s), end=int(e)) for s, e in zip(starts, ends, strict=True)]
