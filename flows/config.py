@@ -223,7 +223,8 @@ def load_run_config(profile: str | Path, overrides: Mapping[str, Any] | None = N
     if recipe is not None:
         allowed = RECIPE_VARIANTS.get(recipe, (recipe,))
         if data.get("recipe", recipe) not in allowed:
-            raise ValueError(f"profile {path.name} is for recipe {data['recipe']!r}, not {' or '.join(allowed)}; "
+            wanted = " or ".join(map(repr, allowed))
+            raise ValueError(f"profile {path.name} is for recipe {data['recipe']!r}, not {wanted}; "
                              "pick a profile of this recipe")
         data.setdefault("recipe", recipe)
     return RunConfig.model_validate(data)
