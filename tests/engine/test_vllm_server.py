@@ -124,6 +124,19 @@ def test_recorded_token_ids_are_vllms_own(vllm, admin, tokenizer):
     assert record.policy_version == 0
 
 
+def test_tool_requests_get_auto_tool_choice_and_every_choice(vllm):
+    """vLLM refuses tool_choice=auto without --enable-auto-tool-choice and a parser: the typed config set them."""
+    tools = [{"type": "function", "function": {"name": "add", "description": "Add two integers",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    body = {"model": SERVED_NAME, "messages": MESSAGES, "tools": tools, "tool_choice": "auto", "n": 2,
+            "max_tokens": 6, "temperature": 1.0, "seed": 3, "return_token_ids": True}
+    response = httpx.post(f"{vllm.base_url}/v1/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    choices = response.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1]
+    assert all(c["token_ids"] and c["finish_reason"] in ("stop", "length", "tool_calls") for c in choices)
+
+
 def test_sleep_holds_new_requests_until_wake_up(vllm, admin):
     vllm.sleep()
     assert vllm.is_sleeping()
