@@ -94,6 +94,16 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+_TEXT_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":',
+               b',"delta":{"type":"text_delta","text":', b"}}\n\n")
+
+
+def _text_delta(index: int, text: str) -> bytes:
+    """`sse("content_block_delta", {..., "delta": {"type": "text_delta", "text": text}})`, byte for byte, without
+    building the dict (one per streamed token)."""
+    return b"".join((_TEXT_DELTA[0], str(index).encode(), _TEXT_DELTA[1], orjson.dumps(text), _TEXT_DELTA[2]))
+
+
 class MessagesStream:
     """Chat-completions chunks -> Anthropic SSE events, for one streamed answer (see the module docstring)."""
 
@@ -136,7 +146,7 @@ class MessagesStream:
         if delta.get("content"):
             if self._open != ("text", -1):
                 out.append(self._begin(("text", -1), {"type": "text", "text": ""}))
-            out.append(self._delta(self._blocks - 1, {"type": "text_delta", "text": delta["content"]}))
+            out.append(_text_delta(self._blocks - 1, delta["content"]))
         for call in delta.get("tool_calls") or ():
             out.append(self._tool_delta(call))
         return b"".join(out)

@@ -286,3 +286,11 @@ def test_response_ids_are_distinct_and_fixed() -> None:
     ids = {ADAPTER.response_id(r, a, s) for r in ("r1", "r2") for a in (0, 1) for s in (0, 1, 2)}
     assert len(ids) == 12 and all(i.startswith("msg_") for i in ids)
     assert ADAPTER.response_id("r1", 0, 0) == ADAPTER.response_id("r1", 0, 0)
+
+
+@pytest.mark.parametrize("text", ["t", 'quote " and \\ back', "line\nbreak", "é ☃ \U0001f600", ""])
+def test_text_deltas_are_built_byte_for_byte_as_events(text: str) -> None:
+    from gateway.protocols.anthropic_answer import _text_delta, sse
+
+    assert _text_delta(7, text) == sse("content_block_delta", {
+        "type": "content_block_delta", "index": 7, "delta": {"type": "text_delta", "text": text}})
