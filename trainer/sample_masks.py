@@ -12,22 +12,64 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from trainer.sample_stats import SampleCounters
 
-if TYPE_CHECKING:
-    from trainer.samples import RecordedCall, Sample, TrainableSpan
-
 LENGTH_FINISH = "length"
 """The finish reason of a response cut off at its token limit."""
 
 
+class Span(Protocol):
+    """A trainable span (`trainer.samples.TrainableSpan`, a dataclass)."""
+
+    start: int
+    end: int
+    call_seq: int
+    choice: int
+
+
+class MaskableSample(Protocol):
+    """What masking needs of a sample (`trainer.samples.Sample`, a dataclass)."""
+
+    @property
+    def spans(self) -> tuple[Span, ...]: ...
+
+    @property
+    def loss_mask_T(self) -> np.ndarray: ...
+
+    @property
+    def logprobs_T(self) -> np.ndarray: ...
+
+    @property
+    def policy_versions_T(self) -> np.ndarray: ...
+
+
+class Choice(Protocol):
+    """A choice after the first (`trainer.samples.RecordedChoice`)."""
+
+    index: int
+    finish_reason: str | None
+
+
+class Call(Protocol):
+    """What masking needs of a recorded call (`trainer.samples.RecordedCall`)."""
+
+    seq: int
+    finish_reason: str | None
+
+    @property
+    def extra_choices(self) -> Sequence[Choice]: ...
+
+
+SampleT = TypeVar("SampleT", bound=MaskableSample)
+
+
 def masked_samples(
-    samples: Sequence[Sample], calls: Sequence[RecordedCall], mask_length: bool, counters: SampleCounters
-) -> list[Sample]:
+    samples: Sequence[SampleT], calls: Sequence[Call], mask_length: bool, counters: SampleCounters
+) -> list[SampleT]:
     """`samples` of one rollout with missing-logprob tokens (and, with `mask_length`, cut-off calls) masked."""
     cut_off = _length_choices(calls) if mask_length else set()
     kept = []
@@ -47,14 +89,14 @@ def masked_samples(
     return kept
 
 
-def _length_choices(calls: Sequence[RecordedCall]) -> set[tuple[int, int]]:
+def _length_choices(calls: Sequence[Call]) -> set[tuple[int, int]]:
     """(seq, choice index) of every choice that finished for length."""
     found = {(call.seq, 0) for call in calls if call.finish_reason == LENGTH_FINISH}
     found |= {(call.seq, c.index) for call in calls for c in call.extra_choices if c.finish_reason == LENGTH_FINISH}
     return found
 
 
-def mask_tokens(sample: Sample, drop_T: np.ndarray) -> Sample:
+def mask_tokens(sample: SampleT, drop_T: np.ndarray) -> SampleT:
     """`sample` with the tokens in `drop_T` out of the loss (logprob 0, version -1) and its spans split around them."""
     keep_T = np.asarray(sample.loss_mask_T, dtype=bool) & ~drop_T
     spans = tuple(piece for span in sample.spans for piece in _split(span, keep_T))
@@ -68,7 +110,7 @@ def mask_tokens(sample: Sample, drop_T: np.ndarray) -> Sample:
     return replace(sample, spans=spans, **arrays)
 
 
-def _split(span: TrainableSpan, keep_T: np.ndarray) -> list[TrainableSpan]:
+def _split(span: Span, keep_T: np.ndarray) -> list[Span]:
     """The runs of kept tokens inside `span`, each a span of the same call."""
     kept = np.flatnonzero(keep_T[span.start : span.end]) + span.start
     if kept.size == 0:
