@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,31 @@ def test_harness_refuses_a_workdir_without_repo(tmp_path):
     usage = subprocess.run([sys.executable, "-m", "agents.cli_harness.harness", "aider", "/x"], cwd=tmp_path,
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert usage.returncode == 2 and "claude-code|codex" in usage.stderr
+
+
+def test_sigterm_to_the_harness_ends_the_cli_group(tmp_path):
+    """The runner's stop (a timeout, a cancel) reaches the CLI and what it started, through the harness."""
+    workdir = tmp_path / "work"
+    (workdir / REPO_DIR).mkdir(parents=True)
+    (workdir / "task.json").write_text(json.dumps({"id": "t", "problem_statement": "fix it", "store": "/s"}))
+    binary = stand_in_cli(tmp_path / "cli", "sleep 300 & echo $! > ../child.pid; wait")
+    env = {"PATH": os.environ["PATH"], "OPENAI_BASE_URL": "http://127.0.0.1:1/r/r1/v1", "OPENAI_API_KEY": "rk-1",
+           "HARNESSRL_TASK": str(workdir / "task.json"), "PYTHONPATH": str(Path.cwd())}
+    harness = subprocess.Popen([sys.executable, "-m", "agents.cli_harness.harness", "codex", str(binary)],
+                               cwd=workdir, env=env, stdout=subprocess.PIPE, text=True)
+    child_pid = workdir / "child.pid"
+    for _ in range(200):
+        if child_pid.exists() and child_pid.read_text().strip():
+            break
+        time.sleep(0.05)
+    harness.send_signal(signal.SIGTERM)
+    stdout, _ = harness.communicate(timeout=30)
+    assert harness.returncode == 128 + signal.SIGTERM and summary_of(stdout)["exit_status"] == "KilledBySignal"
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):
+            os.kill(int(child_pid.read_text()), 0)
+            time.sleep(0.05)
+
+
+def summary_of(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
