@@ -51,6 +51,32 @@ TOOL_TURN_CHAT = [
     {"role": "user", "content": "go on"},
 ]
 
+CC_CALL = {"type": "tool_use", "id": "toolu_x_0", "name": "Bash", "input": {"command": "ls"}}
+CC_RESULT = {"type": "tool_result", "content": "<e>no</e>", "is_error": True, "tool_use_id": "toolu_x_0",
+             "cache_control": {"type": "ephemeral"}}
+EPHEMERAL = {"type": "ephemeral"}
+CLAUDE_CODE = {
+    "model": "claude-opus-5-5", "max_tokens": 128000, "stream": True,
+    "thinking": {"type": "adaptive", "display": "omitted"},
+    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    "output_config": {"effort": "medium"}, "metadata": {"user_id": '{"device_id": "d", "session_id": "s"}'},
+    "system": [{"type": "text", "text": "header"}, {"type": "text", "text": "role", "cache_control": EPHEMERAL},
+               {"type": "text", "text": "rules", "cache_control": EPHEMERAL}],
+    "messages": [{"role": "user", "content": [{"type": "text", "text": "<system-reminder>r</system-reminder>"},
+                                              {"type": "text", "text": "say hi"}]},
+                 {"role": "system", "content": [{"type": "text", "text": "# Environment"}]},
+                 {"role": "assistant", "content": [{"type": "text", "text": "ok"}, CC_CALL]},
+                 {"role": "user", "content": [CC_RESULT]}],
+    "tools": [BASH, {**BASH, "name": "DeferredToolPlaceholder", "defer_loading": True}]}
+CLAUDE_CODE_CHAT = {"messages": [
+    {"role": "system", "content": "header\nrole\nrules"},
+    {"role": "user", "content": "<system-reminder>r</system-reminder>\nsay hi"},
+    {"role": "system", "content": "# Environment"},
+    {"role": "assistant", "content": "ok", "tool_calls": [
+        {"id": "toolu_x_0", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}]},
+    {"role": "tool", "tool_call_id": "toolu_x_0", "content": "Error: <e>no</e>"}],
+    "tools": [BASH_FN], "max_tokens": 128000}
+
 REQUESTS = [
     ("plain", body(), {"messages": [USER], "max_tokens": 100}),
     ("system string", body(system="be brief"),
@@ -83,6 +109,8 @@ REQUESTS = [
         tools=[{**BASH, "cache_control": {"type": "ephemeral"}, "eager_input_streaming": True, "strict": False,
                 "type": "custom"}]),
      {"messages": [USER], "tools": [BASH_FN], "max_tokens": 100}),
+    ("the shape Claude Code 2.1.328 sends (its keys, blocks and headers; our own texts)", CLAUDE_CODE,
+     CLAUDE_CODE_CHAT),
     ("deferred tools are not in the prompt", body(tools=[BASH, {**BASH, "name": "Later", "defer_loading": True}]),
      {"messages": [USER], "tools": [BASH_FN], "max_tokens": 100}),
     ("thinking blocks in history are dropped", body(messages=[USER, {"role": "assistant", "content": [
