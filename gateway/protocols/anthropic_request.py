@@ -2,8 +2,9 @@
 
 What the engine computes depends only on the messages, tools and sampling fields, so:
 - translated: `system` (a string or text blocks) -> a system message; `messages` with string or block content
-  (`text`; `tool_use` -> assistant `tool_calls`, arguments as JSON; `tool_result` -> `role: tool` messages in block
-  order, `is_error` marked by `TOOL_ERROR_PREFIX`); `tools` (name, description, input_schema) -> function tools;
+  (a `system` message among them stays a system message in place; `text`; `tool_use` -> assistant `tool_calls`,
+  arguments as JSON; `tool_result` -> `role: tool` messages in block order, `is_error` marked by
+  `TOOL_ERROR_PREFIX`); `tools` (name, description, input_schema) -> function tools;
   `tool_choice` auto/any/tool/none; `max_tokens`, `temperature`, `top_p`, `top_k`, `stop_sequences`;
 - accepted and ignored (they do not change the tokens the engine computes): `metadata`, `cache_control` anywhere,
   `thinking` (the policy has no thinking mode: no thinking blocks are returned), `thinking` and `redacted_thinking`
