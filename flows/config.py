@@ -24,6 +24,7 @@ from flows.config_schema import options_model, unknown_key_error
 from trainer.advantages import AdvantageConfig
 from trainer.backends.torch import OptimizerConfig, TorchBackendConfig
 from trainer.backends.verl import VerlBackendConfig
+from trainer.dynamic_sampling import DynamicSamplingConfig
 from trainer.losses import LossConfig
 from trainer.samples import SampleLimits
 from trainer.scheduling import ScheduleConfig
@@ -119,6 +120,9 @@ class AlgorithmSection(Section):
                                        "(trainer.advantages).")
     samples: SampleLimits = Field(default_factory=SampleLimits, description="Per-call sample limits "
                                   "(trainer.samples).")
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="Refill "
+                                                    "the batch with groups that have signal "
+                                                    "(trainer.dynamic_sampling).")
     val_every: int = Field(default=0, ge=0, description="Validate every this many iterations (0: only at the end).")
 
 

@@ -56,8 +56,10 @@ from tracking.reports import no_signal_message, summary_lines, throughput_metric
 from tracking.tracker import Tracker
 from trainer.backends.base import Backend
 from trainer.collocation import UpdateResult
+from trainer.dynamic_sampling import collect_with_signal, group_has_signal
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import RolloutFeed
+from trainer.rollout_groups import FinishedGroup
 
 log = logging.getLogger(__name__)
 SPLITS_PREFIX = "splits:"
@@ -148,12 +150,11 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
     last_update: UpdateResult | None = None  # an update not uploaded yet
     for index in trange(plan.state.iteration, total, desc=f"train {plan.name}", unit="it"):
         iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
-        fill_in_flight(feed, in_flight_target(config), version)
-        groups, rollout_s = collect_groups(feed, r.batch_groups, r.wait_timeout_s, f"iteration {iteration}")
+        groups, rollout_s, sampling = draw_batch(config, feed, version, f"iteration {iteration}")
         processes.check_alive()
         prepared, split = build_batch(groups, version, r.max_version_lag, config.algorithm.advantage,
                                          config.algorithm.samples, r.pass_threshold, decode)
-        metrics = {**prepared.metrics, **split.as_metrics(), "time/rollout_s": rollout_s,
+        metrics = {**prepared.metrics, **split.as_metrics(), **sampling, "time/rollout_s": rollout_s,
                    "train/policy_version": float(version), "train/iteration": float(iteration)}
         if prepared.no_signal:
             print(no_signal_message(iteration, groups, split, config.recipe, config.engine.model,
@@ -179,6 +180,27 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
         update_progress_artifact(progress, 100.0 * iteration / total)
     if last_update is not None:  # iterations after the last upload trained nothing: the model is unchanged since
         upload(plan, store, tracker, feed, last_update, summary["iterations"], summary)
+
+
+def draw_batch(config: RunConfig, feed: RolloutFeed, version: int,
+               label: str) -> tuple[list[FinishedGroup], float, dict[str, float]]:
+    """The iteration's complete groups, the wait in s and dynamic-sampling metrics: `rollout.batch_groups` groups, or
+    with `algorithm.dynamic_sampling` as many draws as it takes (up to max_draws) to hold that many with signal."""
+    r, waited_s = config.rollout, [0.0]
+
+    def draw(groups: int) -> list[FinishedGroup]:
+        fill_in_flight(feed, in_flight_target(config), version)
+        got, wait_s = collect_groups(feed, groups, r.wait_timeout_s, label)
+        waited_s[0] += wait_s
+        return got
+
+    sampling = config.algorithm.dynamic_sampling
+    if not sampling.enabled:
+        return draw(r.batch_groups), waited_s[0], {}
+    found = collect_with_signal(
+        draw, lambda g: group_has_signal(g, config.algorithm.advantage, version, r.max_version_lag),
+        r.batch_groups, sampling)
+    return found.groups, waited_s[0], found.metrics
 
 
 def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: RolloutFeed, update: UpdateResult,

@@ -169,7 +169,7 @@ def sample_advantages(
     config: AdvantageConfig = AdvantageConfig(),
 ) -> SampleAdvantages:
     """Advantages for samples (given by their rollout ids) from their rollouts' outcomes."""
-    rewards, excluded = _member_rewards(outcomes, config)
+    rewards, excluded = member_rewards(outcomes, config)
     by_id = {outcome.rollout_id: outcome for outcome in outcomes}
     missing = sorted({rid for rid in sample_rollout_ids if rid not in by_id})
     if missing:
@@ -202,7 +202,7 @@ def sample_advantages(
     return SampleAdvantages(advantages_S, keep_S, metrics)
 
 
-def _member_rewards(
+def member_rewards(
     outcomes: Sequence[RolloutOutcome], config: AdvantageConfig
 ) -> tuple[dict[str, float], dict[str, int]]:
     """Reward of every rollout that takes part in group statistics, and counts of the others."""

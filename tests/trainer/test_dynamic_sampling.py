@@ -1,0 +1,60 @@
+"""DAPO-style dynamic sampling: draws until the batch holds batch_groups groups with reward variance, counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.trainer.loop_support import group
+from trainer.advantages import AdvantageConfig
+from trainer.dynamic_sampling import DynamicSamplingConfig, collect_with_signal, group_has_signal
+
+
+def drawer(groups):
+    """A draw that hands out `groups` in order and records how many were asked for each time."""
+    queue, asked = list(groups), []
+
+    def draw(n):
+        asked.append(n)
+        taken, queue[:] = queue[:n], queue[n:]
+        return taken
+
+    return draw, asked
+
+
+def signal(g):
+    return group_has_signal(g, AdvantageConfig(), policy_version=0, max_version_lag=2)
+
+
+def test_flat_groups_are_dropped_and_the_shortfall_drawn_again():
+    groups = [group("a", [1.0, 1.0]), group("b", [1.0, 0.0]), group("c", [0.0, 0.0]), group("d", [0.0, 1.0]),
+              group("e", [0.5, 0.0])]
+    draw, asked = drawer(groups)
+    found = collect_with_signal(draw, signal, 2, DynamicSamplingConfig(enabled=True))
+    assert [g.group_id for g in found.groups] == ["b", "d"] and asked == [2, 1, 1]
+    assert found.metrics == {"dynamic_sampling/groups_drawn": 4.0, "dynamic_sampling/groups_dropped": 2.0,
+                             "dynamic_sampling/draws": 3.0, "dynamic_sampling/short": 0.0}
+
+
+def test_a_batch_still_short_after_max_draws_trains_on_what_it_has():
+    draw, asked = drawer([group(f"f{i}", [1.0, 1.0]) for i in range(5)] + [group("s", [1.0, 0.0])])
+    found = collect_with_signal(draw, signal, 2, DynamicSamplingConfig(enabled=True, max_draws=2))
+    assert found.groups == [] and asked == [2, 2] and found.metrics["dynamic_sampling/short"] == 1.0
+
+
+@pytest.mark.parametrize(("rewards", "failures", "versions", "expected"), [
+    ([1.0, 0.0], {}, {}, True),
+    ([1.0, 1.0], {}, {}, False),
+    ([0.7], {}, {}, False),  # one member: no variance
+    ({"x": 1.0, "y": None}, {"y": "infra"}, {}, False),  # the infra failure does not count
+    ({"x": 1.0, "y": None}, {"y": "agent"}, {}, True),  # an agent failure counts with reward 0
+    ({"x": 1.0, "y": 0.0}, {}, {"y": (0,)}, False),  # y is 5 versions stale at version 5: dropped
+])
+def test_group_has_signal_counts_only_members_that_will_train(rewards, failures, versions, expected):
+    g = group("g", rewards, failures=failures, versions=versions, version=5 if versions else 0)
+    version = 5 if versions else 0
+    assert group_has_signal(g, AdvantageConfig(), version, max_version_lag=2) is expected
+
+
+def test_max_draws_must_be_positive():
+    with pytest.raises(ValueError, match="max_draws=0"):
+        DynamicSamplingConfig(max_draws=0)

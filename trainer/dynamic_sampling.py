@@ -1,0 +1,68 @@
+"""DAPO-style dynamic sampling: draw complete groups until the batch holds `batch_groups` groups with signal.
+
+A group has signal when at least two of its counted members (after the staleness drop and the advantage config's
+failure handling) got different rewards. Groups without it are dropped (as `filter_zero_variance` would) and more are
+drawn, up to `max_draws` draws per batch (verl's `max_num_gen_batches`); a batch still short after that trains on the
+groups it has and says so in its metrics. The draw itself (fill the feed, wait for n complete groups) is the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from trainer.advantages import AdvantageConfig, member_rewards
+from trainer.prepared_step import outcome_of
+from trainer.rollout_groups import FinishedGroup, drop_stale
+
+
+@dataclass(frozen=True)
+class DynamicSamplingConfig:
+    """Whether and how far to refill a batch with groups that have reward variance."""
+
+    enabled: bool = False
+    """Refill the batch until it holds batch_groups groups with reward variance (DAPO); groups without are dropped."""
+    max_draws: int = 4
+    """Most draws of complete groups per batch (the first included); a batch still short then trains as it is."""
+
+    def __post_init__(self) -> None:
+        if self.max_draws < 1:
+            raise ValueError(f"DynamicSamplingConfig.max_draws={self.max_draws}: use at least 1")
+
+
+def group_has_signal(group: FinishedGroup, advantage: AdvantageConfig, policy_version: int,
+                     max_version_lag: int) -> bool:
+    """At least two of the group's members that will count got different rewards."""
+    kept = drop_stale([group], policy_version, max_version_lag).kept
+    outcomes = [outcome_of(r) for g in kept for r in g.rollouts]
+    rewards, _ = member_rewards(outcomes, advantage)
+    return len(set(rewards.values())) > 1
+
+
+@dataclass(frozen=True)
+class SignalGroups:
+    """The groups a dynamically sampled batch trains on, and what it took to find them."""
+
+    groups: list[FinishedGroup]
+    """Groups with signal, at most batch_groups."""
+    metrics: dict[str, float]
+    """dynamic_sampling/ counts: groups drawn, dropped for no signal, draws, short (1.0 when under batch_groups)."""
+
+
+def collect_with_signal(draw: Callable[[int], Sequence[FinishedGroup]], has_signal: Callable[[FinishedGroup], bool],
+                        batch_groups: int, config: DynamicSamplingConfig) -> SignalGroups:
+    """Draws `batch_groups` groups, keeps those with signal, and draws the shortfall again, up to `max_draws` times."""
+    kept: list[FinishedGroup] = []
+    drawn = dropped = draws = 0
+    while len(kept) < batch_groups and draws < config.max_draws:
+        groups = list(draw(batch_groups - len(kept)))
+        draws += 1
+        drawn += len(groups)
+        for group in groups:
+            if has_signal(group):
+                kept.append(group)
+            else:
+                dropped += 1
+    metrics = {"dynamic_sampling/groups_drawn": float(drawn), "dynamic_sampling/groups_dropped": float(dropped),
+               "dynamic_sampling/draws": float(draws), "dynamic_sampling/short": float(len(kept) < batch_groups)}
+    return SignalGroups(kept, metrics)
