@@ -117,7 +117,7 @@ async def _dispatch(svc: GatewayContext, scope: dict, receive, send) -> None:
         await _count_tokens(svc, scope, receive, send, rollout_id)
     elif rest == ("v1", "models") and method == "GET":
         svc.auth.require_rollout(_credential(scope), rollout_id)
-        await _models(svc, send)
+        await (_anthropic_models if header(scope, b"anthropic-version") else _models)(svc, send)
     elif rest == ("events",) and method == "POST":
         await _post_event(svc, scope, receive, send, rollout_id)
     elif artifact and method in ("GET", "PUT"):
@@ -204,6 +204,15 @@ async def _live_brief(svc: GatewayContext, principal: Principal, rollout_id: str
 async def _models(svc: GatewayContext, send) -> None:
     data = [{"id": name, "object": "model", "created": 0, "owned_by": "harnessrl"} for name in svc.router.names()]
     await send_bytes(send, 200, orjson.dumps({"object": "list", "data": data}))
+
+
+async def _anthropic_models(svc: GatewayContext, send) -> None:
+    """The model list in Anthropic's shape, for a client that sends `anthropic-version` (the `anthropic` SDK)."""
+    names = svc.router.names()
+    data = [{"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z",
+             "lifecycle": "active"} for name in names]
+    await send_bytes(send, 200, orjson.dumps({"data": data, "has_more": False, "first_id": names[0] if names else None,
+                                              "last_id": names[-1] if names else None}))
 
 
 async def _post_event(svc: GatewayContext, scope: dict, receive, send, rollout_id: str) -> None:

@@ -213,3 +213,10 @@ def test_a_model_no_one_serves_is_404_in_anthropics_shape(tmp_path, scripted) ->
     finally:
         gateway.stop()
     assert MODEL in message
+
+
+def test_the_sdk_lists_the_models_in_anthropics_shape(rollout) -> None:
+    page = sdk(rollout).models.list()
+    assert [(model.id, model.type) for model in page.data] == [("policy", "model")] and page.has_more is False
+    openai_shaped = httpx.get(rollout.base_url + "/models", headers={"authorization": f"Bearer {rollout.api_key}"})
+    assert openai_shaped.json()["object"] == "list"  # without anthropic-version: OpenAI's list, as before
