@@ -11,12 +11,13 @@ from agents.instruction_following.recipe import RECIPE as IF_RECIPE
 
 
 def test_the_projects_recipes_are_registered_by_name() -> None:
-    assert recipes.recipe_names() == ["instruction_following", "search", "swe", "swe_bench"]
+    assert recipes.recipe_names() == ["claude-code", "codex", "instruction_following", "search", "swe", "swe_bench"]
     assert recipes.get_recipe("instruction_following") is IF_RECIPE
 
 
 def test_an_unknown_name_lists_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="unknown recipe 'nope'; known recipes: instruction_following, search"):
+    known = "claude-code, codex, instruction_following, search"
+    with pytest.raises(KeyError, match=f"unknown recipe 'nope'; known recipes: {known}"):
         recipes.get_recipe("nope")
 
 
