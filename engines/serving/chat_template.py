@@ -6,7 +6,7 @@ model) is rendered with the fallback `hermes_chatml.jinja`: ChatML turns, the to
 in the system turn, assistant calls as `<tool_call>` blocks, tool results as `<tool_response>` blocks in a user turn
 (Qwen2.5's layout, which `tool_parser.py` reads back).
 
-Messages are normalised first, as vLLM does before templating: text parts are joined into a string, null content
+Messages are normalised first, as vLLM does before templating: text parts are joined by newlines, null content
 becomes "", and tool-call arguments sent as JSON strings (OpenAI's shape) become objects.
 """
 
@@ -21,6 +21,8 @@ from typing import Any, Literal, Protocol
 
 FALLBACK_TEMPLATE_PATH = Path(__file__).with_name("hermes_chatml.jinja")
 """The fallback template's file (also what `VLLMConfig.chat_template` can point at)."""
+TEXT_PART_SEPARATOR = "\n"
+"""Joins a message's text parts, as vLLM does for templates that take string content."""
 CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 """Special tokens the fallback template writes; a tokenizer without them cannot use it."""
 
@@ -98,7 +100,7 @@ def _text_content(content: Any, index: int) -> str:
         if not isinstance(part, dict) or part.get("type") != "text":
             raise ChatTemplateError(f"message content part {part!r} is not supported; send text parts only")
         texts.append(part.get("text", ""))
-    return "".join(texts)
+    return TEXT_PART_SEPARATOR.join(texts)
 
 
 def _template_call(call: Any, index: int) -> Any:

@@ -44,7 +44,7 @@ EXPECTED_FALLBACK = (
     '{"type": "object", "properties": {"a": {"type": "integer"}}}}}\n</tools>\n\n'
     "To call functions, answer with one block per call, each holding a JSON object:\n"
     '<tool_call>\n{"name": <function name>, "arguments": <arguments as a JSON object>}\n</tool_call><|im_end|>\n'
-    "<|im_start|>user\nAdd 1 and 2<|im_end|>\n"
+    "<|im_start|>user\nAdd \n1 and 2<|im_end|>\n"
     '<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
     '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call><|im_end|>\n'
     "<|im_start|>user\n<tool_response>\n3\n</tool_response>\n<tool_response>\n0\n</tool_response><|im_end|>\n"
@@ -85,10 +85,10 @@ def test_assistant_content_before_calls_and_tool_messages_without_tools_use_the_
 
 def test_requests_without_tools_keep_the_models_template() -> None:
     tok = tokenizer(SMOLLM_LIKE)
-    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]}]
     rendered = render_chat(tok, messages, None)
     assert rendered.template == "model"
-    assert rendered.text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert rendered.text == "<|im_start|>user\nhi\nthere<|im_end|>\n<|im_start|>assistant\n"  # joined as vLLM does
 
 
 def test_a_template_with_tools_is_preferred_and_gets_arguments_as_objects() -> None:
@@ -96,7 +96,7 @@ def test_a_template_with_tools_is_preferred_and_gets_arguments_as_objects() -> N
     assert model_template_has_tools(tok)
     rendered = render_chat(tok, CONVERSATION[1:3], TOOLS, add_generation_prompt=False)
     assert rendered.template == "model"
-    assert rendered.text == "TOOLS:add;[user]Add 1 and 2[assistant]<call add 1><call add >"  # trim_blocks
+    assert rendered.text == "TOOLS:add;[user]Add \n1 and 2[assistant]<call add 1><call add >"  # trim_blocks
 
 
 def test_template_tool_detection() -> None:

@@ -52,7 +52,7 @@ def test_chat_logprobs_equal_teacher_forcing(client, reference_model, tokenizer)
 def test_list_content_is_flattened_for_the_chat_template(client, tokenizer) -> None:
     parts = [{"type": "text", "text": "Add "}, {"type": "text", "text": "1+2"}]
     response = chat(client, messages=[{"role": "user", "content": parts}], max_tokens=2, temperature=0)
-    flat = [{"role": "user", "content": "Add 1+2"}]
+    flat = [{"role": "user", "content": "Add \n1+2"}]  # text parts joined by newlines, as vLLM joins them
     rendered = tokenizer.apply_chat_template(flat, add_generation_prompt=True, tokenize=False)
     expected = tokenizer(rendered, add_special_tokens=False)["input_ids"]
     assert response.model_extra["prompt_token_ids"] == expected

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import torch
 
+from engines.serving.chat_template import fallback_template, render_chat
 from engines.vllm import VLLMConfig, VLLMEngine, default_vllm_python
 from gateway.client import GatewayClient
 from gateway.records import CallRecord, RolloutSpec
@@ -47,7 +48,8 @@ def vllm(smollm2_dir: Path, tmp_path_factory) -> Iterator[VLLMEngine]:
     root = tmp_path_factory.mktemp("vllm")
     config = VLLMConfig(model=str(smollm2_dir), served_model_name=SERVED_NAME, device="cpu", dtype="float32",
                         max_model_len=2048, enforce_eager=True, cache_root=str(root / "cache"),
-                        extra_env=(("HF_HUB_OFFLINE", "1"),), startup_timeout_s=300)
+                        extra_env=(("HF_HUB_OFFLINE", "1"),), startup_timeout_s=300,
+                        extra_args=("--trust-request-chat-template",))
     engine = VLLMEngine(config, log_path=root / "server.log")
     engine.start()
     yield engine
@@ -135,6 +137,31 @@ def test_tool_requests_get_auto_tool_choice_and_every_choice(vllm):
     choices = response.json()["choices"]
     assert [c["index"] for c in choices] == [0, 1]
     assert all(c["token_ids"] and c["finish_reason"] in ("stop", "length", "tool_calls") for c in choices)
+
+
+TOOL_CONVERSATION = [
+    {"role": "system", "content": "Be terse."},
+    {"role": "user", "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "1 + 2?"}]},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}},
+        {"id": "call_2", "type": "function", "function": {"name": "add", "arguments": '{"a": 0, "b": 3}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+    {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "3"}]},
+]
+
+
+def test_vllm_renders_the_fallback_template_as_the_embedded_engine(vllm, tokenizer):
+    """The same conversation with tools, rendered by vLLM with `hermes_chatml` and by our chat_template.py."""
+    tools = [{"type": "function", "function": {"name": "add", "description": "Add two integers",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "a": {"type": "integer"}, "b": {"type": "integer"}}}}}]
+    ours = render_chat(tokenizer, TOOL_CONVERSATION, tools)
+    assert ours.template == "fallback"
+    body = {"model": SERVED_NAME, "messages": TOOL_CONVERSATION, "tools": tools,
+            "chat_template": fallback_template()}
+    response = httpx.post(f"{vllm.base_url}/tokenize", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    assert tokenizer.decode(response.json()["tokens"]) == ours.text
 
 
 def test_sleep_holds_new_requests_until_wake_up(vllm, admin):
