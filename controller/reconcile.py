@@ -24,7 +24,7 @@ from controller.outcomes import Outcome
 from controller.recipe import Recipe
 from controller.recipes import get_recipe
 from controller.report import report_attempt
-from controller.runners.base import OrphanReaper, Runner, RunResult, Termination
+from controller.runners.base import DeadlineExtender, OrphanReaper, Runner, RunResult, Termination
 from gateway.client import GatewayAPIError, GatewayClient
 from gateway.records import EventKind, FailureKind, Rollout, RolloutState
 
@@ -61,6 +61,7 @@ class Reconciler:
         self._pool = ThreadPoolExecutor(config.grade_workers, thread_name_prefix="harnessrl-report")
         self.stats = ReconcileStats()
         self._orphans_reaped = False
+        self._paused_s: float | None = None  # the gateway's paused seconds when last read
 
     def idle(self) -> bool:
         """True when no attempt is running or being reported."""
@@ -70,6 +71,7 @@ class Reconciler:
         """One reconcile pass; returns how many rollouts were claimed."""
         if not self._orphans_reaped:
             self._reap_orphans()
+        self._extend_for_held_time()
         self._collect_ended()
         self._collect_reports()
         self._renew_leases()
@@ -224,6 +226,22 @@ class Reconciler:
                 self.runner.cancel(rollout_id)
             except httpx.HTTPError as exc:
                 log.warning("renewing the lease of %s failed (gateway unreachable?): %s", rollout_id, exc)
+
+    def _extend_for_held_time(self) -> None:
+        """Extends the running attempts' deadlines by the time the gateway was paused since the last tick (their
+        calls were held during a collocated weight update: not the harness's time)."""
+        if not isinstance(self.runner, DeadlineExtender):
+            return
+        try:
+            paused_s = self.admin.state().paused_s
+        except GATEWAY_ERRORS as exc:
+            log.warning("could not read the gateway's paused time, retrying next tick: %s", exc)
+            return
+        held_s = paused_s - self._paused_s if self._paused_s is not None and paused_s > self._paused_s else 0.0
+        self._paused_s = paused_s
+        if held_s > 0:
+            for rollout_id in self._active:
+                self.runner.extend_deadline(rollout_id, held_s)
 
     def _count(self, key: str) -> None:
         self.stats.reported[key] = self.stats.reported.get(key, 0) + 1

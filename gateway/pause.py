@@ -1,7 +1,8 @@
 """Pause, drain, resume: a gate in front of upstream dispatch for collocated training.
 
 While paused, new calls are held (not rejected) for at most `hold_timeout_s`; `pause` returns once no call is in
-flight (or `drain_timeout_s` passes); `resume` releases the held calls.
+flight (or `drain_timeout_s` passes); `resume` releases the held calls. `paused_s` counts the seconds spent paused
+since start, so a controller can extend its harnesses' time limits by the time their calls were held.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ class PauseGate:
         self._resumed.set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._paused_since: float | None = None
+        self._paused_before_s = 0.0
+
+    @property
+    def paused_s(self) -> float:
+        """Seconds spent paused since the gateway started, the current pause included."""
+        current_s = time.monotonic() - self._paused_since if self._paused_since is not None else 0.0
+        return self._paused_before_s + current_s
 
     @asynccontextmanager
     async def admit(self):
@@ -62,6 +71,8 @@ class PauseGate:
         self.paused = True
         self._resumed.clear()
         started = time.monotonic()
+        if self._paused_since is None:
+            self._paused_since = started
         with suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout=drain_timeout_s)
         return self.snapshot(waited_ms=(time.monotonic() - started) * 1000)
@@ -70,6 +81,9 @@ class PauseGate:
         """Release held calls."""
         self.paused = False
         self._resumed.set()
+        if self._paused_since is not None:
+            self._paused_before_s += time.monotonic() - self._paused_since
+            self._paused_since = None
         return self.snapshot(waited_ms=0.0)
 
     def snapshot(self, waited_ms: float) -> PauseResult:

@@ -275,3 +275,5 @@ class GatewayState(WireModel):
     in_flight: int = Field(description="Calls in flight upstream.")
     held: int = Field(description="Calls held by a pause.")
     models: list[ModelRecord] = Field(description="Registered endpoints.")
+    paused_s: float = Field(default=0.0, description="Seconds spent paused since the gateway started (the current "
+                            "pause included): controllers extend their harnesses' time limits by its growth.")

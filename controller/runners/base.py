@@ -96,3 +96,13 @@ class OrphanReaper(Protocol):
         """Stop every attempt started under `controller_id` whose rollout is not in `held`; returns their rollout ids.
         Attempts started after this call are labelled with `controller_id`."""
         ...
+
+
+@runtime_checkable
+class DeadlineExtender(Protocol):
+    """A runner whose attempts' deadlines can move: the controller extends them by the time the gateway held calls
+    during a collocated weight update, so that time does not count against a harness's limit."""
+
+    def extend_deadline(self, rollout_id: str, extra_s: float) -> None:
+        """Push the running attempt's deadline back by `extra_s` seconds (no-op for an attempt that ended)."""
+        ...

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -122,6 +123,7 @@ class _Job:
     trouble: PodTrouble  # its pods' trouble while it runs
     stopped: Termination | None = None  # set when the runner deleted the Job itself (cancel, start error)
     detail: str = ""  # why it was stopped
+    extended_s: float = 0.0  # deadline extensions so far (time the gateway held calls)
 
 
 class KubernetesRunner:
@@ -285,6 +287,22 @@ class KubernetesRunner:
             self._delete_job(meta["name"])
             reaped.append(rollout_id)
         return reaped
+
+    def extend_deadline(self, rollout_id: str, extra_s: float) -> None:
+        """Raise the running attempt's Job activeDeadlineSeconds by `extra_s` (a Job's deadline may be updated)."""
+        from kubernetes.client.exceptions import ApiException
+
+        job = self._jobs.get(rollout_id)
+        if job is None or job.stopped is not None:
+            return
+        job.extended_s += extra_s
+        deadline_s = max(1, math.ceil(job.spec.timeout_s + job.extended_s))
+        try:
+            self._batch.patch_namespaced_job(job.name, self.settings.namespace,
+                                             {"spec": {"activeDeadlineSeconds": deadline_s}}, _preload_content=False)
+        except ApiException as exc:  # the next extension patches the whole total again
+            log.warning("could not extend the deadline of Job %s to %d s: %s %s", job.name, deadline_s, exc.status,
+                        exc.reason)
 
     def cancel(self, rollout_id: str) -> None:
         """Delete the attempt's Job now; the next poll reports it as cancelled."""

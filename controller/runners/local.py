@@ -161,6 +161,12 @@ class LocalRunner:
         termination, exit_code, detail = _classify_exit(code, run.reason)
         return RunResult(rollout_id, run.spec.attempt, termination, exit_code, detail, now - run.started_s)
 
+    def extend_deadline(self, rollout_id: str, extra_s: float) -> None:
+        """Push a running attempt's deadline back by `extra_s` (time its calls were held by a paused gateway)."""
+        run = self._running.get(rollout_id)
+        if run is not None and run.reason is None:
+            run.deadline_s += extra_s
+
     def cancel(self, rollout_id: str) -> None:
         """SIGTERM the attempt's processes now (SIGKILL follows after the grace period)."""
         run = self._running.get(rollout_id)

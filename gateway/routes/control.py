@@ -28,4 +28,4 @@ async def resume(svc: GatewayContext = Depends(context)) -> PauseResult:
 async def state(svc: GatewayContext = Depends(context)) -> GatewayState:
     """Pause state, in-flight and held calls, registered endpoints."""
     return GatewayState(paused=svc.gate.paused, in_flight=svc.gate.in_flight, held=svc.gate.held,
-                        models=await svc.store.list_models())
+                        models=await svc.store.list_models(), paused_s=svc.gate.paused_s)

@@ -27,6 +27,7 @@ class FakeKube:
         self.logs: dict[str, str] = {}  # pod name -> log text
         self.requests: list[tuple[str, str]] = []  # (method, path) in arrival order
         self.fail_next: dict[tuple[str, str], int] = {}  # (method, kind) -> HTTP status for the next such request
+        self.patches: list[tuple[str, str, str, dict[str, Any]]] = []  # (kind, name, content type, body)
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -56,6 +57,17 @@ class FakeKube:
 
     def set_job_status(self, job_name: str, status: dict[str, Any]) -> None:
         self.objects["jobs"][job_name]["status"] = status
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """A JSON merge patch (also what a strategic merge patch of plain fields does)."""
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        elif value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value
 
 
 def _matches(obj: dict[str, Any], selector: str | None) -> bool:
@@ -124,6 +136,14 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                                     if o["metadata"]["labels"].get("batch.kubernetes.io/job-name") == name]:
                             del kube.objects["pods"][pod]
                     self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+                elif method == "PATCH" and name is not None:
+                    body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                    if name not in store:
+                        self._status(404, "NotFound")
+                        return
+                    kube.patches.append((kind, name, self.headers.get("content-type", ""), body))
+                    _merge(store[name], body)
+                    self._send(200, store[name])
                 else:
                     self._status(405, "MethodNotAllowed")
 
@@ -132,6 +152,9 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802
             self._route("POST")
+
+        def do_PATCH(self) -> None:  # noqa: N802
+            self._route("PATCH")
 
         def do_DELETE(self) -> None:  # noqa: N802
             if "content-length" in self.headers:
