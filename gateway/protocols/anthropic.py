@@ -40,7 +40,7 @@ class MessagesAdapter:
         return body
 
     def parse_count(self, raw: bytes) -> dict[str, Any]:
-        """A `count_tokens` request body (as `parse`, without `max_tokens`, `stream` and sampling fields)."""
+        """A `count_tokens` request body (as `parse`; `max_tokens` may be absent)."""
         body = parse_body(raw)
         anthropic_request.check_fields(body, count_tokens=True)
         return body

@@ -33,20 +33,19 @@ TRANSLATED_FIELDS = frozenset({"model", "messages", "max_tokens", "system", "str
 IGNORED_FIELDS = frozenset({"metadata", "cache_control", "thinking", "context_management", "service_tier", "speed",
                             "inference_geo", "diagnostics", "container", "user_profile_id", "workspace_id"})
 CHECKED_FIELDS = frozenset({"output_config", "mcp_servers"})
-COUNT_FIELDS = (TRANSLATED_FIELDS | IGNORED_FIELDS | CHECKED_FIELDS) - {"max_tokens", "stream", "temperature",
-                                                                       "top_p", "top_k", "stop_sequences"}
+KNOWN_FIELDS = TRANSLATED_FIELDS | IGNORED_FIELDS | CHECKED_FIELDS  # count_tokens takes them all: it counts the prompt
 TOOL_IGNORED = frozenset({"cache_control", "eager_input_streaming", "defer_loading", "allowed_callers", "type"})
 DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 def check_fields(body: dict[str, Any], *, count_tokens: bool) -> None:
-    """BadRequest naming the first top-level field the gateway cannot honour."""
-    allowed = COUNT_FIELDS if count_tokens else TRANSLATED_FIELDS | IGNORED_FIELDS | CHECKED_FIELDS
+    """BadRequest naming the first top-level field the gateway cannot honour (`count_tokens`: `max_tokens` may be
+    absent; sampling fields, which do not change the prompt, are accepted)."""
     for key in body:
-        if key not in allowed:
+        if key not in KNOWN_FIELDS:
             raise BadRequest(f"field {key!r} is not supported by this gateway: it would change what the model "
-                             f"computes and cannot be honoured; remove it (supported: {', '.join(sorted(allowed))})",
-                             param=key)
+                             f"computes and cannot be honoured; remove it (supported: "
+                             f"{', '.join(sorted(KNOWN_FIELDS))})", param=key)
     _typed(body, "model", str, required=True)
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         raise BadRequest("'messages' must be a non-empty list of messages", param="messages")

@@ -161,11 +161,14 @@ def test_refusals_name_the_field(name: str, request_body: dict[str, Any], param:
     assert param in refused.value.message
 
 
-def test_count_tokens_takes_no_max_tokens_but_refuses_sampling_fields() -> None:
+def test_count_tokens_takes_no_max_tokens_and_refuses_what_messages_refuses() -> None:
     assert ADAPTER.parse_count(orjson.dumps({"model": "m", "messages": [USER]}))["messages"] == [USER]
-    with pytest.raises(BadRequest) as refused:
-        ADAPTER.parse_count(orjson.dumps({"model": "m", "messages": [USER], "temperature": 1}))
-    assert refused.value.param == "temperature"
+    assert ADAPTER.parse_count(orjson.dumps({"model": "m", "messages": [USER], "max_tokens": 9, "temperature": 1}))
+    refused_fields = (({"logit_bias": {}}, "logit_bias"), ({"output_config": {"format": {}}}, "output_config.format"))
+    for extra, param in refused_fields:
+        with pytest.raises(BadRequest) as refused:
+            ADAPTER.parse_count(orjson.dumps({"model": "m", "messages": [USER], **extra}))
+        assert refused.value.param == param
 
 
 RID = "msg_0123"
