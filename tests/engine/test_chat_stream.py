@@ -5,8 +5,11 @@ from __future__ import annotations
 import itertools
 import json
 
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletionChunk
+
 from engines.serving.chat_stream import ChatStreamAssembler
-from engines.serving.responses import ChoiceLog, ResponseMeta, chat_body
+from engines.serving.responses import ChoiceLog, ResponseMeta, chat_body, chat_role_chunk
 from engines.serving.scheduler import TokenEvent
 from engines.serving.tool_parser import parse_tool_calls
 
@@ -105,3 +108,17 @@ def test_chat_body_without_parsing_leaves_the_text_alone() -> None:
     [choice] = body["choices"]
     assert choice["message"]["content"] == CALL and choice["message"]["tool_calls"] == []
     assert choice["finish_reason"] == "stop" and "tool_call_parse_failures" not in choice
+
+
+def test_the_openai_sdk_accumulates_the_streamed_calls() -> None:
+    assembler = ChatStreamAssembler(META, 1, token_text, with_logprobs=False, with_token_ids=False,
+                                    parse_tool_calls=True, make_call_id=ids())
+    state = ChatCompletionStreamState()
+    state.handle_chunk(ChatCompletionChunk.model_validate(chat_role_chunk(META, 0, None)))
+    for event in events(PIECES):
+        state.handle_chunk(ChatCompletionChunk.model_validate(assembler.token_chunk(0, event)))
+    [choice] = state.get_final_completion().choices
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "I will add.<tool_call>{bad}</tool_call>"
+    assert [(c.id, c.function.name, c.function.arguments) for c in choice.message.tool_calls] == [
+        ("call_0", "add", '{"a": 1}')]
