@@ -3,7 +3,8 @@
 A group has signal when at least two of its counted members (after the staleness drop and the advantage config's
 failure handling) got different rewards. Groups without it are dropped (as `filter_zero_variance` would) and more are
 drawn, up to `max_draws` draws per batch (verl's `max_num_gen_batches`); a batch still short after that trains on the
-groups it has and says so in its metrics. The draw itself (fill the feed, wait for n complete groups) is the caller's.
+groups it has and says so in its metrics (with none at all, it hands back the groups drawn: no gradient signal). The
+draw itself (fill the feed, wait for n complete groups) is the caller's.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class SignalGroups:
     """The groups a dynamically sampled batch trains on, and what it took to find them."""
 
     groups: list[FinishedGroup]
-    """Groups with signal, at most batch_groups."""
+    """Groups with signal, at most batch_groups; when none had any, every group drawn (the step then reports "no
+    gradient signal" with their rewards)."""
     metrics: dict[str, float]
     """dynamic_sampling/ counts: groups drawn, dropped for no signal, draws, short (1.0 when under batch_groups)."""
 
@@ -53,16 +55,14 @@ def collect_with_signal(draw: Callable[[int], Sequence[FinishedGroup]], has_sign
                         batch_groups: int, config: DynamicSamplingConfig) -> SignalGroups:
     """Draws `batch_groups` groups, keeps those with signal, and draws the shortfall again, up to `max_draws` times."""
     kept: list[FinishedGroup] = []
-    drawn = dropped = draws = 0
+    dropped: list[FinishedGroup] = []
+    drawn = draws = 0
     while len(kept) < batch_groups and draws < config.max_draws:
         groups = list(draw(batch_groups - len(kept)))
         draws += 1
         drawn += len(groups)
         for group in groups:
-            if has_signal(group):
-                kept.append(group)
-            else:
-                dropped += 1
-    metrics = {"dynamic_sampling/groups_drawn": float(drawn), "dynamic_sampling/groups_dropped": float(dropped),
+            (kept if has_signal(group) else dropped).append(group)
+    metrics = {"dynamic_sampling/groups_drawn": float(drawn), "dynamic_sampling/groups_dropped": float(len(dropped)),
                "dynamic_sampling/draws": float(draws), "dynamic_sampling/short": float(len(kept) < batch_groups)}
-    return SignalGroups(kept, metrics)
+    return SignalGroups(kept or dropped, metrics)

@@ -36,9 +36,18 @@ def test_flat_groups_are_dropped_and_the_shortfall_drawn_again():
 
 
 def test_a_batch_still_short_after_max_draws_trains_on_what_it_has():
-    draw, asked = drawer([group(f"f{i}", [1.0, 1.0]) for i in range(5)] + [group("s", [1.0, 0.0])])
+    draw, asked = drawer([group("f0", [1.0, 1.0]), group("s0", [1.0, 0.0]), group("f1", [0.0, 0.0]),
+                          group("f2", [1.0, 1.0]), group("s1", [0.0, 1.0])])
+    found = collect_with_signal(draw, signal, 3, DynamicSamplingConfig(enabled=True, max_draws=2))
+    assert [g.group_id for g in found.groups] == ["s0", "s1"] and asked == [3, 2]
+    assert found.metrics["dynamic_sampling/short"] == 1.0 and found.metrics["dynamic_sampling/groups_dropped"] == 3.0
+
+
+def test_without_any_group_with_signal_the_drawn_groups_come_back_to_report_no_signal():
+    draw, asked = drawer([group(f"f{i}", [1.0, 1.0]) for i in range(5)])
     found = collect_with_signal(draw, signal, 2, DynamicSamplingConfig(enabled=True, max_draws=2))
-    assert found.groups == [] and asked == [2, 2] and found.metrics["dynamic_sampling/short"] == 1.0
+    assert [g.group_id for g in found.groups] == ["f0", "f1", "f2", "f3"] and asked == [2, 2]
+    assert found.metrics["dynamic_sampling/short"] == 1.0
 
 
 @pytest.mark.parametrize(("rewards", "failures", "versions", "expected"), [
