@@ -28,7 +28,9 @@ from gateway.upstream import UpstreamFailed
 
 CHAT_PATH = "/chat/completions"
 TOKENIZE_PATH = "/tokenize"  # vLLM's (and the embedded engine's): at the server root, not under /v1
-BROKEN_FEED = (ProtocolError, TypeError, AttributeError, KeyError, ValueError)  # a chunk the translator cannot read
+UNTRANSLATABLE = (ProtocolError, TypeError, AttributeError, KeyError, ValueError)
+"""What an adapter raises on an answer or chunk it cannot translate (ProtocolError; the others when an answer within
+the captured shapes is off the adapter's, e.g. a tool call that is not an object): recorded, answered 502."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ async def _unary(svc: GatewayContext, ctx: CallContext, call: Translated, send, 
         return
     try:
         answer = orjson.dumps(adapter.from_chat(decoded, call.body, call.response_id))
-    except ProtocolError as exc:
+    except UNTRANSLATABLE as exc:
         await _broken(svc, ctx, adapter, send, status, f"the upstream's answer cannot be translated: {exc}", payload)
         return
     cap.response_id = call.response_id
@@ -219,7 +221,7 @@ def _closing(translator: StreamTranslator, problem: tuple[str, str] | None) -> t
         return translator.error(*problem), problem[0]
     try:
         return translator.finish(), None
-    except ProtocolError as exc:
+    except UNTRANSLATABLE as exc:
         reason = f"the upstream's answer cannot be translated: {exc}"
         return translator.error(reason, "upstream_protocol_error"), reason
 
@@ -266,7 +268,7 @@ async def _feed_line(line: bytes, cap: Captured, translator: StreamTranslator, s
         return cap.error or "broken stream", "upstream_protocol_error" if cap.broken else "upstream_error"
     try:
         events = translator.feed(chunk)
-    except BROKEN_FEED as exc:
+    except UNTRANSLATABLE as exc:
         return f"the upstream's answer breaks the protocol: {type(exc).__name__}: {exc}", "upstream_protocol_error"
     if events:
         sent.append(events)

@@ -69,6 +69,10 @@ UNARY = {
         Answer((orjson.dumps({**GOOD, "choices": [{"index": 0, "message": {"content": "", "tool_calls": [
             tool_call('{"cmd": ')]}, "token_ids": [3], "finish_reason": "tool_calls"}]}),)),
         502, "api_error", "upstream_protocol_error"),
+    "a tool call that is not an object": (
+        Answer((orjson.dumps({**GOOD, "choices": [{"index": 0, "message": {"content": "", "tool_calls": ["ls"]},
+                                                   "token_ids": [3], "finish_reason": "tool_calls"}]}),)),
+        502, "api_error", "upstream_protocol_error"),
     "the engine refuses the request": (
         Answer((b'{"error": {"message": "prompt is longer than the context", "type": "BadRequestError"}}',),
                status=400), 400, "invalid_request_error", "upstream_error"),
