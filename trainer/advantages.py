@@ -56,6 +56,14 @@ class AdvantageConfig:
     filter_zero_variance: bool = False
     """Drop the samples of groups whose members all share one reward, out of the batch and its loss denominators
     (false: they train with advantage 0 and count in the denominators, as every rollout taken does in verl)."""
+    overlong_max_tokens: int | None = None
+    """Soft overlong punishment (DAPO; None: off): a rollout whose longest call response exceeds overlong_max_tokens -
+    overlong_buffer_tokens loses (excess / buffer) x overlong_penalty_factor of reward, the whole factor at the limit;
+    set it to the harness's max_tokens (trainer.overlong)."""
+    overlong_buffer_tokens: int = 0
+    """The soft punishment's buffer: the last this many tokens before overlong_max_tokens."""
+    overlong_penalty_factor: float = 1.0
+    """The soft punishment's largest penalty."""
 
     def __post_init__(self) -> None:
         if self.estimator not in ("grpo", "rloo", "reinforce_pp_baseline"):
@@ -66,6 +74,11 @@ class AdvantageConfig:
             raise ValueError(f"AdvantageConfig.level={self.level!r}: use 'rollout' or 'sample'")
         if self.epsilon < 0:
             raise ValueError(f"AdvantageConfig.epsilon={self.epsilon}: use a non-negative value")
+        if self.overlong_max_tokens is not None and not 0 < self.overlong_buffer_tokens <= self.overlong_max_tokens:
+            raise ValueError(
+                f"AdvantageConfig.overlong_buffer_tokens={self.overlong_buffer_tokens} with overlong_max_tokens="
+                f"{self.overlong_max_tokens}: use a buffer between 1 and overlong_max_tokens"
+            )
 
 
 @dataclass(frozen=True)

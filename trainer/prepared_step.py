@@ -15,6 +15,7 @@ import numpy as np
 from gateway.records import Rollout
 from trainer.advantages import AdvantageConfig, RolloutOutcome, sample_advantages
 from trainer.backends.base import TrainBatch
+from trainer.overlong import penalize_overlong
 from trainer.recorded import recorded_calls
 from trainer.rollout_groups import FinishedGroup
 from trainer.samples import SampleLimits, build_samples
@@ -61,9 +62,10 @@ def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, li
     calls = [c for group in groups for r in group.rollouts for c in recorded_calls(r, group.calls.get(r.id, ()))]
     built = build_samples(calls, limits=limits, decode=decode)
     rollout_ids = [sample.rollout_id for sample in built.samples]
-    advantages = sample_advantages(rollout_ids, [outcome_of(r) for r in rollouts], advantage)
+    outcomes, overlong = penalize_overlong([outcome_of(r) for r in rollouts], calls, advantage)
+    advantages = sample_advantages(rollout_ids, outcomes, advantage)
     metrics = {**reward_metrics(rollouts, pass_threshold, "rollout"), **built.stats.as_metrics(),
-               **advantages.metrics, "rollout/groups": float(len(groups))}
+               **advantages.metrics, **overlong, "rollout/groups": float(len(groups))}
     signal_S = advantages.keep_S & (advantages.advantages_S != 0.0)
     metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))
     if not signal_S.any():
