@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gateway.client import GatewayClient
@@ -50,19 +51,20 @@ def run(step: int) -> str:
 
 agent = Agent(name="fixer", instructions="You fix bugs.", tools=[read_file, run], model="policy")
 
-async def episode(stream):
+async def episode(stream, chained=False):
     ran.clear()
     if stream:
         result = Runner.run_streamed(agent, "fix a.py", max_turns=4)
         kinds = [event.type async for event in result.stream_events()]
         assert "raw_response_event" in kinds, kinds
     else:
-        result = await Runner.run(agent, "fix a.py", max_turns=4)
+        result = await Runner.run(agent, "fix a.py", max_turns=4, auto_previous_response_id=chained)
     ids = [response.response_id for response in result.raw_responses]
     return {"final": result.final_output, "ran": list(ran), "response_ids": ids}
 
 async def main():
-    print(json.dumps([await episode(stream=False), await episode(stream=True)]))
+    print(json.dumps([await episode(stream=False), await episode(stream=True),
+                      await episode(stream=False, chained=True)]))
 
 asyncio.run(main())
 '''
@@ -84,15 +86,17 @@ def gateway_admin(tmp_path_factory):
     gw = InProcessGateway(db_url=f"sqlite:///{tmp_path_factory.mktemp('gw') / 'store.db'}").start()
     with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
         admin.register_model("policy", scripted.base_url, version=2)
-        yield admin
+        yield admin, scripted
     gw.stop()
     scripted.stop()
 
 
 def test_an_agent_runs_its_function_tools_end_to_end(gateway_admin, tmp_path):
-    """Two episodes in one SDK process (its import takes seconds): `Runner.run`, then `Runner.run_streamed`."""
+    admin, scripted = gateway_admin
+    """Three episodes in one SDK process (its import takes seconds): `Runner.run`, `Runner.run_streamed`, and
+    `Runner.run` chaining its calls by `previous_response_id` (served from the rollout's recorded calls)."""
     python = sdk_python()
-    (created,) = create_rollouts(gateway_admin)
+    (created,) = create_rollouts(admin)
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "OPENAI_BASE_URL": created.base_url,
@@ -101,10 +105,10 @@ def test_an_agent_runs_its_function_tools_end_to_end(gateway_admin, tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     episodes = json.loads(done.stdout.strip().splitlines()[-1])
-    calls = gateway_admin.calls(created.id)
+    calls = admin.calls(created.id)
     assert [(c.kind, c.stream, c.status) for c in calls] == [("responses", stream, "ok") for stream in
-                                                              (False, False, True, True)]
-    for episode, (first, second) in zip(episodes, (calls[:2], calls[2:]), strict=True):
+                                                              (False, False, True, True, False, False)]
+    for episode, (first, second) in zip(episodes, (calls[:2], calls[2:4], calls[4:]), strict=True):
         assert episode["ran"] == [["read_file", 0], ["run", 1]]
         assert episode["final"] == "t" * RESPONSE_TOKENS
         assert [first.response_id, second.response_id] == episode["response_ids"]
@@ -115,6 +119,12 @@ def test_an_agent_runs_its_function_tools_end_to_end(gateway_admin, tmp_path):
         outputs = {item["call_id"]: item["output"] for item in second.request["input"]
                    if item.get("type") == "function_call_output"}
         assert sorted(outputs.values()) == ["1 passed", "contents of step 0"]
+    chained = calls[5].request
+    assert chained["previous_response_id"] == calls[4].response_id
+    assert {item.get("type") for item in chained["input"]} == {"function_call_output"}  # the rest from the record
+    sent = orjson.loads(scripted.upstream.last_request[1])["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "tool"]
+    assert [c["function"]["name"] for c in sent[2]["tool_calls"]] == ["read_file", "run"]
 
 
 def test_the_sdk_venv_does_not_shadow_the_projects_agents_package():
