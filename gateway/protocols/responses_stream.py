@@ -6,7 +6,8 @@ Events, each `event: TYPE` + `data: JSON` with a `sequence_number` from 0: `resp
 `response.output_item.done`; per tool call `response.output_item.added`, `response.function_call_arguments.delta`...,
 `response.function_call_arguments.done`, `response.output_item.done`; last `response.completed` (or
 `response.incomplete` when the engine stopped on length), or on an error `error` then `response.failed`.
-One item is open at a time (engines stream text, then tool calls one after another).
+One item is open at a time (engines stream text, then tool calls one after another; a delta of a call already
+closed breaks the protocol: ProtocolError, which the forwarder answers with the error events).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from gateway.capture import ProtocolError
 from gateway.protocols.responses_answer import (
     call_item,
     message_item,
@@ -102,8 +104,9 @@ class ResponsesStream:
             self.calls[index] = self.open = item
             out += self._event("response.output_item.added", output_index=position, item=item)
         item = self.calls[index]
-        if item is not self.open:  # a late delta of an earlier call: engines do not interleave calls
-            return out
+        if item is not self.open:  # its item is closed (its done events sent): the arguments cannot be amended
+            raise ProtocolError(f"tool call {index} continues after tool call {max(self.calls)} began: "
+                                "interleaved tool-call deltas cannot be streamed as Responses items")
         if function.get("arguments"):
             item["arguments"] += function["arguments"]
             out += self._event("response.function_call_arguments.delta", item_id=item["id"],

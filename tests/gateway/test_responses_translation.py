@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from gateway.capture import ProtocolError
 from gateway.errors import BadRequest
 from gateway.protocols.responses import RESPONSES
 
@@ -279,6 +280,14 @@ def test_a_stream_cut_at_max_tokens_ends_incomplete_and_an_error_ends_failed():
     assert (error["type"], error["code"]) == ("error", "stream_broken")
     assert failed["type"] == "response.failed" and failed["response"]["status"] == "failed"
     assert "upstream stream broke" in failed["response"]["error"]["message"]
+
+
+def test_interleaved_tool_call_deltas_break_the_protocol():
+    stream = RESPONSES.stream({"model": "m", "input": "go"}, "resp_1")
+    stream.feed(chunk(call_delta(0, CALL_A, "")))
+    stream.feed(chunk(call_delta(1, CALL_B, "")))
+    with pytest.raises(ProtocolError, match="interleaved"):
+        stream.feed(chunk(call_delta(0, None, "{}")))
 
 
 def test_an_empty_answer_still_gets_one_message_item():
