@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from gateway.capture import ProtocolError
 from gateway.protocols.responses_request import tool_namespaces
 
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -74,24 +75,30 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str
 
 def output_items(message: dict[str, Any], rid: str, status: str,
                  namespaces: dict[str, str]) -> list[dict[str, Any]]:
-    """The output items of one chat choice's message: its text (if any, or nothing at all), then its tool calls."""
+    """The output items of one chat choice's message: its text (if any, or nothing at all), then its tool calls.
+    ProtocolError (a broken answer) for a message off the chat shapes."""
     suffix = rid.removeprefix("resp_")
-    items = []
     text = message.get("content") or ""
     calls = message.get("tool_calls") or []
-    if text or not calls:
-        items.append(message_item(f"msg_{suffix}", text, status))
+    if not isinstance(text, str) or not isinstance(calls, list):
+        raise ProtocolError(f"the answer's message is off the chat shape: {str(message)[:120]}")
+    items = [message_item(f"msg_{suffix}", text, status)] if text or not calls else []
     for i, call in enumerate(calls):
-        function = call.get("function") or {}
-        name = function.get("name", "")
-        items.append(call_item(f"fc_{suffix}_{i}", call.get("id") or f"call_{suffix}_{i}", name,
-                               function.get("arguments") or "", "completed", namespaces.get(name)))
+        function = call.get("function") if isinstance(call, dict) else None
+        name, arguments = (function.get("name"), function.get("arguments") or "") if isinstance(function, dict) \
+            else (None, None)
+        call_id = call.get("id") or f"call_{suffix}_{i}" if isinstance(call, dict) else None
+        if not all(isinstance(value, str) for value in (name, arguments, call_id)):
+            raise ProtocolError(f"tool call {i} of the answer is off the chat shape: {str(call)[:120]}")
+        items.append(call_item(f"fc_{suffix}_{i}", call_id, name, arguments, "completed", namespaces.get(name)))
     return items
 
 
 def from_chat(answer: dict[str, Any], body: dict[str, Any], rid: str) -> dict[str, Any]:
     """The `response` object `rid` for a non-streamed chat answer (its first choice: Responses has no `n`)."""
     choice = (answer.get("choices") or [{}])[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message") or {}, dict):
+        raise ProtocolError(f"the answer's first choice is off the chat shape: {str(choice)[:120]}")
     status, incomplete = status_of(choice.get("finish_reason"))
     counts = answer.get("usage") or {}
     response = skeleton(body, rid, int(answer.get("created") or time.time()))

@@ -45,21 +45,28 @@ class ResponsesStream:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.reported_usage: dict[str, Any] | None = None
+        self.pending: list[bytes] = []  # events made and not yet handed over
 
-    def _event(self, kind: str, **fields: Any) -> bytes:
+    def _emit(self, kind: str, **fields: Any) -> None:
+        """Queue one event; `_take` hands the queue over (events made before a chunk failed are still sent, first)."""
         data = orjson.dumps({"type": kind, "sequence_number": self.seq, **fields})
         self.seq += 1
-        return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+        self.pending.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
 
-    def _start(self, created: float | None) -> bytes:
-        self.response = skeleton(self.body, self.rid, int(created or time.time()))
-        return (self._event("response.created", response=self.response)
-                + self._event("response.in_progress", response=self.response))
+    def _take(self) -> bytes:
+        out, self.pending = b"".join(self.pending), []
+        return out
+
+    def _start(self, created: Any) -> None:
+        if self.response is None:
+            self.response = skeleton(self.body, self.rid, int(created if isinstance(created, int) else time.time()))
+            self._emit("response.created", response=self.response)
+            self._emit("response.in_progress", response=self.response)
 
     def feed(self, chunk: dict[str, Any]) -> bytes:
-        out = b"" if self.response is not None else self._start(chunk.get("created"))
+        self._start(chunk.get("created"))
         self.prompt_tokens = len(chunk.get("prompt_token_ids") or ()) or self.prompt_tokens
-        if chunk.get("usage"):
+        if isinstance(chunk.get("usage"), dict):
             self.reported_usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
@@ -67,72 +74,70 @@ class ResponsesStream:
             self.completion_tokens += len(choice.get("token_ids") or ())
             delta = choice.get("delta") or {}
             if delta.get("content"):
-                out += self._text(delta["content"])
-            for call in delta.get("tool_calls") or ():
-                out += self._call(call)
+                self._text(_typed(delta["content"], str, "delta.content"))
+            for call in _typed(delta.get("tool_calls") or [], list, "delta.tool_calls"):
+                self._call(_typed(call, dict, "a tool call delta"))
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
-        return out
+        return self._take()
 
     def _suffix(self) -> str:
         return self.rid.removeprefix("resp_")
 
-    def _text(self, text: str) -> bytes:
-        out = b""
+    def _text(self, text: str) -> None:
         if self.open is None or self.open["type"] != "message":
-            out += self._close()
+            self._close()
             index = len(self.items)
-            self.open = message_item(f"msg_{self._suffix()}_{index}", "", "in_progress")
-            self.open["content"] = []
-            out += self._event("response.output_item.added", output_index=index, item=self.open)
-            out += self._event("response.content_part.added", item_id=self.open["id"], output_index=index,
-                               content_index=0, part=text_part(""))
+            self.open = {**message_item(f"msg_{self._suffix()}_{index}", "", "in_progress"), "content": []}
+            self._emit("response.output_item.added", output_index=index, item=self.open)
+            self._emit("response.content_part.added", item_id=self.open["id"], output_index=index, content_index=0,
+                       part=text_part(""))
             self.open["text"] = ""
         self.open["text"] += text
-        return out + self._event("response.output_text.delta", item_id=self.open["id"], output_index=len(self.items),
-                                 content_index=0, delta=text, logprobs=[])
+        self._emit("response.output_text.delta", item_id=self.open["id"], output_index=len(self.items),
+                   content_index=0, delta=text, logprobs=[])
 
-    def _call(self, call: dict[str, Any]) -> bytes:
-        out = b""
-        function = call.get("function") or {}
+    def _call(self, call: dict[str, Any]) -> None:
+        function = _typed(call.get("function") or {}, dict, "a tool call's function")
+        arguments = _typed(function.get("arguments") or "", str, "a tool call's arguments")
         index = call.get("index", 0)
         if index not in self.calls:
-            out += self._close()
+            self._close()
             position = len(self.items)
-            name = function.get("name") or ""
-            item = call_item(f"fc_{self._suffix()}_{position}", call.get("id") or f"call_{self._suffix()}_{position}",
-                             name, "", "in_progress", self.namespaces.get(name))
+            name = _typed(function.get("name") or "", str, "a tool call's name")
+            call_id = _typed(call.get("id") or f"call_{self._suffix()}_{position}", str, "a tool call's id")
+            item = call_item(f"fc_{self._suffix()}_{position}", call_id, name, "", "in_progress",
+                             self.namespaces.get(name))
             self.calls[index] = self.open = item
-            out += self._event("response.output_item.added", output_index=position, item=item)
+            self._emit("response.output_item.added", output_index=position, item=item)
         item = self.calls[index]
         if item is not self.open:  # its item is closed (its done events sent): the arguments cannot be amended
             raise ProtocolError(f"tool call {index} continues after tool call {max(self.calls)} began: "
                                 "interleaved tool-call deltas cannot be streamed as Responses items")
-        if function.get("arguments"):
-            item["arguments"] += function["arguments"]
-            out += self._event("response.function_call_arguments.delta", item_id=item["id"],
-                               output_index=len(self.items), delta=function["arguments"])
-        return out
+        if arguments:
+            item["arguments"] += arguments
+            self._emit("response.function_call_arguments.delta", item_id=item["id"], output_index=len(self.items),
+                       delta=arguments)
 
-    def _close(self) -> bytes:
+    def _close(self) -> None:
         """Finish the open item (if any): its done events, and it joins `items` in its final shape."""
         item, self.open = self.open, None
         if item is None:
-            return b""
+            return
         index = len(self.items)
         status, _ = status_of(self.finish_reason)
         if item["type"] == "message":
             text = item.pop("text")
             done = message_item(item["id"], text, status)
-            out = (self._event("response.output_text.done", item_id=item["id"], output_index=index,
-                               content_index=0, text=text, logprobs=[])
-                   + self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                 content_index=0, part=text_part(text)))
+            self._emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                       text=text, logprobs=[])
+            self._emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                       part=text_part(text))
         else:
             done = {**item, "status": "completed"}
-            out = self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                              arguments=item["arguments"])
+            self._emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                       arguments=item["arguments"])
         self.items.append(done)
-        return out + self._event("response.output_item.done", output_index=index, item=done)
+        self._emit("response.output_item.done", output_index=index, item=done)
 
     def _final(self, status: str, **fields: Any) -> dict[str, Any]:
         assert self.response is not None
@@ -143,22 +148,31 @@ class ResponsesStream:
 
     def finish(self) -> bytes:
         """Close the open item (an answer with no output at all gets an empty message) and the response."""
-        out = b"" if self.response is not None else self._start(None)
+        self._start(None)
         if self.open is None and not self.items:
-            out += self._text("")
-        out += self._close()
+            self._text("")
+        self._close()
         status, incomplete = status_of(self.finish_reason)
-        final = self._final(status, incomplete_details=incomplete)
-        return out + self._event(f"response.{status}", response=final)
+        self._emit(f"response.{status}", response=self._final(status, incomplete_details=incomplete))
+        return self._take()
 
     def error(self, message: str, code: str) -> bytes:
-        """An `error` event (with the gateway's code), then `response.failed` with the output streamed so far (its
-        `error.code` is `server_error`, the one of OpenAI's codes that fits a gateway or engine failure)."""
-        out = b"" if self.response is not None else self._start(None)
+        """The events still queued, an `error` event (with the gateway's code), then `response.failed` with the output
+        streamed so far (its `error.code` is `server_error`, the one of OpenAI's codes that fits a gateway or engine
+        failure)."""
+        self._start(None)
         failed = self._final("failed", error={"code": "server_error", "message": f"{message} ({code})"})
         if self.open is not None:  # the item cut short, as far as it came
             cut = self.open
-            failed["output"] = [*self.items, message_item(cut["id"], cut["text"], "incomplete")
+            failed["output"] = [*self.items, message_item(cut["id"], cut.get("text", ""), "incomplete")
                                 if cut["type"] == "message" else {**cut, "status": "incomplete"}]
-        return (out + self._event("error", code=code, message=message, param=None)
-                + self._event("response.failed", response=failed))
+        self._emit("error", code=code, message=message, param=None)
+        self._emit("response.failed", response=failed)
+        return self._take()
+
+
+def _typed(value: Any, kind: type, what: str) -> Any:
+    """`value` if it is a `kind`; ProtocolError (a broken answer) otherwise."""
+    if not isinstance(value, kind):
+        raise ProtocolError(f"{what} must be a {kind.__name__}, not {str(value)[:80]}")
+    return value

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from gateway.capture import ProtocolError
 from gateway.errors import BadRequest
 from gateway.protocols.responses import RESPONSES
+from gateway.translated import UNTRANSLATABLE
 
 EVENT = TypeAdapter(ResponseStreamEvent)
 CALL_A = {"type": "function_call", "call_id": "call_a", "name": "read", "arguments": '{"path": "a.py"}'}
@@ -169,6 +170,48 @@ def test_any_json_body_is_translated_or_refused_with_a_400(body):
         chat_of({"model": "m", "input": "hi", **body})
     except BadRequest as refused:
         assert refused.status == 400 and refused.message
+
+
+CHUNKS = st.lists(st.fixed_dictionaries({"choices": st.lists(st.fixed_dictionaries({
+    "index": st.sampled_from([0, 0, 1]), "finish_reason": st.sampled_from([None, "stop", "length", "tool_calls"]),
+    "delta": st.fixed_dictionaries({}, optional={
+        "content": st.one_of(st.text(max_size=3), st.none(), st.integers()),
+        "tool_calls": st.lists(st.fixed_dictionaries({"index": st.integers(0, 2)}, optional={
+            "id": st.text(max_size=3), "function": st.fixed_dictionaries({}, optional={
+                "name": st.text(max_size=3), "arguments": st.one_of(st.text(max_size=3), st.integers())})}),
+            max_size=2)})}), max_size=2)}), max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(CHUNKS)
+def test_any_chunk_sequence_streams_valid_events_or_breaks_the_protocol_cleanly(chunks):
+    """Each chunk is translated or refused with one of what the forwarder treats as a broken answer; the events
+    sent, then the closing (or the error) events, are valid Responses events in sequence."""
+    stream = RESPONSES.stream({"model": "m", "input": "go"}, "resp_1")
+    sse = b""
+    try:
+        for each in chunks:
+            sse += stream.feed(each)
+        sse += stream.finish()
+    except UNTRANSLATABLE:
+        sse += stream.error("broken", "upstream_protocol_error")
+    events = events_of(sse)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] in ("response.completed", "response.incomplete", "response.failed")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fixed_dictionaries({"id": st.just("chatcmpl-1"), "choices": st.lists(st.fixed_dictionaries({
+    "finish_reason": st.sampled_from([None, "stop", "length", "tool_calls"]),
+    "message": st.fixed_dictionaries({}, optional={"content": JSON, "tool_calls": JSON})}), max_size=1)},
+    optional={"usage": st.fixed_dictionaries({"prompt_tokens": st.integers(0, 9), "completion_tokens":
+                                               st.integers(0, 9)})}))
+def test_any_chat_answer_becomes_a_valid_response_or_breaks_the_protocol_cleanly(answer):
+    try:
+        response = RESPONSES.from_chat(answer, {"model": "m", "input": "go"}, "resp_1")
+    except UNTRANSLATABLE:
+        return
+    Response.model_validate(response)
 
 
 def chat_answer(content: str | None, calls: list[dict[str, Any]], finish: str) -> dict[str, Any]:
