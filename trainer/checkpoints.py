@@ -2,7 +2,8 @@
 
 A checkpoint `ROOT/step-000042/` holds what `save_pretrained` writes (config.json, *.safetensors,
 generation_config.json), the tokenizer files copied from the model it was trained from, `harnessrl-checkpoint.json`
-(`CheckpointMeta`) and `optimizer.pt` (the optimizer's state_dict). It is written into a hidden temporary
+(`CheckpointMeta`), `optimizer.pt` (the optimizer's state_dict) and, for a bf16 model, `master_weights.pt` (the
+fp32 copies the optimizer steps). It is written into a hidden temporary
 directory next to it, fsynced, then renamed into place, so a checkpoint directory is always complete; `ROOT/latest`
 names the newest one and is replaced atomically too. Any engine that loads HF directories can serve it.
 """
