@@ -10,12 +10,13 @@ from gateway.config import GatewayConfig
 from gateway.pause import PauseGate
 from gateway.routing import Router
 from gateway.store import SqlStore, Store
+from gateway.telemetry import CallTelemetry, from_environment
 from gateway.upstream import RetryPolicy, Upstream
 
 
 @dataclass
 class GatewayContext:
-    """Store, credentials, routing, pause gate and upstream client of one gateway."""
+    """Store, credentials, routing, pause gate, upstream client and (optional) call telemetry of one gateway."""
 
     config: GatewayConfig
     store: Store
@@ -23,6 +24,7 @@ class GatewayContext:
     router: Router
     gate: PauseGate
     upstream: Upstream
+    telemetry: CallTelemetry | None = None  # OpenTelemetry span export, when the OTEL_* settings ask for it
 
     async def reload_models(self) -> None:
         """Refresh the router from the store after a model change."""
@@ -32,6 +34,8 @@ class GatewayContext:
         """Release the upstream pool and flush the store."""
         await self.upstream.close()
         self.store.close()
+        if self.telemetry is not None:
+            self.telemetry.close()
 
 
 async def open_context(config: GatewayConfig) -> GatewayContext:
@@ -46,6 +50,7 @@ async def open_context(config: GatewayConfig) -> GatewayContext:
     retry = RetryPolicy(config.retry_attempts, config.retry_backoff_s, config.retry_budget_s)
     context = GatewayContext(config=config, store=store, auth=auth, router=Router(
         aliases=config.model_aliases, default_model=config.default_model), gate=PauseGate(
-        config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry))
+        config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry),
+        telemetry=from_environment())
     await context.reload_models()
     return context

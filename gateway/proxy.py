@@ -73,6 +73,7 @@ class CallContext:
     created_at: float
     started: float
     side: bool = False  # a harness's side call (gateway.routing.is_side_call)
+    traceparent: str | None = None  # the W3C trace context the harness sent (the parent of the call's span)
 
 
 def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status: int, error: str | None,
@@ -89,6 +90,17 @@ def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status
         "extra_choices": pack_extra_choices(cap), "side": ctx.side, "policy_version": policy_version,
         "latency_ms": (time.perf_counter() - ctx.started) * 1000, "created_at": ctx.created_at,
     }
+
+
+async def record_call(svc: GatewayContext, ctx: CallContext, row: dict[str, Any]) -> None:
+    """Store the call's row and, when the gateway exports OpenTelemetry, report its span (recorded or not)."""
+    recorded = False
+    try:
+        await svc.store.insert_call(row)
+        recorded = True
+    finally:
+        if svc.telemetry is not None:
+            svc.telemetry.call_span(row, ctx.traceparent, recorded=recorded)
 
 
 def _version(cap: Captured, header_value: str | None, fallback: int) -> int:
@@ -123,7 +135,7 @@ async def forward_unary(svc: GatewayContext, ctx: CallContext, body: bytes, send
             return
         failed = status != 200 or cap.error is not None
         error = (cap.error or payload[:2000].decode("utf-8", "replace")) if failed else None
-        await svc.store.insert_call(call_row(ctx, cap, status=CallStatus.ERROR if failed else CallStatus.OK,
+        await record_call(svc, ctx, call_row(ctx, cap, status=CallStatus.ERROR if failed else CallStatus.OK,
                                              http_status=status, error=error, response_raw=payload,
                                              policy_version=version))
         await send({"type": "http.response.start", "status": status,
@@ -147,14 +159,14 @@ async def _record_protocol_failure(svc: GatewayContext, ctx: CallContext, status
     """An answer that breaks the protocol, or an upstream 5xx: recorded as an upstream error, answered 502."""
     reason = problem or f"the upstream answered HTTP {status}: {payload[:500].decode('utf-8', 'replace')}"
     error = UpstreamProtocolError(f"{reason} (upstream {ctx.endpoint.base_url}); the answer was not used")
-    await svc.store.insert_call(call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
+    await record_call(svc, ctx, call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
                                          error=reason, response_raw=payload, policy_version=None))
     await send_error(send, error)
 
 
 async def _record_failure(svc: GatewayContext, ctx: CallContext, exc: UpstreamFailed, send) -> None:
     error = UpstreamUnavailable(f"{exc}; the engine did not answer, try again later")
-    await svc.store.insert_call(call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
+    await record_call(svc, ctx, call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
                                          error=str(exc), response_raw=exc.body, policy_version=None))
     await send({"type": "http.response.start", "status": error.status,
                 "headers": [(b"content-type", b"application/json")]})
@@ -199,7 +211,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, response, send) -> None:
         held = _error_event(cap.error or "broken stream", "upstream_protocol_error")
     error = stream_error or cap.error
     try:
-        await svc.store.insert_call(call_row(
+        await record_call(svc, ctx, call_row(
             ctx, cap, status=CallStatus.ERROR if error or status != 200 else CallStatus.OK, http_status=status,
             error=error, response_raw=raw, policy_version=cap.policy_version if cap.policy_version is not None
             else version))

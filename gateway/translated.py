@@ -22,7 +22,7 @@ from gateway.capture import Captured, ProtocolError, capture_chunk, capture_json
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError
 from gateway.protocols.base import ProtocolAdapter, StreamTranslator
-from gateway.proxy import CHAT, CallContext, call_row, upstream_request
+from gateway.proxy import CHAT, CallContext, call_row, record_call, upstream_request
 from gateway.records import CallRecord, CallStatus, RolloutMode
 from gateway.upstream import UpstreamFailed
 
@@ -88,7 +88,7 @@ async def _fail(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter,
                 reason: str, message: str, cap: Captured | None = None) -> None:
     """Record the call as an error (the harness's error body as its answer) and answer it."""
     body = adapter.error_body(status, message, code)
-    await svc.store.insert_call(call_row(ctx, cap or Captured(), status=CallStatus.ERROR, http_status=status,
+    await record_call(svc, ctx, call_row(ctx, cap or Captured(), status=CallStatus.ERROR, http_status=status,
                                          error=reason, response_raw=body, policy_version=None))
     await _answer(send, status, body, _headers(ctx, None, b"application/json"))
 
@@ -177,7 +177,7 @@ async def _unary(svc: GatewayContext, ctx: CallContext, call: Translated, send, 
         await _broken(svc, ctx, adapter, send, status, f"the upstream's answer cannot be translated: {exc}", payload)
         return
     cap.response_id = call.response_id
-    await svc.store.insert_call(call_row(ctx, cap, status=CallStatus.OK, http_status=200, error=None,
+    await record_call(svc, ctx, call_row(ctx, cap, status=CallStatus.OK, http_status=200, error=None,
                                          response_raw=answer, policy_version=version))
     await _answer(send, 200, answer, _headers(ctx, version, b"application/json"))
 
@@ -205,7 +205,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
     events, error = _closing(translator, problem)
     cap.response_id = call.response_id
     try:
-        await svc.store.insert_call(call_row(
+        await record_call(svc, ctx, call_row(
             ctx, cap, status=CallStatus.ERROR if error else CallStatus.OK, http_status=200, error=error,
             response_raw=b"".join(sent) + events,
             policy_version=cap.policy_version if cap.policy_version is not None else version))
@@ -308,7 +308,7 @@ async def count_tokens(svc: GatewayContext, ctx: CallContext, adapter: ProtocolA
         await _broken(svc, ctx, adapter, send, status, f"the tokenizer's answer breaks the protocol: {exc}", payload)
         return
     answer = orjson.dumps(render(len(tokens)))
-    await svc.store.insert_call(call_row(ctx, Captured(prompt_token_ids=tokens), status=CallStatus.OK,
+    await record_call(svc, ctx, call_row(ctx, Captured(prompt_token_ids=tokens), status=CallStatus.OK,
                                          http_status=200, error=None, response_raw=answer, policy_version=version))
     await _answer(send, 200, answer, _headers(ctx, version, b"application/json"))
 

@@ -139,12 +139,14 @@ async def _proxy(svc: GatewayContext, scope: dict, receive, send, rollout_id: st
     brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     body = upstream_request(request, kind, brief.mode, endpoint.served_name)
-    ctx = await _call_context(svc, brief, rollout_id, kind, request, raw, endpoint, started, created_at)
+    ctx = await _call_context(svc, brief, rollout_id, kind, request, raw, endpoint, started, created_at,
+                              header(scope, b"traceparent"))
     await (forward_stream if ctx.stream else forward_unary)(svc, ctx, body, send)
 
 
 async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: str, kind: str, request: dict,
-                        raw: bytes, endpoint: ModelRecord, started: float, created_at: float) -> CallContext:
+                        raw: bytes, endpoint: ModelRecord, started: float, created_at: float,
+                        traceparent: str | None = None) -> CallContext:
     """The context of a call about to go upstream, with its arrival number; QuotaExceeded (429) once the attempt
     has made `max_calls_per_attempt` calls. Every kind of call (chat, completion, translated) is built here."""
     seq = await svc.store.next_call_seq(rollout_id, brief.attempt)
@@ -156,7 +158,7 @@ async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: st
     return CallContext(rollout_id=rollout_id, attempt=brief.attempt, seq=seq, kind=kind,
                        stream=bool(request.get("stream", False)), model=model, endpoint=endpoint, request_raw=raw,
                        created_at=created_at, started=started,
-                       side=is_side_call(kind, model, svc.config.side_models))
+                       side=is_side_call(kind, model, svc.config.side_models), traceparent=traceparent)
 
 
 async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_id: str,
@@ -170,7 +172,8 @@ async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_i
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     # translated before the call takes a number: a request the adapter refuses leaves no gap in the calls' seq
     chat = adapter.to_chat(request, await history(svc, adapter, request, rollout_id, brief.attempt))
-    ctx = await _call_context(svc, brief, rollout_id, adapter.kind, request, raw, endpoint, started, created_at)
+    ctx = await _call_context(svc, brief, rollout_id, adapter.kind, request, raw, endpoint, started, created_at,
+                              header(scope, b"traceparent"))
     call = prepare(adapter, request, chat, rollout_id=rollout_id, attempt=brief.attempt, seq=ctx.seq,
                    mode=brief.mode, served_name=endpoint.served_name)
     await forward(svc, ctx, call, send)
@@ -186,7 +189,7 @@ async def _count_tokens(svc: GatewayContext, scope: dict, receive, send, rollout
     brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     ctx = await _call_context(svc, brief, rollout_id, anthropic.COUNT_KIND, request, raw, endpoint, started,
-                              created_at)
+                              created_at, header(scope, b"traceparent"))
     await count_tokens(svc, ctx, anthropic.ADAPTER, chat, lambda count: {"input_tokens": count}, send)
 
 
