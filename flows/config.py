@@ -126,12 +126,21 @@ class AlgorithmSection(Section):
     val_every: int = Field(default=0, ge=0, description="Validate every this many iterations (0: only at the end).")
 
 
+class TracesSection(Section):
+    train_per_iteration: int = Field(default=2, ge=0, description="Training rollouts logged as MLflow traces per "
+                                     "iteration (a reward-spread sample; 0: none).")
+    validation: Literal["all", "none"] = Field(default="all", description="Validation rollouts logged as MLflow "
+                                               "traces: all or none.")
+
+
 class TrackingSection(Section):
     tracking_uri: str | None = Field(default=None, description="MLflow tracking URI (relative sqlite paths "
                                      "resolve against the project root); none: $MLFLOW_TRACKING_URI, else "
                                      f"{DEFAULT_TRACKING_URI}.")
     experiment: str = Field(default="harnessrl", description="MLflow experiment.")
     trajectories_per_step: int = Field(default=4, ge=0, description="Rendered trajectories logged per iteration.")
+    traces: TracesSection = Field(default_factory=TracesSection, description="Rollouts logged as MLflow traces "
+                                  "(a span per recorded call; the reward as feedback; the group as the session).")
 
 
 class CheckpointSection(Section):

@@ -32,6 +32,7 @@ from agents.swe.evaluation import (
 from agents.swe.evaluation_report import (
     EvaluationReport,
     InstanceOutcome,
+    OutcomeStatus,
     build_report,
     no_verdict,
     predictions_of,
@@ -53,7 +54,10 @@ from tasks.evaluation import (
     publish_no_checkpoint,
     run_rollouts,
 )
+from tasks.tracking import log_rollout_traces
 from tracking.mlflow_tracker import MlflowTracker, ui_command
+from tracking.traces import FeedbackDraft
+from trainer.rollout_groups import FinishedGroup
 
 DEFAULT_PROFILE = "swe-eval-local"
 BENCH_STORE_DIR = "swe-bench-store"  # under the run directory: the swe_bench instances the grader reads
@@ -120,7 +124,7 @@ def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, s
     tracker.log_params({**config.model_dump(mode="json"), "eval": {"source": source, "kind": kind, "split": split,
                                                                    "limit": limit}})
     try:
-        outcomes = run_local(config, plan, weights, name) if weights is not None else []
+        outcomes = run_local(config, plan, weights, name, tracker) if weights is not None else []
         outcomes = ordered([*outcomes, *plan.not_runnable], instances)
         report = build_report(outcomes, model=label, source=source, checkpoint_uri=checkpoint_uri)
         files = publish_evaluation(tracker, report, predictions_of(outcomes, label), run_dir / "evaluation")
@@ -133,9 +137,11 @@ def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, s
             **{key: str(path) for key, path in files.items()}}
 
 
-def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: str) -> list[InstanceOutcome]:
+def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: str,
+              tracker: MlflowTracker) -> list[InstanceOutcome]:
     """One val-mode rollout per local instance (and per Kubernetes one: `swe_bench` recipe, its hidden fields in
-    the run's swe_bench store) against services serving `weights`; an outcome per instance."""
+    the run's swe_bench store) against services serving `weights`; an outcome per instance, each rollout logged as
+    a trace with its resolution as feedback."""
     run_plan = fresh_plan(config, name, weights.path, weights.policy_version)
     settings = process_settings(config, run_plan, pin_recipe=False)  # each task names swe or swe_bench
     tasks = rollout_tasks(plan.local, SweRecipe().store)
@@ -150,8 +156,22 @@ def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: s
         groups, unfinished = run_rollouts(services.admin, tasks, f"{name}-eval", weights.policy_version,
                                           r.wait_timeout_s, r.max_attempts, r.task_overrides or None)
         outcomes = collect_outcomes(services.admin, groups, repos)
+        log_rollout_traces(tracker, services.admin, groups, "swe", None, **resolution_feedback(groups, outcomes))
     reason = f"no verdict within rollout.wait_timeout_s={r.wait_timeout_s:g} s"
     return outcomes + [no_verdict(instance_id, repos[instance_id], reason) for instance_id in unfinished]
+
+
+def resolution_feedback(groups: list[FinishedGroup], outcomes: list[InstanceOutcome]) -> dict[str, Any]:
+    """Per rollout (groups of one, in `collect_outcomes`' order): the `resolved` feedback (its status and reason) and
+    the instance's tag, as `log_rollout_traces`' extra_feedback and extra_tags."""
+    rollouts = [rollout for group in groups for rollout in group.rollouts]
+    feedback = {rollout.id: [FeedbackDraft("resolved", outcome.status == OutcomeStatus.RESOLVED,
+                                           rationale=outcome.reason or str(outcome.status),
+                                           metadata={"status": str(outcome.status)})]
+                for rollout, outcome in zip(rollouts, outcomes, strict=True)}
+    tags = {rollout.id: {"harnessrl.instance_id": outcome.instance_id, "harnessrl.resolution": str(outcome.status)}
+            for rollout, outcome in zip(rollouts, outcomes, strict=True)}
+    return {"extra_feedback": feedback, "extra_tags": tags}
 
 
 def ordered(outcomes: list[InstanceOutcome], instances: list[dict[str, Any]]) -> list[InstanceOutcome]:

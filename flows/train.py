@@ -42,7 +42,7 @@ from flows.setup import (
 from storage.checkpoint_store import CheckpointStore
 from tasks.data import load_dataset, load_swe_splits, validate_tasks
 from tasks.rollouts import collect_groups, fill_in_flight, run_validation
-from tasks.tracking import log_trajectories
+from tasks.tracking import log_rollout_traces, log_trajectories
 from tasks.training import (
     build_batch,
     find_resume_point,
@@ -53,6 +53,7 @@ from tasks.training import (
 )
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 from tracking.reports import no_signal_message, summary_lines, throughput_metrics, trajectory_items
+from tracking.rollout_traces import train_selection
 from tracking.tracker import Tracker
 from trainer.backends.base import Backend
 from trainer.collocation import UpdateResult
@@ -146,7 +147,7 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
     total = config.algorithm.iterations
     progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")
     if plan.state.iteration == 0 and config.algorithm.val_every and val_rows:  # the baseline, before any update
-        tracker.log_metrics(validate(config, plan, processes, val_rows, 0, backend.policy_version), step=0)
+        tracker.log_metrics(validate(config, plan, processes, tracker, val_rows, 0, backend.policy_version), step=0)
     last_update: UpdateResult | None = None  # an update not uploaded yet
     for index in trange(plan.state.iteration, total, desc=f"train {plan.name}", unit="it"):
         iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
@@ -171,11 +172,14 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
                 last_update = None
         metrics.update(throughput_metrics(groups, time.perf_counter() - started_s))
         if validation_due(config, iteration):
-            metrics.update(validate(config, plan, processes, val_rows, iteration, backend.policy_version))
+            metrics.update(validate(config, plan, processes, tracker, val_rows, iteration, backend.policy_version))
         tracker.log_metrics(metrics, step=iteration)
         if config.tracking.trajectories_per_step:
             log_trajectories(tracker, trajectory_items(groups, config.tracking.trajectories_per_step, iteration),
                              iteration)
+        if config.tracking.traces.train_per_iteration:
+            log_rollout_traces(tracker, processes.admin, groups, config.recipe, iteration,
+                               only=train_selection(groups, config.tracking.traces.train_per_iteration, iteration))
         summary.update(iterations=iteration, last_metrics=metrics)
         update_progress_artifact(progress, 100.0 * iteration / total)
     if last_update is not None:  # iterations after the last upload trained nothing: the model is unchanged since
@@ -212,11 +216,13 @@ def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: Rollou
     tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
 
 
-def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, val_rows: list[dict], iteration: int,
-             policy_version: int) -> dict[str, float]:
-    """The held-out tasks in val mode under the current policy: val/ metrics."""
+def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, tracker: Tracker, val_rows: list[dict],
+             iteration: int, policy_version: int) -> dict[str, float]:
+    """The held-out tasks in val mode under the current policy: val/ metrics (and the rollouts as traces)."""
     r = config.rollout
-    metrics, _ = run_validation(processes.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
-                                policy_version, r.wait_timeout_s, r.pass_threshold, r.max_attempts,
-                                r.task_overrides or None)
+    metrics, groups = run_validation(processes.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
+                                     policy_version, r.wait_timeout_s, r.pass_threshold, r.max_attempts,
+                                     r.task_overrides or None)
+    if config.tracking.traces.validation == "all":
+        log_rollout_traces(tracker, processes.admin, groups, config.recipe, iteration)
     return metrics

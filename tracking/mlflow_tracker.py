@@ -19,6 +19,8 @@ from mlflow.entities import LifecycleStage, Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
 
+from tracking.mlflow_traces import write_trace
+from tracking.traces import TraceDraft
 from tracking.tracker import (
     MAX_TAG_VALUE_CHARS,
     check_artifact_file,
@@ -124,6 +126,9 @@ class MlflowTracker:
         batch = [RunTag(key, truncate_value(str(value), MAX_TAG_VALUE_CHARS)) for key, value in tags.items()]
         if batch:
             self.client.log_batch(self._run_id, tags=batch)
+
+    def log_trace(self, draft: TraceDraft) -> str:
+        return write_trace(self.tracking_uri, self.experiment_id, draft)
 
     def end(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self._run_id, status=check_status(status))

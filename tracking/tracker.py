@@ -10,7 +10,10 @@ import json
 import numbers
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from tracking.traces import TraceDraft
 
 MAX_PARAM_VALUE_CHARS = 6000
 """MLflow's limit on a parameter value (mlflow.utils.validation.MAX_PARAM_VAL_LENGTH)."""
@@ -49,6 +52,10 @@ class Tracker(Protocol):
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Set (or overwrite) run tags."""
+        ...
+
+    def log_trace(self, draft: TraceDraft) -> str:
+        """Log a rollout's trace (`tracking.traces.rollout_trace`) in the run's experiment; returns its trace id."""
         ...
 
     def end(self, status: str = "FINISHED") -> None:
