@@ -1,27 +1,28 @@
-"""What the real-CLI tests share: the skip reason when a CLI is not installed, a generated SWE task laid out for a
-rollout, one sandboxed attempt through the LocalRunner, and the checks on the recorded calls and the samples built
-from them."""
+"""What the real-CLI tests share: the skip reason when a CLI is not installed, a generated SWE task and its rollout
+input, one rollout run by the controller (LocalRunner sandbox, grading, reward), and the checks on the recorded calls
+and the samples built from them."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agents.cli_harness.binaries import CLIS, cli_dir, missing_binary
-from agents.cli_harness.recipe import CliSweRecipe
 from agents.swe.generator import generate
-from agents.swe.recipe import SweRecipe, rollout_input
-from controller.recipe import TASK_FILE
-from controller.runners.base import RunResult, RunSpec
+from agents.swe.recipe import rollout_input
+from controller.config import ControllerConfig
+from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
-from gateway.records import CallRecord, CallStatus
+from gateway.client import GatewayClient
+from gateway.records import CallRecord, CallStatus, Rollout, RolloutSpec
 from tests.agents.swe.conftest import write_tiny_project
+from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN
 from trainer.recorded import to_recorded_call
 from trainer.samples import BuiltSamples, build_samples
 
@@ -47,9 +48,6 @@ class SweTask:
     store: Path
     instance: dict[str, Any]
 
-    def recipe(self, name: str) -> CliSweRecipe:
-        return CliSweRecipe(name, swe=SweRecipe(store=self.store, source="unused"))
-
 
 def generated_task(root: Path) -> SweTask:
     """A one-instance store generated from the tiny project (the first bug that breaks a test)."""
@@ -58,34 +56,38 @@ def generated_task(root: Path) -> SweTask:
     return SweTask(root / "store", instance)
 
 
-def prepare(task: SweTask, recipe: CliSweRecipe, workdir: Path, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The rollout's working directory as the controller lays it out; returns the task input."""
-    task_input = rollout_input(task.instance, task.store) | overrides
-    workdir.mkdir(parents=True)
-    (workdir / TASK_FILE).write_text(json.dumps(task_input))
-    recipe.prepare_workdir(task_input, workdir)
-    return task_input
+def task_input(task: SweTask, cli: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The rollout's input as train-swe creates it for the recipe `cli` (its name under "recipe")."""
+    return rollout_input(task.instance, task.store) | overrides | {"recipe": cli}
 
 
-def run_sandboxed(recipe: CliSweRecipe, task_input: dict[str, Any], workdir: Path, base_url: str, api_key: str,
-                  rollout_id: str, timeout_s: float) -> tuple[RunResult, str, str]:
-    """One attempt in the LocalRunner's sandbox (as the controller starts it); (result, stdout, stderr)."""
-    logs = workdir.parent / f"{rollout_id}.logs"
-    spec = RunSpec(rollout_id=rollout_id, attempt=1, command=tuple(recipe.harness_command()), base_url=base_url,
-                   api_key=api_key, task=task_input, workdir=workdir, timeout_s=timeout_s,
-                   stdout_path=logs / "out", stderr_path=logs / "err")
-    runner = LocalRunner(1, kill_grace_s=2.0)
-    try:
-        runner.start(spec)
-        while not (results := runner.poll()):
-            time.sleep(0.05)
-    finally:
-        runner.close()
-    return results[0], spec.stdout_path.read_text(), spec.stderr_path.read_text()
+def run_through_controller(gateway_url: str, spec: RolloutSpec, root: Path, timeout_s: float) -> Rollout:
+    """The rollout `spec` run by a controller as `make train` runs it (the recipe found by the task's "recipe" name,
+    the LocalRunner's sandbox, grading, the reward posted with the grader credential); its working directory kept
+    under root/work. Returns the rollout once it is final."""
+    config = ControllerConfig(controller_id=f"cli-{uuid.uuid4().hex[:6]}", concurrency=1, lease_s=60.0,
+                              renew_every_s=10.0, poll_interval_s=0.1, harness_timeout_s=timeout_s, kill_grace_s=2.0,
+                              work_dir=root / "work", logs_dir=root / "logs", keep_workdirs=True)
+    with GatewayClient(gateway_url, ADMIN_TOKEN) as admin, GatewayClient(gateway_url, GRADER_TOKEN) as grader:
+        admin.create_rollouts([spec])
+        Reconciler(config, admin, grader, LocalRunner(1, kill_grace_s=config.kill_grace_s)).run(until_idle=True)
+        return admin.get_rollout(spec.id)
 
 
-def summary_line(stdout: str) -> dict[str, Any]:
-    """The harness's one summary line."""
+def attempt_dir(root: Path, rollout_id: str) -> Path:
+    """The controller's working directory of the rollout's first attempt (`controller.attempt.attempt_paths`)."""
+    return (root / "work").resolve() / f"{rollout_id}.a1"
+
+
+def harness_logs(root: Path, rollout_id: str) -> str:
+    """The attempt's stdout and stderr, for failure messages."""
+    logs = (root / "logs").resolve()
+    return "\n".join(path.read_text()[-3000:] for path in sorted(logs.glob(f"{rollout_id}.a1.*")))
+
+
+def summary_line(root: Path, rollout_id: str) -> dict[str, Any]:
+    """The harness's one summary line (the last line of its stdout)."""
+    stdout = ((root / "logs").resolve() / f"{rollout_id}.a1.stdout").read_text()
     return json.loads(stdout.strip().splitlines()[-1])
 
 

@@ -1,7 +1,7 @@
-"""Each real coding CLI once in front of the real embedded engine, through the gateway, inside the local runner's
-sandbox: a random-weight model (the `tiny` variant of `cli_long_model.py`, whose context holds the CLI's prompt) need
-not solve anything; the episode ends cleanly, every call is recorded with the engine's token IDs, the samples build,
-and the grader scores the untouched repository 0."""
+"""Each real coding CLI once in front of the real embedded engine, run by the controller (LocalRunner sandbox, grading)
+through the gateway: a random-weight model (the `tiny` variant of `cli_long_model.py`, whose context holds the CLI's
+prompt) need not solve anything; the episode ends cleanly, every call is recorded with the engine's token IDs, the
+samples build, and the grader scores the untouched repository 0."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.recipe import GradeInput
-from controller.runners.base import Termination
 from engines.embedded import EmbeddedEngine
 from gateway.client import GatewayClient
-from gateway.records import RolloutSpec
+from gateway.records import RolloutSpec, RolloutState
 from tests.agents.cli_long_model import build_long_tiny
 from tests.agents.cli_support import (
     CALL_KINDS,
@@ -21,10 +19,11 @@ from tests.agents.cli_support import (
     check_recorded,
     cli_missing,
     generated_task,
-    prepare,
-    run_sandboxed,
+    harness_logs,
+    run_through_controller,
     sandbox_missing,
     summary_line,
+    task_input,
 )
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
@@ -50,24 +49,21 @@ def test_cli_episode_on_the_engine_ends_cleanly_and_is_recorded(cli, long_engine
     if (reason := cli_missing(cli) or sandbox_missing()) is not None:
         pytest.skip(reason)
     task = generated_task(tmp_path / "task")
-    recipe = task.recipe(cli)
-    workdir = tmp_path / "runs" / "w1"
-    task_input = prepare(task, recipe, workdir, TASK_OVERRIDES)
+    rollout_id = f"{cli}-e"
     gateway = InProcessGateway(tmp_path / "gateway.db").start()
     try:
         with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
             admin.register_model(SERVED_NAME, long_engine + "/v1")
-            created = admin.create_rollouts([RolloutSpec(id=f"{cli}-e", group_id="g", input=task_input)])[0]
-            result, stdout, stderr = run_sandboxed(recipe, task_input, workdir, created.base_url, created.api_key,
-                                                   created.id, timeout_s=240)
-            calls = admin.calls(created.id)
+            spec = RolloutSpec(id=rollout_id, group_id="g", input=task_input(task, cli, TASK_OVERRIDES),
+                               max_attempts=1)
+            rollout = run_through_controller(gateway.url, spec, tmp_path, timeout_s=240)
+            calls = admin.calls(rollout_id)
     finally:
         gateway.stop()
-    assert (result.termination, result.exit_code) == (Termination.EXITED, 0), (stdout[-2000:], stderr[-3000:])
-    assert summary_line(stdout)["exit_status"] in ("Completed", "LimitsExceeded")
+    assert rollout.state == RolloutState.SUCCEEDED, (rollout.error, harness_logs(tmp_path, rollout_id))
+    assert summary_line(tmp_path, rollout_id)["exit_status"] in ("Completed", "LimitsExceeded")
     check_recorded(calls, CALL_KINDS[cli])
     assert all(call.model == SERVED_NAME for call in calls)
     assert max(len(call.prompt_token_ids) for call in calls) > 4096  # the CLI's prompt: past tiny's own context
     built_samples(calls, "g")
-    grade = recipe.grade(GradeInput(task=task_input, workdir=workdir, calls=calls, exit_code=0))
-    assert grade.reward == 0.0 and grade.details["resolved"] is False
+    assert rollout.reward == 0.0
