@@ -46,6 +46,28 @@ def test_controller_settings_load_and_match_the_deployment(kustomization: str, t
         assert any(Path(directory).is_relative_to(mount) for mount in mounts), f"{directory} is on no volume"
 
 
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_gateway_settings_load_send_harness_model_names_to_the_policy_and_are_mounted(kustomization: str,
+                                                                                   tmp_path: Path) -> None:
+    from flows.config import GatewaySection
+    from gateway.config import load_gateway_config, policy_routing
+
+    config_map = named(render(kustomization), "ConfigMap", "harnessrl-gateway-config")
+    data = config_map["data"]["gateway.yaml"]
+    (tmp_path / "gateway.yaml").write_text(data)
+    config = load_gateway_config(tmp_path / "gateway.yaml")
+    policy = GatewaySection().model_name  # the name train-swe registers the policy under
+    routing = policy_routing(policy)
+    assert dict(config.model_aliases) == routing["model_aliases"]
+    assert list(config.side_models) == routing["side_models"]
+    container = _container(kustomization, "harnessrl-gateway")
+    path = Path(container["args"][container["args"].index("--config") + 1])
+    mount = next(m for m in container["volumeMounts"] if path.is_relative_to(m["mountPath"]))
+    [volume] = [v for v in named(render(kustomization), "Deployment", "harnessrl-gateway")["spec"]["template"]["spec"]
+                ["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"] and path.name == "gateway.yaml"
+
+
 def _cli_args(container: dict) -> list[str]:
     """The container's argv after `harnessrl`, with $(VAR) replaced by a plausible value of that variable."""
     assert container["command"] == ["harnessrl"]
