@@ -1,0 +1,142 @@
+"""Screenshots of the MLflow UI after a run, taken by a real headless Chromium (benchmarks/browser.py).
+
+Against a running MLflow server, for one experiment: the trace list (every traced rollout a row), the trace of one
+rollout (its span tree: calls and tool spans), its group in the Sessions view, and the metric charts of the
+experiment's runs (the two latest, in the Training runs chart view). Each page is captured only once its DOM text shows
+the content asked for (the UI is a single-page app: a loaded page is not yet a rendered one). Run:
+`.venv/bin/python benchmarks/mlflow_screenshots.py --tracking-uri http://127.0.0.1:5000 --experiment <name>
+[--out docs/images]`; it prints what it captured as JSON. The README's images under docs/images come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.browser import Page, headless_chromium  # noqa: E402
+
+SESSION_METADATA_KEY = "mlflow.trace.session"
+ROLLOUT_TAG = "harnessrl.rollout_id"
+FILES = {"traces": "mlflow-traces.png", "trace": "mlflow-trace.png", "session": "mlflow-session.png",
+         "charts": "mlflow-charts.png"}
+DISMISS_JS = """(() => {
+  for (const b of document.querySelectorAll('button')) { if (b.innerText.trim() === 'Got it') b.click(); }
+  const close = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
+  if (close) close.click();
+  return !!close;
+})()"""
+"""Closes what covers the content on a first visit (the assistant side panel, the 'Detect issues' tip); true while
+the panel was still open."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What to show: the experiment, a trace (its rollout id and session), the traces, and the runs to chart."""
+
+    experiment_id: str
+    trace_id: str
+    rollout_id: str
+    session_id: str
+    traced_rollouts: tuple[str, ...]
+    session_size: int
+    run_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Captured:
+    """The files written and the text each page showed when it was captured."""
+
+    files: dict[str, str]
+    texts: dict[str, str]
+    subject: Subject
+
+
+def ui_urls(tracking_uri: str, subject: Subject) -> dict[str, str]:
+    """The UI's pages for `subject` (hash routes of MLflow 3.17's single-page app)."""
+    base = f"{tracking_uri.rstrip('/')}/#/experiments/{subject.experiment_id}"
+    return {"traces": f"{base}/traces", "trace": f"{base}/traces/{subject.trace_id}",
+            "session": f"{base}/chat-sessions/{subject.session_id}", "charts": f"{base}/runs?compareRunsMode=CHART"}
+
+
+def choose(client: MlflowClient, experiment: str) -> Subject:
+    """The subject of the screenshots in `experiment`: the longest rollout trace (a SWE episode shows its calls and
+    tools), its session, and the experiment's two latest runs. ValueError naming what is missing."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ValueError(f"no experiment {experiment!r} at {client.tracking_uri}; pass the name a run logged to")
+    traces = [t for t in client.search_traces(locations=[found.experiment_id], max_results=200, include_spans=False)
+              if ROLLOUT_TAG in t.info.tags]
+    if not traces:
+        raise ValueError(f"experiment {experiment!r} has no rollout traces (tag {ROLLOUT_TAG}); run training with "
+                         "tracing on first")
+    shown = max(traces, key=lambda t: t.info.execution_duration or 0)
+    session = shown.info.trace_metadata.get(SESSION_METADATA_KEY, "")
+    runs = client.search_runs([found.experiment_id], order_by=["attributes.start_time DESC"], max_results=2)
+    return Subject(experiment_id=found.experiment_id, trace_id=shown.info.trace_id,
+                   rollout_id=shown.info.tags[ROLLOUT_TAG], session_id=session,
+                   traced_rollouts=tuple(sorted(t.info.tags[ROLLOUT_TAG] for t in traces)),
+                   session_size=sum(t.info.trace_metadata.get(SESSION_METADATA_KEY) == session for t in traces),
+                   run_names=tuple(r.info.run_name for r in runs))
+
+
+def _capture(page: Page, url: str, expected: list[str], path: Path, timeout_s: float) -> str:
+    """Navigate, wait for the `expected` texts, close what covers the content, capture; the page's text."""
+    page.navigate(url)
+    page.wait_for(lambda text: all(e in text for e in expected), f"{expected} at {url}", timeout_s, settle_s=0.5)
+    for _ in range(20):
+        if not page.evaluate(DISMISS_JS):
+            break
+        time.sleep(0.25)
+    text = page.wait_for(lambda text: all(e in text for e in expected), f"{expected} at {url}", timeout_s,
+                         settle_s=1.5)
+    page.screenshot(path)
+    return text
+
+
+def expected_texts(subject: Subject) -> dict[str, list[str]]:
+    """What each page must show before it is captured."""
+    count = len(subject.traced_rollouts)
+    return {"traces": [subject.session_id, "Session", "reward", f"{count} of {count}"],
+            "trace": [f"rollout {subject.rollout_id}", "chat 0"],
+            "session": [subject.session_id, f"Turn {subject.session_size}"],
+            "charts": [*subject.run_names, "loss"]}
+
+
+def take_screenshots(tracking_uri: str, experiment: str, out: Path, *, width_px: int = 1600,
+                     height_px: int = 1000, timeout_s: float = 90.0) -> Captured:
+    """Capture the four pages of `experiment` into `out` (FILES); the text of each page as it was captured."""
+    subject = choose(MlflowClient(tracking_uri), experiment)
+    urls, expected = ui_urls(tracking_uri, subject), expected_texts(subject)
+    files, texts = {}, {}
+    with headless_chromium(width_px=width_px, height_px=height_px) as page:
+        for name, url in urls.items():
+            path = out / FILES[name]
+            texts[name] = _capture(page, url, expected[name], path, timeout_s)
+            files[name] = str(path)
+    return Captured(files, texts, subject)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tracking-uri", required=True)
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images")
+    parser.add_argument("--width", type=int, default=1600)
+    parser.add_argument("--height", type=int, default=1000)
+    args = parser.parse_args()
+    captured = take_screenshots(args.tracking_uri, args.experiment, args.out, width_px=args.width,
+                                height_px=args.height)
+    print(json.dumps({"files": captured.files, "subject": asdict(captured.subject)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
