@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from mlflow.entities import LifecycleStage, Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
 
-from tracking.mlflow_traces import write_trace
+from tracking.mlflow_traces import write_traces
 from tracking.traces import TraceDraft
 from tracking.tracker import (
     MAX_TAG_VALUE_CHARS,
@@ -127,8 +127,8 @@ class MlflowTracker:
         if batch:
             self.client.log_batch(self._run_id, tags=batch)
 
-    def log_trace(self, draft: TraceDraft) -> str:
-        return write_trace(self.tracking_uri, self.experiment_id, draft)
+    def log_traces(self, drafts: Sequence[TraceDraft]) -> list[str]:
+        return write_traces(self.tracking_uri, self.experiment_id, drafts)
 
     def end(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self._run_id, status=check_status(status))

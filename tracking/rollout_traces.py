@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from gateway.records import CallRecord, Event, EventKind, Rollout
-from tracking.traces import FeedbackDraft, TraceContext, rollout_trace
+from tracking.traces import FeedbackDraft, TraceContext, TraceDraft, rollout_trace
 from tracking.tracker import Tracker
 from tracking.trajectories import sample_for_display
 from trainer.rollout_groups import FinishedGroup
@@ -51,9 +51,9 @@ def log_rollout_traces(tracker: Tracker, client: RecordsClient, groups: Sequence
                        extra_feedback: Mapping[str, Sequence[FeedbackDraft]] | None = None,
                        extra_tags: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
     """Logs a trace per rollout of `groups` (only those in `only` when given) in the tracker's run; returns the trace
-    id of each rollout id. `extra_feedback` / `extra_tags` add assessments / tags by rollout id. A rollout whose trace
-    cannot be written is reported in the log and left out: traces never stop a run."""
-    traced: dict[str, str] = {}
+    id of each rollout id. `extra_feedback` / `extra_tags` add assessments / tags by rollout id. A trace that cannot
+    be built or written is reported in the log and left out: traces never stop a run."""
+    drafts: dict[str, TraceDraft] = {}
     for group in groups:
         for rollout in group.rollouts:
             if only is not None and rollout.id not in only:
@@ -64,8 +64,14 @@ def log_rollout_traces(tracker: Tracker, client: RecordsClient, groups: Sequence
             try:
                 details = final_reward_details(rollout, client.list_events(rollout.id))
                 draft = rollout_trace(rollout, rollout_calls(client, group, rollout), context, details)
-                more = tuple((extra_feedback or {}).get(rollout.id, ()))
-                traced[rollout.id] = tracker.log_trace(replace(draft, feedback=draft.feedback + more))
             except Exception as error:  # noqa: BLE001 - a trace is for people; the run goes on without it
-                log.warning("could not log the trace of rollout %s: %s: %s", rollout.id, type(error).__name__, error)
-    return traced
+                log.warning("could not read rollout %s for its trace: %s: %s", rollout.id, type(error).__name__,
+                            error)
+                continue
+            more = tuple((extra_feedback or {}).get(rollout.id, ()))
+            drafts[rollout.id] = replace(draft, feedback=draft.feedback + more)
+    try:
+        return dict(zip(drafts, tracker.log_traces(list(drafts.values())), strict=True))
+    except Exception as error:  # noqa: BLE001
+        log.warning("could not log the traces of %d rollouts: %s: %s", len(drafts), type(error).__name__, error)
+        return {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -54,8 +54,8 @@ class Tracker(Protocol):
         """Set (or overwrite) run tags."""
         ...
 
-    def log_trace(self, draft: TraceDraft) -> str:
-        """Log a rollout's trace (`tracking.traces.rollout_trace`) in the run's experiment; returns its trace id."""
+    def log_traces(self, drafts: Sequence[TraceDraft]) -> list[str]:
+        """Log rollouts' traces (`tracking.traces.rollout_trace`) in the run's experiment; returns their trace ids."""
         ...
 
     def end(self, status: str = "FINISHED") -> None:

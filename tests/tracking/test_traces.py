@@ -107,8 +107,8 @@ def test_a_streamed_chat_answer_is_reassembled() -> None:
                             "finish_reason": "tool_calls"}]}]
     raw = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
     assert chat_stream_tool_calls(raw) == [{"id": "c9", "name": "bash", "arguments": {"cmd": "ls"}}]
-    answer = rollout_trace(rollout(), [call(stream=True, response_raw=raw, response_text="", finish_reason="tool_calls")],
-                           CONTEXT).root.children[0].outputs
+    streamed = call(stream=True, response_raw=raw, response_text="", finish_reason="tool_calls")
+    answer = rollout_trace(rollout(), [streamed], CONTEXT).root.children[0].outputs
     assert answer["tool_calls"][0]["arguments"] == {"cmd": "ls"} and answer["finish_reason"] == "tool_calls"
     assert answer["stream"].startswith("data: ")
 
