@@ -31,19 +31,19 @@ AGENTS_SDK_STAMP := $(AGENTS_SDK_VENV)/.installed
 VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
 	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 
-.PHONY: bwrap harnesses test test-fast test-vllm vllm-venv test-verl verl-venv agents-sdk-venv models lint bench-gateway \
+.PHONY: bwrap chromium harnesses test test-fast test-vllm vllm-venv test-verl verl-venv agents-sdk-venv models lint bench-gateway \
 	clean train
 
 # The whole suite, the real vLLM server test included, then the verl comparisons in the verl venv (PYTEST_ARGS are not
 # passed to them). The project venv and vLLM's are built side by side (neither waits for the other), verl's after them
 # (its editable install of the project would race the project venv's); the suite runs on two xdist workers, a test
 # file per worker at a time (module fixtures start once).
-test: bwrap harnesses
+test: bwrap harnesses chromium
 	$(MAKE) -j2 $(STAMP) $(VLLM_STAMP)
 	$(MAKE) -j2 $(VERL_STAMP) models $(AGENTS_SDK_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	HARNESSRL_REQUIRE_AGENTS_SDK=1 $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	HARNESSRL_REQUIRE_AGENTS_SDK=1 HARNESSRL_REQUIRE_CHROMIUM=1 $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 
 # bubblewrap, the sandbox of every harness and graded test run (sandbox/README.md): installed with apt-get where we
@@ -52,6 +52,13 @@ bwrap:
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  { apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; }; } || \
 	  { echo "bubblewrap (bwrap) is needed: install it as root (apt-get install bubblewrap, dnf install bubblewrap)"; exit 1; }
+
+# Chromium, the headless browser of the MLflow UI screenshot script and its slow test (benchmarks/mlflow_screenshots.py):
+# Debian's package, installed with apt-get as root like bwrap; the test skips without it outside `make test`.
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } || \
+	  { echo "chromium is needed for the UI screenshot test: install it as root (apt-get install chromium)"; exit 1; }
 
 # The coding CLIs of the claude-code and codex recipes, pinned in agents/cli_harness/binaries.py (Claude Code
 # 2.1.328, Codex 0.169.0), in a project-local npm folder with a stamp file. Node.js 18 or newer with npm is a
