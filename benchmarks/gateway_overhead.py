@@ -10,8 +10,9 @@ gateway: `chat` (passed through byte for byte), `messages` (Anthropic Messages) 
 both translated to chat completions and back; the difference of their p50 at the same point is the translation's
 overhead. Run:
 `.venv/bin/python benchmarks/gateway_overhead.py [--seconds 5] [--stores sqlite-FULL sqlite-NORMAL postgres]
-[--protocols chat messages responses] [--rounds 1] [--json out.json]`; the stores' gateways run at once and each
-point is measured store after store, protocol after protocol.
+[--protocols chat messages responses] [--telemetry off on] [--rounds 1] [--json out.json]`; the stores' gateways
+run at once and each point is measured store after store, protocol after protocol. With `--telemetry off on` each
+store's gateway runs twice, without any OTEL_* variable and exporting a span per call over OTLP/HTTP (`+otel`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from gateway.proxy import CHAT, parse_request, upstream_request  # noqa: E402
 from gateway.records import RolloutMode  # noqa: E402
 from gateway.scripted import Script, chat_answer  # noqa: E402
 from gateway.translated import prepare  # noqa: E402
+from tests.gateway.otlp_receiver import OtlpReceiver  # noqa: E402
 from tests.gateway.support import ADMIN_TOKEN, free_port, wait_healthy  # noqa: E402
 from tests.services import PostgresServer, postgres_bin_dir  # noqa: E402
 
@@ -145,10 +147,14 @@ def store_url(store: str, workdir: Path, cleanup: contextlib.ExitStack) -> tuple
 
 
 def setup_gateway(store: str, workdir: Path, cleanup: contextlib.ExitStack, upstream_url: str, rollouts: int,
-                  profile: Path | None) -> tuple[subprocess.Popen, list[tuple[str, str]]]:
-    """The store's gateway process and its rollouts' (base URL, key)."""
+                  profile: Path | None,
+                  otlp_endpoint: str | None = None) -> tuple[subprocess.Popen, list[tuple[str, str]]]:
+    """The store's gateway process and its rollouts' (base URL, key); it exports a span per call to `otlp_endpoint`
+    when given (the standard OTEL_* settings), none otherwise (no OTEL_* variable at all)."""
     port = free_port()
-    env = {**os.environ, "HARNESSRL_ADMIN_TOKEN": ADMIN_TOKEN}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}, "HARNESSRL_ADMIN_TOKEN": ADMIN_TOKEN}
+    if otlp_endpoint is not None:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_endpoint
     db_url, config = store_url(store, workdir, cleanup)
     cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", db_url]
     if config is not None:
@@ -183,14 +189,16 @@ def measure_point(store: str, protocol: str, gateway: subprocess.Popen, rollouts
     return point
 
 
-def measure(workdir: Path, upstream_url: str, args: argparse.Namespace) -> list[dict]:
+def measure(workdir: Path, upstream_url: str, args: argparse.Namespace, otlp_endpoint: str | None) -> list[dict]:
     """Every store's gateway started at once (idle ones wait on the same core), then for each round and client count
     the stores one after another, each protocol after the other: side by side, so a change of load on a shared
     machine hits them alike."""
     with contextlib.ExitStack() as cleanup:
         gateways = {}
-        for store in args.stores:
-            gateway, rollouts = setup_gateway(store, workdir, cleanup, upstream_url, max(args.clients), args.profile)
+        for store, telemetry in ((s, t) for s in args.stores for t in args.telemetry):
+            gateway, rollouts = setup_gateway(store, workdir, cleanup, upstream_url, max(args.clients), args.profile,
+                                              otlp_endpoint if telemetry == "on" else None)
+            store = store if telemetry == "off" else f"{store}+otel"
             cleanup.callback(_stop, gateway)
             for protocol in args.protocols:  # warm up
                 path, body = PROTOCOLS[protocol]
@@ -262,7 +270,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="repeat every point, interleaved, this many times")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the gateway into this file (per store)")
+    parser.add_argument("--telemetry", nargs="+", choices=["off", "on"], default=["off"],
+                        help="OpenTelemetry export off (no OTEL_* variable) and/or on (a span per call to an OTLP "
+                             "receiver in this process); each store's gateway once per setting, labelled +otel")
     args = parser.parse_args()
+    receiver = OtlpReceiver().start() if "on" in args.telemetry else None
     up_port = free_port()
     upstream = pinned(LOAD_CORE, [sys.executable, "-m", "gateway.scripted", "--port", str(up_port)])
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
@@ -271,9 +283,11 @@ def main() -> None:
         os.sched_setaffinity(0, {LOAD_CORE})
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            results = measure(Path(tmp), upstream_url, args)
+            results = measure(Path(tmp), upstream_url, args, receiver and receiver.endpoint)
         finally:
             upstream.terminate()
+            if receiver is not None:
+                receiver.stop()
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
               "gateway_core": GATEWAY_CORE if _has_taskset() else None, "results": results,
               "translation": translation_overhead(results), "translation_cpu_us": translation_cpu_us()}

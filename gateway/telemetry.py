@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -71,11 +72,7 @@ def call_attributes(row: Mapping[str, Any], *, recorded: bool) -> dict[str, Any]
         "gen_ai.operation.name": OPERATIONS.get(row["kind"], row["kind"]), "gen_ai.request.model": row["model"],
         "http.response.status_code": row["http_status"],
     }
-    upstream = urlsplit(row["upstream"])
-    if upstream.hostname:
-        attributes["server.address"] = upstream.hostname
-    if upstream.port:
-        attributes["server.port"] = upstream.port
+    attributes.update(_server(row["upstream"]))
     optional = {
         "gen_ai.usage.input_tokens": _token_count(row.get("prompt_token_ids")),
         "gen_ai.usage.output_tokens": _token_count(row.get("response_token_ids")),
@@ -92,6 +89,13 @@ def call_attributes(row: Mapping[str, Any], *, recorded: bool) -> dict[str, Any]
 def span_name(row: Mapping[str, Any]) -> str:
     """`{operation} {model}`, as the GenAI conventions name a model call's span."""
     return f"{OPERATIONS.get(row['kind'], row['kind'])} {row['model'] or 'default'}".strip()
+
+
+@lru_cache(maxsize=256)
+def _server(upstream: str) -> dict[str, Any]:
+    """`server.address` and `server.port` of an upstream base URL (a handful per gateway: cached)."""
+    parts = urlsplit(upstream)
+    return {key: value for key, value in (("server.address", parts.hostname), ("server.port", parts.port)) if value}
 
 
 def _token_count(packed: bytes | None) -> int | None:
