@@ -1,7 +1,8 @@
 """Screenshots of the MLflow UI after a run, taken by a real headless Chromium (benchmarks/browser.py).
 
 Against a running MLflow server, for one experiment: the trace list (every traced rollout a row), the trace of one
-rollout (its span tree: calls and tool spans), its group in the Sessions view, and the metric charts of the
+rollout (its span tree: calls and tool spans), one of its calls selected (the conversation as the harness sent it,
+tool calls and results), its group in the Sessions view, and the metric charts of the
 experiment's runs (the two latest, in the Training runs chart view). Each page is captured only once its DOM text shows
 the content asked for (the UI is a single-page app: a loaded page is not yet a rendered one). Run:
 `.venv/bin/python benchmarks/mlflow_screenshots.py --tracking-uri http://127.0.0.1:5000 --experiment <name>
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -26,14 +28,23 @@ from benchmarks.browser import Page, headless_chromium  # noqa: E402
 
 SESSION_METADATA_KEY = "mlflow.trace.session"
 ROLLOUT_TAG = "harnessrl.rollout_id"
-FILES = {"traces": "mlflow-traces.png", "trace": "mlflow-trace.png", "session": "mlflow-session.png",
-         "charts": "mlflow-charts.png"}
+FILES = {"traces": "mlflow-traces.png", "trace": "mlflow-trace.png", "call": "mlflow-call.png",
+         "session": "mlflow-session.png", "charts": "mlflow-charts.png"}
 DISMISS_JS = """(() => {
   for (const b of document.querySelectorAll('button')) { if (b.innerText.trim() === 'Got it') b.click(); }
   const close = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
   if (close) close.click();
   return !!close;
 })()"""
+SELECT_SPAN_JS = """((name) => {
+  const node = [...document.querySelectorAll('span,div,p')]
+    .find(e => e.children.length === 0 && e.innerText.trim() === name);
+  if (node) node.click();
+  return !!node;
+})(%s)"""
+"""Clicks the span named by the argument (a JSON string) in a trace's span tree."""
+CALL_SPAN = re.compile(r"^(chat|completion|messages|responses) \d+$")
+"""A call span's name in the trace of a rollout (tracking.traces: `<kind> <seq>`)."""
 """Closes what covers the content on a first visit (the assistant side panel, the 'Detect issues' tip); true while
 the panel was still open."""
 
@@ -102,6 +113,20 @@ def _capture(page: Page, url: str, expected: list[str], path: Path, timeout_s: f
     return text
 
 
+def _capture_call(page: Page, trace_text: str, path: Path, timeout_s: float) -> str:
+    """In an open trace, select the last call span but one (a call whose request shows the tools' results) and
+    capture its conversation; the page's text."""
+    calls = [line for line in trace_text.splitlines() if CALL_SPAN.match(line.strip())]
+    if not calls:
+        raise ValueError(f"the trace shows no call span (`<kind> <seq>`): {trace_text[:500]!r}")
+    chosen = calls[-2] if len(calls) > 1 else calls[-1]
+    page.evaluate(SELECT_SPAN_JS % json.dumps(chosen))
+    text = page.wait_for(lambda text: text.count(chosen) >= 2 and "Inputs" in text, f"span {chosen!r} selected",
+                         timeout_s, settle_s=1.5)
+    page.screenshot(path)
+    return text
+
+
 def expected_texts(subject: Subject) -> dict[str, list[str]]:
     """What each page must show before it is captured."""
     count = len(subject.traced_rollouts)
@@ -122,6 +147,9 @@ def take_screenshots(tracking_uri: str, experiment: str, out: Path, *, width_px:
             path = out / FILES[name]
             texts[name] = _capture(page, url, expected[name], path, timeout_s)
             files[name] = str(path)
+            if name == "trace":
+                files["call"] = str(out / FILES["call"])
+                texts["call"] = _capture_call(page, texts[name], out / FILES["call"], timeout_s)
     return Captured(files, texts, subject)
 
 

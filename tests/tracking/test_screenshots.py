@@ -42,6 +42,7 @@ def test_the_ui_shows_the_runs_rollouts_traces_session_and_charts(mlflow_server,
     expected_spans = [f"rollout {subject.rollout_id}"] + [
         name for seq in range(len(EPISODE)) for name in (f"chat {seq}", "tool bash")] + [f"chat {len(EPISODE)}"]
     assert [line for line in trace_lines if line in expected_spans][:len(expected_spans)] == expected_spans
+    assert all(command in texts["call"] for command, _ in EPISODE[:2]), "the selected call shows the conversation"
     assert all(f"Turn {i}" in texts["session"] for i in range(1, count + 1))
     assert all(name in texts["charts"] for name in ("lr-1e-6", "lr-3e-6", "loss/total", "rollout/reward_mean"))
     for name, path in captured.files.items():
