@@ -18,6 +18,7 @@ from agents.swe.evaluation_report import OutcomeStatus, build_report
 from agents.swe.generator import generate
 from agents.swe.predictions import Prediction, read_predictions
 from tests.agents.swe.conftest import write_tiny_project
+from tests.tracking.trace_checks import check_run_traces, feedback_value, gateway_records
 
 pytestmark = pytest.mark.slow
 SWE_SMALL = {"step_limit": 3, "max_tokens": 48, "command_timeout_s": 20}
@@ -112,6 +113,12 @@ def test_nightly_evaluates_the_latest_train_swe_checkpoint_and_gold_resolves(pre
     assert run.data.tags["model"] == "harnessrl/swe-tiny/step-000003" and run.data.tags["checkpoint_uri"] == uri
     assert run.data.metrics["resolved_rate"] == report["resolved_rate"] and run.data.metrics["total"] == INSTANCES
     assert {"predictions.jsonl", "report.json", "report.md"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+
+    # each instance's rollout is a trace of the run, its calls as spans, the resolution as feedback
+    gateway_db = tmp_path / "runs" / summary["run_name"] / "gateway.db"
+    traces = check_run_traces(client, run.info.run_id, gateway_records(gateway_db))
+    resolved = {t.info.tags["harnessrl.instance_id"]: feedback_value(t, "resolved") for t in traces}
+    assert resolved == {i["instance_id"]: i["instance_id"] in report["resolved_ids"] for i in instances}
 
 
 def verified_file(path: Path) -> Path:

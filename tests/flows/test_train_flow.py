@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.flows.train_support import mlflow_run, overrides
+from tests.tracking.trace_checks import check_run_traces, gateway_records
 
 pytestmark = pytest.mark.slow
 ISSUE_METRICS = {
@@ -86,6 +87,11 @@ def test_train_if_sync_schedule_runs_one_batch_at_a_time(prefect_api, tiny_model
     assert client.get_metric_history(run.info.run_id, "rollout/rollouts")[-1].value == 8.0
     val_steps = [m.step for m in client.get_metric_history(run.info.run_id, "val/rollouts")]
     assert val_steps == [0, 3], "a baseline validation at step 0, then after the last iteration"
+    gateway_db = tmp_path / "runs" / "tiny-if-sync" / "gateway.db"
+    traces = check_run_traces(client, run.info.run_id, gateway_records(gateway_db))
+    modes = sorted((t.info.tags["harnessrl.mode"], t.info.tags["harnessrl.iteration"]) for t in traces)
+    assert modes == [("train", "1")] * 2 + [("train", "2")] * 2 + [("train", "3")] * 2 + [("val", "0")] * 2 + [
+        ("val", "3")] * 2, "2 traced rollouts per iteration (tracking.traces.train_per_iteration) and every val one"
 
     assert summary["updates"] >= 1, "two iterations of 2 groups of 4 random answers (flat: 1 in 4,096)"
     uri = summary["checkpoint_uri"]

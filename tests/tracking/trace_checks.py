@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from gateway.records import CallRecord, Rollout
 from tracking.mlflow_traces import global_tracking_uri
@@ -56,3 +57,22 @@ def check_run_traces(client, run_id: str, records: Callable[[str], tuple[Rollout
         rollout, calls = records(trace.info.tags[f"{TAG_PREFIX}rollout_id"])
         check_trace(trace, rollout, calls, run_id)
     return traces
+
+
+def gateway_records(db: Path) -> Callable[[str], tuple[Rollout, list[CallRecord]]]:
+    """Reads a finished run's gateway database (`sqlite:///{db}`): a rollout id's rollout and its calls."""
+    import asyncio
+
+    from gateway.store import SqlStore
+
+    def records(rollout_id: str) -> tuple[Rollout, list[CallRecord]]:
+        store = SqlStore(f"sqlite:///{db}")
+        try:
+            async def read() -> tuple[Rollout, list[CallRecord]]:
+                rollout = await store.get_rollout(rollout_id)
+                return rollout, await store.list_calls(rollout_id, rollout.attempt)
+            return asyncio.run(read())
+        finally:
+            store.close()
+
+    return records
