@@ -138,10 +138,10 @@ def evaluate(config: RunConfig, checkpoint_uri: str | None, model: str | None, s
 
 
 def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: str,
-              tracker: MlflowTracker) -> list[InstanceOutcome]:
+              tracker: MlflowTracker | None = None) -> list[InstanceOutcome]:
     """One val-mode rollout per local instance (and per Kubernetes one: `swe_bench` recipe, its hidden fields in
     the run's swe_bench store) against services serving `weights`; an outcome per instance, each rollout logged as
-    a trace with its resolution as feedback."""
+    a trace of `tracker`'s run (when given) with its resolution as feedback."""
     run_plan = fresh_plan(config, name, weights.path, weights.policy_version)
     settings = process_settings(config, run_plan, pin_recipe=False)  # each task names swe or swe_bench
     tasks = rollout_tasks(plan.local, SweRecipe().store)
@@ -156,7 +156,8 @@ def run_local(config: RunConfig, plan: EvaluationPlan, weights: Weights, name: s
         groups, unfinished = run_rollouts(services.admin, tasks, f"{name}-eval", weights.policy_version,
                                           r.wait_timeout_s, r.max_attempts, r.task_overrides or None)
         outcomes = collect_outcomes(services.admin, groups, repos)
-        log_rollout_traces(tracker, services.admin, groups, "swe", None, **resolution_feedback(groups, outcomes))
+        if tracker is not None:
+            log_rollout_traces(tracker, services.admin, groups, "swe", None, **resolution_feedback(groups, outcomes))
     reason = f"no verdict within rollout.wait_timeout_s={r.wait_timeout_s:g} s"
     return outcomes + [no_verdict(instance_id, repos[instance_id], reason) for instance_id in unfinished]
 
