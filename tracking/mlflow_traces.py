@@ -4,6 +4,11 @@ MLflow's tracing API exports through a process-wide tracer bound to the global t
 write sets the global URI to the tracker's for its duration (and restores the previous one after, with the
 `MLFLOW_TRACKING_URI` variable as it was), and waits for MLflow's asynchronous trace export before the feedback is
 logged (feedback needs the trace in the store). Writes are serialised by a lock.
+
+Each trace's export is awaited before the next starts: traces exported together lost spans (MLflow 3.17, sqlite
+store and server alike: `get_trace` answered "not fully exported"), and so did MLflow's synchronous export. The
+wait is MLflow's queue poll, about 1 s per trace, plus about 1 s per batch for the URI switch (measured on 2 busy
+cores: 3.1 s for a batch of 2).
 """
 
 from __future__ import annotations
