@@ -78,15 +78,17 @@ class Page:
 
     def wait_for(self, shown: Callable[[str], bool], what: str, timeout_s: float = 60.0,
                  settle_s: float = 1.0) -> str:
-        """The page's text once `shown(text)` holds, then `settle_s` more for layout and charts to finish drawing;
-        BrowserError naming `what` and quoting the text after `timeout_s`."""
+        """The page's text once `shown(text)` holds and the text stayed the same for `settle_s` (the app has finished
+        rendering what it loaded); BrowserError naming `what` and quoting the text after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         text = ""
         while time.monotonic() < deadline:
             text = self.text()
             if shown(text):
                 time.sleep(settle_s)
-                return self.text()
+                if self.text() == text:
+                    return text
+                continue
             time.sleep(0.25)
         raise BrowserError(f"the page did not show {what} within {timeout_s} s; its text was: {text[:1500]!r}")
 

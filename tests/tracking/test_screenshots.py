@@ -36,7 +36,7 @@ def test_the_ui_shows_the_runs_rollouts_traces_session_and_charts(mlflow_server,
     assert subject.traced_rollouts == run.rollout_ids and subject.session_id == run.group_id
     count = len(run.rollout_ids)
     assert f"{count} of {count}" in texts["traces"], "the trace list has a row per traced rollout"
-    assert texts["traces"].count(run.group_id) == count
+    assert texts["traces"].splitlines().count(run.group_id) == count, "each row's session is the group"
     assert subject.rollout_id in run.rollout_ids[::2], "the longest episode: a solved one"
     trace_lines = texts["trace"].splitlines()
     expected_spans = [f"rollout {subject.rollout_id}"] + [
