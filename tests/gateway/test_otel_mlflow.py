@@ -14,7 +14,7 @@ from gateway.client import GatewayClient
 from tests.gateway.api_support import chat, create_rollouts
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
-from tests.services import MLFLOW_QUIET_ENV, MlflowServerProcess
+from tests.services import MlflowServerProcess
 
 pytestmark = pytest.mark.slow
 CALLS = 3
@@ -23,10 +23,7 @@ CALLS = 3
 @pytest.fixture(scope="module")
 def mlflow_otlp(tmp_path_factory):
     """A real MLflow server and an experiment on it: (tracking URI, experiment id)."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in MLFLOW_QUIET_ENV.items():
-            patch.setenv(name, value)
-        server = MlflowServerProcess(tmp_path_factory.mktemp("mlflow-otlp")).start()
+    server = MlflowServerProcess(tmp_path_factory.mktemp("mlflow-otlp")).start()  # quiet: no telemetry, no fetches
     experiment_id = MlflowClient(server.url).create_experiment("gateway-otlp")
     yield server.url, experiment_id
     server.stop()
