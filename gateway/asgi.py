@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
@@ -74,3 +76,14 @@ def as_json_request(scope: dict, body: bytes) -> dict:
         return scope
     headers = [(key, value) for key, value in scope["headers"] if key != b"content-type"]
     return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object; BadRequest naming what it is otherwise."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"request body must be a JSON object, not {type(body).__name__}")
+    return body

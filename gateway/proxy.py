@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.asgi import send_error
+from gateway.asgi import json_object, send_error
 from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, parse_version_header
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
@@ -28,12 +28,7 @@ DONE_TOKEN = b"[DONE]"  # the final SSE event is `data: [DONE]`
 
 def parse_request(raw: bytes, kind: str) -> dict[str, Any]:
     """The harness's JSON body, with the fields the gateway relies on type-checked."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest(f"request body must be a JSON object, not {type(body).__name__}")
+    body = json_object(raw)
     if kind == CHAT and (not isinstance(body.get("messages"), list) or not body["messages"]):
         raise BadRequest("'messages' must be a non-empty list of messages", param="messages")
     if kind == COMPLETION and not isinstance(body.get("prompt"), (str, list)):

@@ -11,22 +11,11 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import BadRequest
+from gateway.asgi import json_object
 from gateway.protocols import anthropic_answer, anthropic_request
 
 KIND = "messages"
 COUNT_KIND = "count_tokens"
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """The JSON object of a request body; BadRequest otherwise."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest(f"request body must be a JSON object, not {type(body).__name__}")
-    return body
 
 
 class MessagesAdapter:
@@ -35,13 +24,13 @@ class MessagesAdapter:
     kind = KIND
 
     def parse(self, raw: bytes) -> dict[str, Any]:
-        body = parse_body(raw)
+        body = json_object(raw)
         anthropic_request.check_fields(body, count_tokens=False)
         return body
 
     def parse_count(self, raw: bytes) -> dict[str, Any]:
         """A `count_tokens` request body (as `parse`; `max_tokens` may be absent)."""
-        body = parse_body(raw)
+        body = json_object(raw)
         anthropic_request.check_fields(body, count_tokens=True)
         return body
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
+from gateway.asgi import json_object
 from gateway.errors import BadRequest, error_body
 from gateway.protocols.responses_answer import from_chat, recorded_output, response_id
 from gateway.protocols.responses_request import chat_request, check_fields
@@ -30,12 +29,7 @@ class ResponsesAdapter:
     kind = "responses"
 
     def parse(self, raw: bytes) -> dict[str, Any]:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"request body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise BadRequest(f"request body must be a JSON object, not {type(body).__name__}")
+        body = json_object(raw)
         if not isinstance(body.get("stream", False), bool):
             raise BadRequest("'stream' must be a boolean", param="stream")
         if not isinstance(body.get("model", ""), str):
