@@ -1,6 +1,7 @@
 """The OpenAI Agents SDK (`openai-agents`), unmodified, with its default model (OpenAI Responses) through the gateway
 in front of the scripted upstream: an agent with two function tools runs its episode end to end (the model calls
-both tools in parallel, the SDK runs them and sends their outputs, the model answers), streamed and not.
+both tools in parallel, the SDK runs them and sends their outputs, the model answers), streamed and not; and once
+in front of the real embedded engine (tiny model, integration tier): each recorded call holds the engine's tokens.
 
 The SDK's top-level package is named `agents`, as ours is, so it lives in a venv of its own (`make agents-sdk-venv`:
 `.venv-agents-sdk`) and the agent runs there as a subprocess, in isolated mode outside the project folder; only the
@@ -133,3 +134,69 @@ def test_the_sdk_venv_does_not_shadow_the_projects_agents_package():
                           cwd="/", capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert Path(done.stdout.strip()).parent == REPO / "agents"
+
+
+ENGINE_AGENT = '''
+import asyncio, json
+from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
+from agents.exceptions import ModelBehaviorError
+
+set_tracing_disabled(True)
+
+@function_tool
+def read_file(path: str) -> str:
+    """Read one file of the repository."""
+    return "x = 1"
+
+agent = Agent(name="reader", instructions="You read code.", tools=[read_file], model="policy",
+              model_settings=ModelSettings(max_tokens=8))
+
+async def main():
+    try:
+        result = await Runner.run(agent, "What is in a.py?", max_turns=3)
+    except ModelBehaviorError as exc:  # a random model's answer cut at max_tokens: the SDK ends the run on it
+        assert "max_output_tokens" in str(exc), exc
+        print(json.dumps({"final": None, "incomplete": True}))
+        return
+    print(json.dumps({"final": result.final_output, "turns": len(result.raw_responses)}))
+
+asyncio.run(main())
+'''
+
+
+def test_an_agent_runs_in_front_of_the_embedded_engine(engine_url, tiny_model_dir, tmp_path):
+    """The same SDK, its default Responses model, in front of the real engine (tiny random model, fallback tool
+    template): the episode ends, and each recorded call holds the engine's tokens of the rendered conversation."""
+    from transformers import AutoTokenizer
+
+    python = sdk_python()
+    gw = InProcessGateway(db_url=f"sqlite:///{tmp_path / 'store.db'}").start()
+    try:
+        with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
+            admin.register_model("policy", engine_url + "/v1", served_name="tiny")
+            (created,) = create_rollouts(admin)
+            script = tmp_path / "agent.py"
+            script.write_text(ENGINE_AGENT)
+            env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "OPENAI_BASE_URL": created.base_url,
+                   "OPENAI_API_KEY": created.api_key, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+            done = subprocess.run([str(python), "-I", str(script)], cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, timeout=180)
+            assert done.returncode == 0, done.stderr[-3000:]
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            calls = admin.calls(created.id)
+    finally:
+        gw.stop()
+    assert len(calls) >= 1
+    if result.get("incomplete"):
+        assert calls[-1].finish_reason == "length" and '"status":"incomplete"' in calls[-1].response_raw
+    else:
+        assert len(calls) == result["turns"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for call in calls:
+        assert call.kind == "responses" and call.status == "ok" and call.policy_version == 0
+        prompt = tokenizer.decode(call.prompt_token_ids)
+        assert "You read code." in prompt and "What is in a.py?" in prompt and '"read_file"' in prompt
+        assert 0 < len(call.response_token_ids) == len(call.response_logprobs) <= 8
+    if result["final"] is not None:
+        last = calls[-1]
+        assert tokenizer.decode(last.response_token_ids, skip_special_tokens=True).strip() == result["final"].strip()

@@ -65,3 +65,32 @@ def test_responses_record_the_engines_tokens_of_the_rendered_conversation(admin,
         assert tokenizer.decode(call.response_token_ids, skip_special_tokens=True) == response.output_text
     assert response.status == ("incomplete" if call.finish_reason == "length" else "completed")
     assert call.policy_version == 0
+
+
+READ_A = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
+CHAT_MESSAGES = [{"role": "system", "content": "You read code."}, {"role": "user", "content": "What is in a.py?"},
+                 {"role": "assistant", "content": None, "tool_calls": [READ_A]},
+                 {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_chat_with_tools_records_the_engines_tokens_of_the_rendered_conversation(admin, tokenizer, stream):
+    """The openai SDK's chat completions with a tool, a tool call and its result, passed through as they are."""
+    rollout_id = f"chat-tools-engine-{stream}"
+    created = admin.create_rollouts([RolloutSpec(id=rollout_id, group_id="g")])[0]
+    client = openai.OpenAI(base_url=created.base_url, api_key=created.api_key, max_retries=0, timeout=120)
+    request = {"model": "tiny", "messages": CHAT_MESSAGES, "tools": [CHAT_TOOL], "max_tokens": 12}
+    if stream:
+        chunks = list(client.chat.completions.create(**request, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        called = any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    else:
+        message = client.chat.completions.create(**request).choices[0].message
+        text, called = message.content or "", bool(message.tool_calls)
+    [call] = admin.calls(rollout_id)
+    assert call.status == CallStatus.OK and call.kind == "chat" and call.stream == stream
+    rendered = render_chat(tokenizer, CHAT_MESSAGES, [CHAT_TOOL]).text
+    assert tokenizer.decode(call.prompt_token_ids) == rendered and "<tool_call>" in rendered
+    assert 0 < len(call.response_token_ids) == len(call.response_logprobs) <= 12
+    if not called:  # a random model rarely calls a tool
+        assert tokenizer.decode(call.response_token_ids, skip_special_tokens=True) == text
