@@ -9,8 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 TINY_SERVED_NAME = "tiny"
+
+# Property tests judge correctness, not speed: on a loaded 2-core machine (two xdist workers beside server processes)
+# one draw can stall for seconds, which Hypothesis's default health check and deadline report as failures.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 INTEGRATION_FIXTURES = {
     "embedded_engine": "an engine server process with the tiny model",
