@@ -121,7 +121,11 @@ def summarize(latencies: list[float], wall_s: float) -> dict:
             "p99_ms": ordered[int(0.99 * (len(ordered) - 1))], "calls_per_s": len(ordered) / wall_s}
 
 
-def store_url(store: str, workdir: Path, cleanup: contextlib.ExitStack) -> tuple[str, Path | None]:
+BENCH_SETTINGS = "max_calls_per_attempt: 1000000000\n"
+"""Each benchmark rollout makes far more calls than a harness may (10,000 per attempt by default: a 429 after that)."""
+
+
+def store_url(store: str, workdir: Path, cleanup: contextlib.ExitStack) -> tuple[str, Path]:
     """The gateway's --db URL and --config file for `store`; for `postgres` a server is started (in its own /tmp
     folder: it runs as nobody when we are root, who cannot enter `workdir`), stopped by `cleanup`."""
     if store == "postgres":
@@ -139,10 +143,12 @@ def store_url(store: str, workdir: Path, cleanup: contextlib.ExitStack) -> tuple
         finally:
             os.sched_setaffinity(0, with_affinity)
         cleanup.callback(server.stop)
-        return server.create_database("bench"), None
+        config = workdir / "gateway-postgres.yaml"
+        config.write_text(BENCH_SETTINGS)
+        return server.create_database("bench"), config
     level = store.removeprefix("sqlite-")
     config = workdir / f"gateway-{level}.yaml"
-    config.write_text(f"sqlite_synchronous: {level}\n")
+    config.write_text(f"sqlite_synchronous: {level}\n{BENCH_SETTINGS}")
     return f"sqlite:///{workdir / f'bench-{level}.db'}", config
 
 
@@ -156,9 +162,7 @@ def setup_gateway(store: str, workdir: Path, cleanup: contextlib.ExitStack, upst
     if otlp_endpoint is not None:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_endpoint
     db_url, config = store_url(store, workdir, cleanup)
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", db_url]
-    if config is not None:
-        cmd += ["--config", str(config)]
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", db_url, "--config", str(config)]
     if profile is not None:  # py-spy samples the gateway for the whole run (raw collapsed stacks)
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "500", "-f", "raw", "-o",
                str(profile.with_suffix(f".{store}{profile.suffix}")), "--", *cmd]
