@@ -8,6 +8,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.sampling import SamplingPolicy
+
 
 class GatewayConfig(BaseModel):
     """Settings of one gateway process."""
@@ -47,6 +49,10 @@ class GatewayConfig(BaseModel):
     side_models: list[str] = Field(default_factory=list, description="Glob patterns (case-insensitive) of model "
                                    "names whose calls are side calls, recorded with side=true (e.g. 'claude-*haiku*': "
                                    "Claude Code's small-model calls for titles); count_tokens calls always are.")
+    sampling: SamplingPolicy = Field(default_factory=SamplingPolicy, description="How train rollouts' calls sample: "
+                                     "`train: enforce` (default; the policy's `temperature`, top_p 1, top_k and "
+                                     "min_p off) or `train: record` (the harness's values); val rollouts always "
+                                     "sample as the harness asks. Every call records its sampling.")
     admin_token: str | None = Field(default=None, description="Admin token; default $HARNESSRL_ADMIN_TOKEN.")
     grader_token: str | None = Field(default=None, description="Grader token; default $HARNESSRL_GRADER_TOKEN.")
 

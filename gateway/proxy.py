@@ -17,8 +17,8 @@ from gateway.asgi import json_object, send_error
 from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, parse_version_header
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
-from gateway.records import CallStatus, ModelRecord, RolloutMode
-from gateway.tokens import pack_extra_choices, pack_floats, pack_ids
+from gateway.records import CallStatus, ModelRecord, RolloutMode, SamplingRecord
+from gateway.tokens import pack_extra_choices, pack_floats, pack_ids, pack_sampling
 from gateway.upstream import UpstreamFailed
 
 CHAT, COMPLETION = "chat", "completion"
@@ -41,7 +41,8 @@ def parse_request(raw: bytes, kind: str) -> dict[str, Any]:
 
 
 def upstream_request(body: dict[str, Any], kind: str, mode: RolloutMode, served_name: str) -> bytes:
-    """The body sent upstream: token IDs always forced, logprobs forced in train mode, model renamed."""
+    """The body sent upstream: token IDs always forced, logprobs forced in train mode, model renamed (its sampling
+    parameters are set before, by `gateway.sampling.apply_policy`)."""
     forwarded = dict(body)
     forwarded["model"] = served_name
     forwarded["return_token_ids"] = True
@@ -69,6 +70,7 @@ class CallContext:
     started: float
     side: bool = False  # a harness's side call (gateway.routing.is_side_call)
     traceparent: str | None = None  # the W3C trace context the harness sent (the parent of the call's span)
+    sampling: SamplingRecord | None = None  # what the engine was asked to sample with (gateway.sampling); None: nothing
 
 
 def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status: int, error: str | None,
@@ -82,7 +84,8 @@ def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status
         "response_token_ids": pack_ids(cap.response_token_ids),
         "response_logprobs": pack_floats(cap.response_logprobs), "response_text": cap.response_text or None,
         "finish_reason": cap.finish_reason, "n_choices": cap.n_choices,
-        "extra_choices": pack_extra_choices(cap), "side": ctx.side, "policy_version": policy_version,
+        "extra_choices": pack_extra_choices(cap), "side": ctx.side, "sampling": pack_sampling(ctx.sampling),
+        "policy_version": policy_version,
         "latency_ms": (time.perf_counter() - ctx.started) * 1000, "created_at": ctx.created_at,
     }
 

@@ -218,6 +218,22 @@ class ChoiceRecord(WireModel):
     finish_reason: str | None = Field(default=None, description="The choice's finish reason.")
 
 
+class SamplingRecord(WireModel):
+    """The sampling of one call: the parameters the engine applied (for every choice), and what the harness asked."""
+
+    temperature: float = Field(default=1.0, ge=0.0, description="Temperature the engine sampled at; 0 is greedy "
+                               "(the argmax, with top_p 1, top_k 0 and min_p 0).")
+    top_p: float = Field(default=1.0, description="Nucleus mass kept; 1 is off.")
+    top_k: int = Field(default=0, description="Most likely tokens kept; 0 is off (a harness's -1 is recorded as 0).")
+    min_p: float = Field(default=0.0, description="Least probability kept, relative to the most likely token's; 0 is "
+                         "off.")
+    requested: dict[str, Any] = Field(default_factory=dict, description="The harness's own sampling fields as it "
+                                      "sent them, in its protocol (temperature, top_p, top_k, min_p, penalties, "
+                                      "logit_bias); empty when it sent none.")
+    enforced: bool = Field(default=False, description="True when the gateway applied the policy's sampling in place "
+                           "of the harness's (gateway config `sampling.train: enforce`, train rollouts).")
+
+
 class CallRecord(WireModel):
     """One proxied call, immutable once written."""
 
@@ -246,6 +262,9 @@ class CallRecord(WireModel):
                                               "empty for n = 1.")
     side: bool = Field(default=False, description="A harness's side call (a token count, a small-model call for a "
                        "title; gateway config `side_models`); the trainer skips or includes them by configuration.")
+    sampling: SamplingRecord | None = Field(default=None, description="The call's sampling parameters; None for a "
+                                            "call that samples nothing (count_tokens) and for calls recorded by a "
+                                            "gateway older than this field.")
     policy_version: int | None = Field(description="Engine policy version that produced the response.")
     latency_ms: float = Field(description="Time from arrival to the response being complete.")
     created_at: float = Field(description="Arrival, unix seconds.")

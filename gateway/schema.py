@@ -61,6 +61,7 @@ calls = sa.Table(
     sa.Column("n_choices", sa.Integer, nullable=False),
     sa.Column("extra_choices", sa.LargeBinary),  # choices with index >= 1 (gateway.tokens.pack_choices); NULL: none
     sa.Column("side", sa.Boolean, nullable=False, server_default=sa.false()),  # a harness's side call
+    sa.Column("sampling", sa.LargeBinary),  # SamplingRecord as JSON; NULL: nothing sampled, or an older gateway's call
     sa.Column("policy_version", sa.Integer),
     sa.Column("latency_ms", sa.Float, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
@@ -96,7 +97,7 @@ artifacts = sa.Table(
 )
 
 
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side")}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling")}
 """Columns added to existing tables after the first release, by table: an older database gets them on open."""
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from gateway.capture import Captured
-from gateway.records import CallRecord, CallStatus, ChoiceRecord
+from gateway.records import CallRecord, CallStatus, ChoiceRecord, SamplingRecord
 
 
 def pack_ids(ids: Sequence[int]) -> bytes:
@@ -62,6 +62,16 @@ def unpack_extra_choices(blob: bytes | None) -> list[ChoiceRecord]:
     return choices
 
 
+def pack_sampling(sampling: SamplingRecord | None) -> bytes | None:
+    """A call's sampling record as JSON (None: the call sampled nothing)."""
+    return None if sampling is None else sampling.model_dump_json().encode()
+
+
+def unpack_sampling(blob: bytes | None) -> SamplingRecord | None:
+    """Inverse of `pack_sampling` (NULL: nothing sampled, or a call recorded before the column existed)."""
+    return None if blob is None else SamplingRecord.model_validate_json(blob)
+
+
 def call_row_to_record(row: Any) -> CallRecord:
     """A stored call row as a `CallRecord`."""
     return CallRecord(
@@ -73,6 +83,7 @@ def call_row_to_record(row: Any) -> CallRecord:
         response_token_ids=unpack_ids(row.response_token_ids),
         response_logprobs=unpack_floats(row.response_logprobs), response_text=row.response_text,
         finish_reason=row.finish_reason, n_choices=row.n_choices,
-        extra_choices=unpack_extra_choices(row.extra_choices), side=bool(row.side), policy_version=row.policy_version,
+        extra_choices=unpack_extra_choices(row.extra_choices), side=bool(row.side),
+        sampling=unpack_sampling(row.sampling), policy_version=row.policy_version,
         latency_ms=row.latency_ms, created_at=row.created_at,
     )

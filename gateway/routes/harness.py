@@ -43,8 +43,9 @@ from gateway.proxy import (
     parse_request,
     upstream_request,
 )
-from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord
+from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord, SamplingRecord
 from gateway.routing import is_side_call
+from gateway.sampling import apply_policy, requested_sampling
 from gateway.store import RolloutBrief
 from gateway.translated import count_tokens, forward, history, prepare
 
@@ -138,15 +139,16 @@ async def _proxy(svc: GatewayContext, scope: dict, receive, send, rollout_id: st
     request = parse_request(raw, kind)
     brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
-    body = upstream_request(request, kind, brief.mode, endpoint.served_name)
+    forwarded, sampling = apply_policy(request, requested_sampling(request), brief.mode, svc.config.sampling)
+    body = upstream_request(forwarded, kind, brief.mode, endpoint.served_name)
     ctx = await _call_context(svc, brief, rollout_id, kind, request, raw, endpoint, started, created_at,
-                              header(scope, b"traceparent"))
+                              header(scope, b"traceparent"), sampling)
     await (forward_stream if ctx.stream else forward_unary)(svc, ctx, body, send)
 
 
 async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: str, kind: str, request: dict,
                         raw: bytes, endpoint: ModelRecord, started: float, created_at: float,
-                        traceparent: str | None = None) -> CallContext:
+                        traceparent: str | None = None, sampling: SamplingRecord | None = None) -> CallContext:
     """The context of a call about to go upstream, with its arrival number; QuotaExceeded (429) once the attempt
     has made `max_calls_per_attempt` calls. Every kind of call (chat, completion, translated) is built here."""
     seq = await svc.store.next_call_seq(rollout_id, brief.attempt)
@@ -158,7 +160,8 @@ async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: st
     return CallContext(rollout_id=rollout_id, attempt=brief.attempt, seq=seq, kind=kind,
                        stream=bool(request.get("stream", False)), model=model, endpoint=endpoint, request_raw=raw,
                        created_at=created_at, started=started,
-                       side=is_side_call(kind, model, svc.config.side_models), traceparent=traceparent)
+                       side=is_side_call(kind, model, svc.config.side_models), traceparent=traceparent,
+                       sampling=sampling)
 
 
 async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_id: str,
@@ -172,8 +175,9 @@ async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_i
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     # translated before the call takes a number: a request the adapter refuses leaves no gap in the calls' seq
     chat = adapter.to_chat(request, await history(svc, adapter, request, rollout_id, brief.attempt))
+    chat, sampling = apply_policy(chat, requested_sampling(request), brief.mode, svc.config.sampling)
     ctx = await _call_context(svc, brief, rollout_id, adapter.kind, request, raw, endpoint, started, created_at,
-                              header(scope, b"traceparent"))
+                              header(scope, b"traceparent"), sampling)
     call = prepare(adapter, request, chat, rollout_id=rollout_id, attempt=brief.attempt, seq=ctx.seq,
                    mode=brief.mode, served_name=endpoint.served_name)
     await forward(svc, ctx, call, send)

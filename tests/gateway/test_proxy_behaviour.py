@@ -12,6 +12,7 @@ import pytest
 
 from gateway.client import GatewayClient
 from gateway.records import CallStatus, RolloutMode
+from gateway.sampling import NEUTRAL
 from gateway.scripted import Script
 from tests.gateway.api_support import chat, completion, create_rollouts, error_of, write_config
 from tests.gateway.support import ADMIN_TOKEN
@@ -130,7 +131,8 @@ def test_token_ids_always_and_logprobs_in_train_mode_are_forced_upstream(admin, 
     (created,) = create_rollouts(admin, prefix="echo", mode=mode)
     response = call(created, path, {**body, "temperature": 0.5})
     (record,) = admin.calls(created.id)
-    expected = {**body, "temperature": 0.5, "return_token_ids": True, **forced}
+    sampling = {**NEUTRAL, "temperature": 1.0 if mode == RolloutMode.TRAIN else 0.5}  # train: the policy's, enforced
+    expected = {**body, **sampling, "return_token_ids": True, **forced}
     assert response.json()["echo_request"] == expected
     assert record.request == {**body, "temperature": 0.5}
 

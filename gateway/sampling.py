@@ -1,0 +1,106 @@
+"""The sampling parameters of a harness call: what the harness asked for, what the gateway forwards, what is recorded.
+
+In train mode the gateway enforces the policy's sampling by default (`SamplingPolicy.train = enforce`): whatever the
+harness sent, the engine samples at the policy's temperature with top-p 1 and top-k / min-p off, and the harness's
+own values are kept in the record's `requested`. With `train = record`, and always in val mode, the harness's values
+go to the engine as it sent them. Either way the four parameters are sent explicitly (an absent one as its neutral
+value), so what the record says the engine applied does not depend on an engine's defaults (vLLM's
+`--generation-config auto` would otherwise apply the checkpoint's own).
+
+Pure functions; the proxy (`routes/harness.py`) and the translated protocols (`translated.py`) call `apply_policy`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.errors import BadRequest
+from gateway.records import RolloutMode, SamplingRecord
+
+GREEDY_BELOW = 1e-5
+"""A temperature below this is greedy (vLLM's `_SAMPLING_EPS`): the engine takes the argmax and ignores top-p,
+top-k and min-p."""
+NEUTRAL: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+"""The four applied parameters and the values that leave the model's distribution as it is (top-k 0: off)."""
+PENALTY_FIELDS = ("frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias")
+"""Other request fields that change the distribution a token is sampled from: recorded in `requested`, removed when
+the policy is enforced, forwarded as sent otherwise."""
+REQUESTED_FIELDS = (*NEUTRAL, *PENALTY_FIELDS)
+"""The harness's sampling fields copied into `SamplingRecord.requested` (any protocol: Anthropic Messages sends
+temperature / top_p / top_k, Responses temperature / top_p, chat and completions any of these)."""
+
+
+class SamplingMode(StrEnum):
+    """What the gateway does with a train rollout's sampling parameters."""
+
+    ENFORCE = "enforce"
+    RECORD = "record"
+
+
+class SamplingPolicy(BaseModel):
+    """Gateway config key `sampling`: how train-mode calls sample (val-mode calls always sample as the harness asks)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    train: SamplingMode = Field(default=SamplingMode.ENFORCE, description="enforce: train calls sample at the "
+                                "policy's temperature with top_p 1, top_k and min_p off, penalties removed, whatever "
+                                "the harness sent (its values are recorded in `requested`); record: the harness's "
+                                "values are forwarded and recorded as sent.")
+    temperature: float = Field(default=1.0, gt=0.0, description="The policy's temperature, enforced on train calls "
+                               "(the trainer must compute logprobs at the same temperature).")
+
+
+def requested_sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """The harness's own sampling fields as it sent them (null values left out); empty when it sent none."""
+    return {key: body[key] for key in REQUESTED_FIELDS if body.get(key) is not None}
+
+
+def check_types(requested: dict[str, Any]) -> None:
+    """BadRequest naming the field when a sampling parameter is not a number (top_k: not an integer)."""
+    for key in ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"):
+        value = requested.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise BadRequest(f"'{key}' must be a number, got {value!r}", param=key)
+    top_k = requested.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
+        raise BadRequest(f"'top_k' must be an integer (0 or -1: off), got {top_k!r}", param="top_k")
+
+
+def applied_values(values: dict[str, Any]) -> dict[str, float | int]:
+    """The four parameters an engine applies for `values` (absent ones neutral): top_k -1 is 0 (off); a greedy
+    temperature makes top_p 1, top_k 0 and min_p 0, as vLLM resets them."""
+    given = {key: values.get(key, neutral) for key, neutral in NEUTRAL.items()}
+    top_k = int(given["top_k"])
+    applied: dict[str, float | int] = {"temperature": float(given["temperature"]), "top_p": float(given["top_p"]),
+                                       "top_k": 0 if top_k == -1 else top_k, "min_p": float(given["min_p"])}
+    if applied["temperature"] < GREEDY_BELOW:
+        applied.update(top_p=1.0, top_k=0, min_p=0.0)
+    return applied
+
+
+def enforces(policy: SamplingPolicy, mode: RolloutMode) -> bool:
+    """Whether a call of a rollout in `mode` samples at the policy's parameters."""
+    return mode == RolloutMode.TRAIN and policy.train == SamplingMode.ENFORCE
+
+
+def apply_policy(chat: dict[str, Any], requested: dict[str, Any], mode: RolloutMode,
+                 policy: SamplingPolicy) -> tuple[dict[str, Any], SamplingRecord]:
+    """(the body to forward, the call's sampling record) for an engine-bound request `chat` (chat or completions;
+    a translated protocol's chat request) whose harness sent `requested` (`requested_sampling` of its own body).
+
+    Enforced: the four parameters set to the policy's, the penalty fields removed. Otherwise: the body as it is, the
+    parameters it lacks set to their neutral values. `n` and `stream` are left as they are: the parameters apply to
+    every choice and to a streamed answer alike."""
+    check_types(requested)
+    forwarded = dict(chat)
+    if enforces(policy, mode):
+        for key in PENALTY_FIELDS:
+            forwarded.pop(key, None)
+        values: dict[str, Any] = {**NEUTRAL, "temperature": policy.temperature}
+    else:
+        values = {**NEUTRAL, **{key: chat[key] for key in NEUTRAL if chat.get(key) is not None}}
+    forwarded.update(values)
+    return forwarded, SamplingRecord(**applied_values(values), requested=requested, enforced=enforces(policy, mode))
