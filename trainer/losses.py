@@ -12,7 +12,9 @@ add up exactly to the full-batch loss, however the update is split. Modes:
   the token mean within each rollout, then the mean over rollouts, whatever number of samples a
   rollout produced.
 
-Sequences and rollouts without trainable tokens are not counted. All per-token tensors share one
+Sequences and rollouts without trainable tokens are not counted. `LossConfig.off_policy` adds the off-policy
+correction of `trainer.off_policy` (decoupled PPO's truncated importance weight, sequence masks) as extra factors
+on the token weights; masked tokens stay in the denominators. All per-token tensors share one
 layout (packed 1-D or padded 2-D) and are aligned with token positions.
 """
 
@@ -24,6 +26,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 import torch
+
+from trainer.off_policy import OffPolicyConfig, correction_T
 
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "rollout-token-mean"]
 """How token losses are averaged into one number."""
@@ -60,6 +64,8 @@ class LossConfig:
     """Weight of the entropy bonus (subtracted from the loss)."""
     log_ratio_limit: float = 20.0
     """Clamp on |log ratio| before exponentiating, for stability (verl uses 20)."""
+    off_policy: OffPolicyConfig = OffPolicyConfig()
+    """Decoupled PPO (recompute_behaviour), truncated importance weights and sequence masks (trainer.off_policy)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.clip_low < 1.0 or self.clip_high < 0.0:
@@ -147,6 +153,12 @@ class LossBatch:
     """1 / the update's trainable tokens on trainable tokens, 0 elsewhere (for token-mean metrics)."""
     ref_logprobs_T: torch.Tensor | None = None
     """Reference-policy logprobs, needed when kl_coef > 0."""
+    behaviour_logprobs_T: torch.Tensor | None = None
+    """Decoupled PPO: the engine's recorded logprobs, while old_logprobs_T holds the trainer's recomputation."""
+    sequence_ids_T: torch.Tensor | None = None
+    """Each token's sequence (any ints), for sequence-level importance weights and masks."""
+    policy_versions_T: torch.Tensor | None = None
+    """Policy version that sampled each token (for the off-policy metrics by lag)."""
 
     @classmethod
     def pack(
@@ -254,9 +266,10 @@ def policy_loss(
     )
     weights_T = batch.weights_T.to(device=logprobs_T.device, dtype=logprobs_T.dtype)
     share_T = batch.token_share_T.to(device=logprobs_T.device, dtype=logprobs_T.dtype)
-    pg = (terms.loss_T * weights_T).sum()
+    pg_weights_T, weights_T, metrics = _off_policy_weights(logprobs_T, batch, config.off_policy, weights_T, share_T)
+    pg = (terms.loss_T * pg_weights_T).sum()
     loss = pg
-    metrics = {"loss/pg": float(pg.detach())}
+    metrics["loss/pg"] = float(pg.detach())
     if config.kl_coef:
         if batch.ref_logprobs_T is None:
             raise ValueError(
@@ -279,6 +292,38 @@ def policy_loss(
         metrics["loss/approx_kl_k3"] = float(((torch.exp(log_ratio_T) - log_ratio_T - 1.0) * share_T).sum())
     metrics["loss/total"] = float(loss.detach())
     return LossOutput(loss, metrics)
+
+
+def _off_policy_weights(
+    logprobs_T: torch.Tensor,
+    batch: LossBatch,
+    config: OffPolicyConfig,
+    weights_T: torch.Tensor,
+    share_T: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Token weights of the pg term and of the KL/entropy terms after the off-policy correction, and its metrics."""
+    decoupled = batch.behaviour_logprobs_T is not None
+    if config.recompute_behaviour and not decoupled:
+        raise ValueError(
+            "LossConfig.off_policy.recompute_behaviour is set but the batch has no behaviour_logprobs_T; the backend "
+            "must recompute the proximal logprobs into old_logprobs_T and pass the recorded ones as behaviour"
+        )
+    if not decoupled and not config.masks_sequences:
+        return weights_T, weights_T, {}
+    proximal_T = batch.old_logprobs_T if decoupled else logprobs_T.detach()
+    behaviour_T = batch.behaviour_logprobs_T if batch.behaviour_logprobs_T is not None else batch.old_logprobs_T
+    sequence_ids_T = batch.sequence_ids_T.to(logprobs_T.device) if batch.sequence_ids_T is not None else None
+    corr = correction_T(
+        proximal_T.to(logprobs_T.device), behaviour_T.to(logprobs_T.device), config, decoupled=decoupled,
+        sequence_ids_T=sequence_ids_T,
+    )
+    metrics = {
+        "off_policy/masked_token_fraction": float(((~corr.keep_T) * share_T).sum()),
+    }
+    if decoupled:
+        metrics["off_policy/is_weight_mean"] = float((corr.weight_T * share_T).sum())
+        metrics["off_policy/is_truncated_fraction"] = float((corr.truncated_T * share_T).sum())
+    return weights_T * corr.pg_factor_T, weights_T * corr.keep_T, metrics
 
 
 def agg_loss(

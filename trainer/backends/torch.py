@@ -5,8 +5,13 @@ updates, packed or padded micro-batches under a token budget). For each update i
 denominators over the whole update, accumulates the gradient of every micro-batch's additive loss share
 (`trainer.losses.policy_loss` on logprobs recomputed from the model against the recorded rollout logprobs),
 clips the gradient norm and takes one AdamW step (on fp32 master weights when the model is bf16:
-`trainer.backends.master_weights`). Every step adds one to the policy version. Dropout is off
-(the model stays in eval mode): the ratio must compare the same function the engine samples from.
+`trainer.backends.master_weights`). With `loss.off_policy.recompute_behaviour` (decoupled PPO), a no-grad pass over
+every micro-batch first recomputes the proximal logprobs at the step's starting weights. The `off_policy/...`
+mismatch and lag metrics (`trainer.off_policy_metrics`) compare the recorded logprobs with the trainer's at the
+starting weights: the recomputation when there is one, else the first optimizer update's own forward passes (no
+extra pass; they cover the whole batch when a step is one update, `off_policy/measured_token_fraction` says how
+much). Every step adds one to the policy version. Dropout is off (the model stays in eval mode): the ratio must
+compare the same function the engine samples from.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from trainer.backends.base import TrainBatch
 from trainer.backends.master_weights import MasterWeights
 from trainer.backends.model_inputs import ModelInputs, build_model_inputs
 from trainer.backends.token_logprobs import check_plain_output_head, token_logprobs
-from trainer.losses import LossConfig, LossDenominators, policy_loss
+from trainer.losses import LossBatch, LossConfig, LossDenominators, policy_loss
+from trainer.off_policy_metrics import OffPolicyMeter, target_layout
+from trainer.samples import Sample
 from trainer.scheduling import ScheduleConfig, UpdatePlan, schedule
 
 DType = Literal["float32", "bfloat16"]
@@ -151,7 +158,14 @@ class TorchBackend:
             raise ValueError("TrainBatch has no samples; skip the step when nothing is left to train on")
         started = time.perf_counter()
         plan = schedule(batch.samples, self.config.schedule)
-        per_update = [self._update(batch, update) for update in plan.updates]
+        prepared = [self._update_inputs(batch, update) for update in plan.updates]
+        meter = OffPolicyMeter(self._version)
+        proximal = self._recompute(prepared, meter) if self.config.loss.off_policy.recompute_behaviour else None
+        per_update = [
+            self._update(denominators, inputs, None if proximal is None else proximal[index],
+                         meter if proximal is None and index == 0 else None)
+            for index, (denominators, inputs) in enumerate(prepared)
+        ]
         elapsed_s = time.perf_counter() - started
         self.step += 1
         self._version += 1
@@ -159,6 +173,7 @@ class TorchBackend:
         tokens = sum(m["train/tokens"] for m in per_update)
         trainable = sum(m["train/trainable_tokens"] for m in per_update)
         metrics.update(plan.metrics)
+        metrics.update(meter.metrics(trainable))
         metrics.update(
             {
                 "train/tokens": tokens,
@@ -173,19 +188,16 @@ class TorchBackend:
         )
         return metrics
 
-    def _update(self, batch: TrainBatch, update: UpdatePlan) -> dict[str, float]:
-        """One optimizer update: gradient accumulation over its micro-batches, clipping, AdamW."""
-        assert self.model is not None and self.optimizer is not None
+    def _update_inputs(self, batch: TrainBatch, update: UpdatePlan) -> tuple[LossDenominators, list[ModelInputs]]:
+        """One update's denominators and the model inputs of its micro-batches (versions and sequence ids added)."""
         indices = [seq.sample_index for worker in update.workers for mb in worker.micro_batches for seq in mb.sequences]
         denominators = LossDenominators.from_sequences(
             [batch.samples[i].rollout_id for i in indices], [batch.samples[i].num_trainable_tokens for i in indices]
         )
-        self.optimizer.zero_grad(set_to_none=True)
-        self.model.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {"train/tokens": 0.0, "train/trainable_tokens": float(denominators.tokens)}
+        inputs = []
         for worker in update.workers:
             for micro_batch in worker.micro_batches:
-                inputs = build_model_inputs(
+                built = build_model_inputs(
                     batch.samples,
                     batch.advantages_S,
                     micro_batch,
@@ -194,17 +206,49 @@ class TorchBackend:
                     agg_mode=self.config.loss.agg_mode,
                     pad_token_id=self._pad_token_id,
                 )
-                for key, value in self._accumulate(inputs).items():
-                    sums[key] = sums.get(key, 0.0) + value
-                sums["train/tokens"] += inputs.num_tokens
+                members = [batch.samples[seq.sample_index] for seq in micro_batch.sequences]
+                inputs.append(_with_target_layout(built, members))
+        return denominators, inputs
+
+    def _recompute(self, prepared: list[tuple[LossDenominators, list[ModelInputs]]],
+                   meter: OffPolicyMeter) -> list[list[torch.Tensor]]:
+        """Decoupled PPO: every micro-batch's logprobs under the current weights (no grad), measured into `meter`."""
+        assert self.model is not None
+        proximal = []
+        with torch.no_grad():
+            for _, inputs in prepared:
+                logprobs = [token_logprobs(self.model, mb).logprobs_N.detach() for mb in inputs]
+                for mb, logprobs_N in zip(inputs, logprobs, strict=True):
+                    meter.add(logprobs_N, mb.loss.old_logprobs_T, mb.loss.policy_versions_T)
+                proximal.append(logprobs)
+        return proximal
+
+    def _update(self, denominators: LossDenominators, inputs: list[ModelInputs],
+                proximal: list[torch.Tensor] | None, meter: OffPolicyMeter | None) -> dict[str, float]:
+        """One optimizer update: gradient accumulation over its micro-batches, clipping, AdamW."""
+        assert self.model is not None and self.optimizer is not None
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {"train/tokens": 0.0, "train/trainable_tokens": float(denominators.tokens)}
+        for index, micro_batch in enumerate(inputs):
+            loss_batch = micro_batch.loss
+            if proximal is not None:
+                loss_batch = dataclasses.replace(
+                    loss_batch, old_logprobs_T=proximal[index], behaviour_logprobs_T=loss_batch.old_logprobs_T
+                )
+            for key, value in self._accumulate(micro_batch, loss_batch, meter).items():
+                sums[key] = sums.get(key, 0.0) + value
+            sums["train/tokens"] += micro_batch.num_tokens
         if denominators.tokens == 0:
             return {**sums, "train/skipped_update_fraction": 1.0}
         return {**sums, **self._optimizer_step(), "train/skipped_update_fraction": 0.0}
 
-    def _accumulate(self, inputs: ModelInputs) -> Mapping[str, float]:
-        """Backpropagates one micro-batch's loss share into the gradients; returns its metric shares."""
+    def _accumulate(self, inputs: ModelInputs, loss_batch: LossBatch,
+                    meter: OffPolicyMeter | None) -> Mapping[str, float]:
+        """Backpropagates one micro-batch's loss share into the gradients; returns its metric shares.
+
+        `meter`: measure the recorded logprobs against these (still the step's starting weights)."""
         assert self.model is not None
-        loss_batch = inputs.loss
         if self.reference is not None:
             with torch.inference_mode():
                 ref_N = token_logprobs(self.reference, inputs).logprobs_N
@@ -212,6 +256,8 @@ class TorchBackend:
         if loss_batch.weights_T.numel() == 0:
             return {}
         computed = token_logprobs(self.model, inputs, entropy_grad=bool(self.config.loss.entropy_coef))
+        if meter is not None:
+            meter.add(computed.logprobs_N, loss_batch.old_logprobs_T, loss_batch.policy_versions_T)
         output = policy_loss(computed.logprobs_N, loss_batch, self.config.loss, computed.entropy_N)
         output.loss.backward()
         if self.master is not None:
@@ -247,6 +293,18 @@ class TorchBackend:
         path = checkpoints.save_checkpoint(Path(directory), self.model, self.optimizer, meta, self._weights_path,
                                            master)
         return path, self._version
+
+
+def _with_target_layout(inputs: ModelInputs, members: list[Sample]) -> ModelInputs:
+    """`inputs` with each trainable token's policy version and sequence in its loss batch."""
+    versions_N, sequence_ids_N = target_layout(members)
+    if versions_N.shape != inputs.loss.old_logprobs_T.shape:
+        raise ValueError(
+            f"the micro-batch has {inputs.loss.old_logprobs_T.numel()} loss targets but its samples' loss masks have "
+            f"{versions_N.numel()} trainable tokens; build_model_inputs must keep exactly the loss-mask tokens"
+        )
+    loss = dataclasses.replace(inputs.loss, policy_versions_T=versions_N, sequence_ids_T=sequence_ids_N)
+    return dataclasses.replace(inputs, loss=loss)
 
 
 def _mean_metrics(per_update: list[dict[str, float]]) -> dict[str, float]:
