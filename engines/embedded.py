@@ -26,7 +26,8 @@ class EmbeddedEngine(ProcessEngine):
     def __init__(self, model: str | Path, host: str = "127.0.0.1", port: int = 0,
                  served_model_name: str | None = None, max_batch_size: int = MAX_BATCH_SIZE,
                  startup_timeout_s: float = STARTUP_TIMEOUT_S, request_timeout_s: float = 600.0,
-                 log_path: Path | None = None, num_threads: int | None = None) -> None:
+                 log_path: Path | None = None, num_threads: int | None = None,
+                 logprobs_mode: str = "processed") -> None:
         self.model = str(model)
         self.host = host
         self.port = port or free_port(host)
@@ -35,6 +36,10 @@ class EmbeddedEngine(ProcessEngine):
         self.startup_timeout_s = startup_timeout_s
         self.request_timeout_s = request_timeout_s
         self.num_threads = num_threads
+        if logprobs_mode not in ("processed", "raw"):
+            raise ValueError(f"logprobs_mode={logprobs_mode!r}; use 'processed' (the distribution each token was "
+                             "sampled from) or 'raw' (the model's, before temperature and filtering)")
+        self.logprobs_mode = logprobs_mode  # which distribution the reported logprobs are of (serving/sampling.py)
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="harnessrl-engine-", suffix=".log")[1])
         self._server = ServerProcess("engine", self.base_url, self.log_path)
 
@@ -47,7 +52,7 @@ class EmbeddedEngine(ProcessEngine):
         """The server's command line."""
         return [sys.executable, "-m", "engines.serving.cli", "serve", "--model", self.model,
                 "--host", self.host, "--port", str(self.port), "--served-model-name", self.served_model_name,
-                "--max-batch-size", str(self.max_batch_size)]
+                "--max-batch-size", str(self.max_batch_size), "--logprobs-mode", self.logprobs_mode]
 
     def start(self) -> None:
         """Launches the server and waits for /health; the error quotes the server log on failure."""
@@ -61,7 +66,8 @@ class EmbeddedEngine(ProcessEngine):
         return env
 
     def health(self) -> dict:
-        """The /health body: {status, policy_version, asleep, model}."""
+        """The /health body: {status, policy_version, asleep, model, running_rows, tool_call_parse_failures,
+        logprobs_mode}."""
         return self._call("GET", "/health")
 
     def _call(self, method: str, route: str, json: dict | None = None) -> dict:

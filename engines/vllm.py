@@ -39,6 +39,8 @@ DEFAULT_VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 WORKER_EXTENSION = f"{CheckpointRefit.__module__}.{CheckpointRefit.__qualname__}"
 REFIT_METHOD = "load_checkpoint"
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs", "processed_logits", "raw_logits")
+"""vLLM's `--logprobs-mode` values."""
 FALLBACK_TEMPLATE_NAME = "hermes_chatml"
 """`VLLMConfig.chat_template` value naming the embedded engine's fallback template (engines/serving/)."""
 
@@ -79,6 +81,12 @@ class VLLMConfig:
     generation_config: str = "vllm"
     """`vllm` ignores the checkpoint's generation_config.json sampling defaults, so unset parameters sample the raw
     policy; `auto` applies them."""
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs", "processed_logits", "raw_logits"] = (
+        "processed_logprobs")
+    """`--logprobs-mode`: `processed_logprobs` reports logprobs of the distribution each token was sampled from
+    (vLLM 0.32's sampler: after logit bias, penalties, temperature, min-p, top-k and top-p, renormalised; greedy
+    requests are not divided by a temperature or filtered, so theirs are the raw ones); `raw_logprobs` (vLLM's own
+    default) those of the model's raw distribution. The trainer's ratio needs the processed ones."""
     cpu_kvcache_space_gib: int = 2
     """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE), GiB."""
     cache_root: str | None = None
@@ -138,6 +146,9 @@ def validate_config(config: VLLMConfig) -> None:
         raise ValueError(f"max_model_len={config.max_model_len} must be positive, or None for the model's own")
     if config.port == 0:
         raise ValueError("port=0 has no server address yet; let VLLMEngine pick a free port, or set one")
+    if config.logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(f"logprobs_mode={config.logprobs_mode!r} is not a vLLM logprobs mode; use one of "
+                         f"{LOGPROBS_MODES} (processed_logprobs: of the distribution tokens are sampled from)")
     if config.enable_auto_tool_choice and not config.tool_call_parser:
         raise ValueError("enable_auto_tool_choice=True needs a tool_call_parser (e.g. 'hermes'); set one, or set "
                          "enable_auto_tool_choice=False")
@@ -156,7 +167,8 @@ def build_launch_command(config: VLLMConfig) -> list[str]:
     argv = [config.python, "-m", SERVER_MODULE, "--model", config.model, "--served-model-name", config.name,
             "--host", config.host, "--port", str(config.port), "--dtype", config.dtype,
             "--tensor-parallel-size", str(config.tensor_parallel_size),
-            "--generation-config", config.generation_config, "--worker-extension-cls", WORKER_EXTENSION]
+            "--generation-config", config.generation_config, "--logprobs-mode", config.logprobs_mode,
+            "--worker-extension-cls", WORKER_EXTENSION]
     if config.max_model_len is not None:
         argv += ["--max-model-len", str(config.max_model_len)]
     if config.enforce_eager:

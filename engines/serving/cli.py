@@ -25,6 +25,9 @@ def serve(
     max_batch_size: int = typer.Option(16, min=1, help="Most rows generating at once."),
     models_dir: str | None = typer.Option(None, help="Provisioning cache for known names."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
+    logprobs_mode: str = typer.Option("processed", help="processed: logprobs of the distribution each token was "
+                                      "sampled from (temperature, top-k, min-p, top-p); raw: of the model's raw "
+                                      "distribution."),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible API with token ids, logprobs and policy versions."""
     import uvicorn
@@ -38,7 +41,7 @@ def serve(
     logging.basicConfig(level=log_level.upper())
     model_dir = resolve_model(model, models_dir)
     holder = ModelHolder(Path(model_dir))
-    state = EngineState(holder, GenerationScheduler(holder, max_batch_size), served_model_name or model)
+    state = EngineState(holder, GenerationScheduler(holder, max_batch_size, logprobs_mode), served_model_name or model)
     uvicorn.run(create_app(state), host=host, port=port, log_level=log_level)
 
 

@@ -52,6 +52,8 @@ class SamplingFields(BaseModel):
     """Nucleus sampling mass."""
     top_k: int = -1
     """Keep only the k most likely tokens; 0 or -1 disables (vLLM extension)."""
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    """Keep only tokens at least min_p times as likely as the most likely one; 0 disables (vLLM extension)."""
     max_tokens: int | None = Field(None, ge=1)
     """Most tokens to generate per choice."""
     stop: str | list[str] | None = None
@@ -199,7 +201,7 @@ def generation_params(request: SamplingFields, max_tokens: int | None, prompt_le
                            "the completion); "
                            "reduce max_tokens or the prompt", param="max_tokens")
     return GenerationParams(
-        sampling=RowSampling(request.temperature, request.top_p, request.top_k), max_tokens=wanted,
+        sampling=RowSampling(request.temperature, request.top_p, request.top_k, request.min_p), max_tokens=wanted,
         stop=request.stops(), stop_token_ids=tuple(request.stop_token_ids or ()),
         ignore_eos=request.ignore_eos,
         include_stop_str=request.include_stop_str_in_output, seed=request.seed, n=request.n,

@@ -21,10 +21,12 @@ from engines.serving import kv_batch
 from engines.serving.detokenizer import ChoiceText
 from engines.serving.model_holder import ModelHolder
 from engines.serving.sampling import (
+    LOGPROBS_MODES,
+    REPORTED_LOGPROB_FLOOR,
+    LogprobsMode,
     RowSampling,
-    raw_logprobs_BV,
     row_generator,
-    sample_tokens_B,
+    sample_step,
     top_logprobs_BK,
 )
 
@@ -72,9 +74,10 @@ class TokenEvent:
     token_id: int
     """The sampled token id."""
     logprob: float
-    """Its log-probability under the raw model distribution."""
+    """Its log-probability under the distribution it was sampled from (`logprobs_mode` processed; a greedy row's:
+    the raw one) or the raw model distribution (`raw`)."""
     top: tuple[tuple[int, float], ...]
-    """The best (token id, logprob) alternatives, best first."""
+    """The best (token id, logprob) alternatives under the same distribution, best first."""
     text_delta: str
     """Visible text settled by this token (may be empty)."""
     finish_reason: str | None = None
@@ -131,11 +134,16 @@ class _Control:
 class GenerationScheduler:
     """Runs generation on a dedicated thread; thread-safe `submit` and `control`."""
 
-    def __init__(self, holder: ModelHolder, max_batch_size: int = 16) -> None:
+    def __init__(self, holder: ModelHolder, max_batch_size: int = 16,
+                 logprobs_mode: LogprobsMode = "processed") -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size}; it must be at least 1")
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"logprobs_mode={logprobs_mode!r}; use one of {LOGPROBS_MODES}")
         self.holder = holder
         self.max_batch_size = max_batch_size
+        self.logprobs_mode: LogprobsMode = logprobs_mode
+        """Which distribution reported logprobs are of (engines.serving.sampling)."""
         self._lock = threading.Condition()
         self._pending: collections.deque[GenerationRequest] = collections.deque()
         self._controls: collections.deque[_Control] = collections.deque()
@@ -269,9 +277,9 @@ class GenerationScheduler:
 
     def _emit_tokens(self, rows: list[_Row], logits_BV: torch.Tensor, lengths_B: list[int]) -> list[int]:
         """Samples one token per row, emits it, and returns the indices of rows that continue."""
-        tokens_B = sample_tokens_B(logits_BV, [r.request.params.sampling for r in rows],
-                                   [r.generator for r in rows])
-        logprobs_BV = raw_logprobs_BV(logits_BV)
+        tokens_B, logprobs_BV = sample_step(logits_BV, [r.request.params.sampling for r in rows],
+                                            [r.generator for r in rows], self.logprobs_mode)
+        logprobs_BV = logprobs_BV.clamp_min(REPORTED_LOGPROB_FLOOR)
         chosen_B = logprobs_BV.gather(1, tokens_B[:, None])[:, 0]
         widest = max(r.request.params.top_logprobs for r in rows)
         top_values_BK, top_ids_BK = top_logprobs_BK(logprobs_BV, widest)

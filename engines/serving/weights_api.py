@@ -17,12 +17,14 @@ router = APIRouter()
 
 
 def health_body(state: EngineState) -> dict[str, object]:
-    """{status, policy_version, asleep, model, running_rows, tool_call_parse_failures} as /health reports it."""
+    """{status, policy_version, asleep, model, running_rows, tool_call_parse_failures, logprobs_mode} as /health
+    reports it (`logprobs_mode`: processed or raw, which distribution the reported logprobs are of)."""
     holder = state.holder
     return {"status": "asleep" if holder.asleep else "ok", "policy_version": holder.policy_version,
             "asleep": holder.asleep, "model": state.served_model_name,
             "running_rows": state.scheduler.running_rows,
-            "tool_call_parse_failures": state.tool_call_parse_failures}
+            "tool_call_parse_failures": state.tool_call_parse_failures,
+            "logprobs_mode": state.scheduler.logprobs_mode}
 
 
 @router.get("/health")
