@@ -166,6 +166,21 @@ def _instruction_rules() -> list[Rule]:
                  "every instruction is {kind, params} with a known kind", derive=bad_instructions)]
 
 
+def _multistep_rules() -> list[Rule]:
+    from agents.multistep.tasks import STEP_KINDS
+
+    def bad_steps(items: Any) -> int:
+        if not isinstance(items, list):
+            return 0  # the list rule reports it
+        return sum(not (isinstance(s, dict) and isinstance(s.get("request"), str)
+                        and isinstance(s.get("instruction"), dict) and s["instruction"].get("kind") in STEP_KINDS)
+                   for s in items)
+
+    return [*required_field("topic", "text"), *required_field("steps", "list"),
+            Rule("steps_known", "steps", "custom", "every part is {request, instruction} with a known kind",
+                 derive=bad_steps), *integer_field("compact_every", min_value=1)]
+
+
 def _search_rules() -> list[Rule]:
     def blank_answers(items: Any) -> int:
         if not isinstance(items, list):
@@ -195,6 +210,7 @@ def _swe_bench_rules() -> list[Rule]:
 RECIPE_RULES: dict[str, Callable[[], list[Rule]]] = {
     "instruction_following": _instruction_rules,
     "search": _search_rules,
+    "multistep": _multistep_rules,
     "swe": _swe_rules,
     "swe_bench": _swe_bench_rules,
     "claude-code": _swe_rules,  # the swe recipe's tasks with Claude Code as the harness (agents/cli_harness)

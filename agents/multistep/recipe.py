@@ -1,0 +1,34 @@
+"""The multistep recipe: a piece written in 2-6 parts, one call per part, the context compacted every few parts, so
+rollouts split into a varying number of training samples (the rollout-level ablation's recipe)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.multistep import grader, tasks
+from controller.recipe import Grade, GradeInput
+
+
+@dataclass(frozen=True)
+class MultistepRecipe:
+    """Rewards in [0, 1]: the fraction of parts whose reply follows its instruction."""
+
+    name: str = "multistep"
+
+    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
+        return tasks.generate(count, seed)
+
+    def harness_command(self) -> list[str]:
+        return [sys.executable, "-m", "agents.multistep.harness"]
+
+    def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
+        """Nothing to lay out: the parts are in the task file."""
+
+    def grade(self, graded: GradeInput) -> Grade:
+        return grader.grade(graded)
+
+
+RECIPE = MultistepRecipe()

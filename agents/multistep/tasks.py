@@ -1,0 +1,77 @@
+"""Multistep tasks: a short piece about a topic written in 2-6 parts, one reply per part, each part with one
+verifiable instruction (the instruction-following recipe's kinds that fit a one- or two-sentence reply).
+
+The number of parts varies by task, so with the harness's compaction every `compact_every` parts the number of
+training samples per rollout varies too (ceil(parts / compact_every)).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from agents.instruction_following.instructions import kind_of
+from agents.instruction_following.tasks import TOPICS
+
+MIN_PARTS = 2
+MAX_PARTS = 6
+DEFAULT_COMPACT_EVERY = 2
+DEFAULT_MAX_TOKENS = 32
+
+STEP_KINDS = (
+    "change_case:english_lowercase",
+    "change_case:english_capital",
+    "length_constraints:number_words",
+    "keywords:existence",
+    "keywords:forbidden_words",
+    "startend:start_phrase",
+    "startend:end_checker",
+    "startend:quotation",
+    "punctuation:no_comma",
+)
+"""The instruction kinds a part may carry: each can be followed within a short reply."""
+
+SHORT_WORD_LIMITS = (8, 12, 16)
+"""`number_words` limits for one part (the recipe's own: the instruction-following ones are for whole essays)."""
+
+PART_REQUESTS = (
+    "Write one sentence about {keyword}.",
+    "Describe {keyword} in a few words.",
+    "Say why {keyword} matters here.",
+    "Give one tip about {keyword}.",
+)
+
+
+def sample_step_instruction(rng: random.Random, keywords: list[str]) -> dict[str, Any]:
+    """One instruction for a part: a kind of STEP_KINDS with parameters sized for a short reply."""
+    name = rng.choice(STEP_KINDS)
+    if name == "length_constraints:number_words":
+        return {"kind": name, "params": {"relation": "less than", "num_words": rng.choice(SHORT_WORD_LIMITS)}}
+    if name == "keywords:existence":
+        return {"kind": name, "params": {"keywords": [rng.choice(keywords)]}}
+    return {"kind": name, "params": kind_of(name).sample(rng, keywords)}
+
+
+def describe_step(step: dict[str, Any]) -> str:
+    """The part's request followed by its instruction's sentence."""
+    instruction = step["instruction"]
+    return f"{step['request']} {kind_of(instruction['kind']).describe(instruction['params'])}"
+
+
+def generate(count: int, seed: int, compact_every: int = DEFAULT_COMPACT_EVERY,
+             max_tokens: int = DEFAULT_MAX_TOKENS) -> list[dict[str, Any]]:
+    """`count` tasks reproducible from `seed`: id, topic, parts (request + instruction each), harness settings."""
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    if compact_every < 1:
+        raise ValueError(f"compact_every must be >= 1 (parts between compactions), got {compact_every}")
+    rng = random.Random(f"multistep:{seed}")
+    tasks = []
+    for index in range(count):
+        topic, keywords = rng.choice(TOPICS)
+        steps = [{"request": rng.choice(PART_REQUESTS).format(keyword=rng.choice(keywords)),
+                  "instruction": sample_step_instruction(rng, list(keywords))}
+                 for _ in range(rng.randint(MIN_PARTS, MAX_PARTS))]
+        tasks.append({"id": f"multistep-{seed}-{index:05d}", "topic": topic, "steps": steps,
+                      "compact_every": compact_every, "max_tokens": max_tokens})
+    return tasks

@@ -1,0 +1,117 @@
+"""The multistep recipe: tasks, the conversation with compaction, samples per rollout varying, the grader."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from agents.multistep.conversation import compacts_before, expected_samples, next_messages, summary
+from agents.multistep.grader import grade, score_replies
+from agents.multistep.harness import run_episode
+from agents.multistep.tasks import MAX_PARTS, MIN_PARTS, STEP_KINDS, generate
+from controller.recipe import GradeInput
+from controller.recipes import get_recipe
+from tests.agents.support import call_record
+from trainer.samples import RecordedCall, build_samples
+
+
+class ToyChat:
+    """An OpenAI-shaped client that renders each call's messages into word-level token IDs, ChatML-like (every
+    message as [start, role, words..., end], then [start, assistant]), and answers from a list of replies: so a
+    call that extends the previous context has the previous prompt + response as a token prefix."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies, self.vocab, self.recorded = list(replies), {}, []
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def ids(self, words: list[str]) -> tuple[int, ...]:
+        return tuple(self.vocab.setdefault(word, len(self.vocab)) for word in words)
+
+    def create(self, *, model, messages, max_tokens, temperature):
+        prompt = []
+        for message in messages:
+            prompt += ["<s>", message["role"], *message["content"].split(), "</s>"]
+        reply = self.replies.pop(0)
+        self.recorded.append((self.ids([*prompt, "<s>", "assistant"]), self.ids([*reply.split(), "</s>"])))
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=reply))])
+
+
+def recorded_calls(rollout_id: str, chat: ToyChat) -> list[RecordedCall]:
+    return [RecordedCall(rollout_id=rollout_id, group_id="g", seq=seq, prompt_token_ids=prompt,
+                         response_token_ids=response, response_logprobs=tuple(-0.5 for _ in response),
+                         policy_version=0, ok=True, finish_reason="stop")
+            for seq, (prompt, response) in enumerate(chat.recorded)]
+
+
+def test_generate_is_seeded_with_varying_part_counts_and_known_kinds():
+    tasks = generate(40, seed=3)
+    assert tasks == generate(40, seed=3) and tasks != generate(40, seed=4)
+    assert len({t["id"] for t in tasks}) == 40
+    counts = {len(t["steps"]) for t in tasks}
+    assert min(counts) == MIN_PARTS and max(counts) == MAX_PARTS
+    assert all(step["instruction"]["kind"] in STEP_KINDS for t in tasks for step in t["steps"])
+
+
+def test_generate_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="count"):
+        generate(-1, 0)
+    with pytest.raises(ValueError, match="compact_every"):
+        generate(1, 0, compact_every=0)
+
+
+def test_compaction_every_k_parts_replaces_the_history_with_notes():
+    task = {**generate(1, 0)[0], "compact_every": 2}
+    task["steps"] = task["steps"][:1] * 5
+    assert [compacts_before(task, i) for i in range(5)] == [False, False, True, False, True]
+    first = next_messages(task, [], [])
+    second = next_messages(task, first, ["one two"])
+    assert second[: len(first)] == first and second[-2] == {"role": "assistant", "content": "one two"}
+    third = next_messages(task, second, ["one two", "a b c d e f g h i j"])
+    assert len(third) == 1 and "part 1: one two; part 2: a b c d e f g h ..." in third[0]["content"]
+    assert summary(["", "x"]) == "part 1: (empty); part 2: x"
+
+
+def test_samples_per_rollout_follow_the_compactions_and_vary_across_tasks():
+    tasks = generate(12, seed=5)
+    per_rollout = {}
+    for task in tasks:
+        chat = ToyChat([f"reply {i} to the part" for i in range(len(task["steps"]))])
+        assert len(run_episode(chat, task)) == len(task["steps"])
+        built = build_samples(recorded_calls(task["id"], chat))
+        per_rollout[task["id"]] = len(built.samples)
+        assert per_rollout[task["id"]] == expected_samples(task) == -(-len(task["steps"]) // 2)
+    assert set(per_rollout.values()) == {1, 2, 3}
+
+
+@pytest.mark.parametrize(("replies", "reward", "followed"), [
+    (["all lowercase here", "NO COMMAS, OOPS"], 0.5, [True, False]),
+    (["all lowercase here", "NO COMMAS OK"], 1.0, [True, True]),
+    (["Capital Start", "NO COMMAS OK"], 0.5, [False, True]),
+    (["all lowercase here"], 0.5, [True, False]),  # the harness stopped: the missing part scores 0
+    (["   ", "fine"], 0.5, [False, True]),  # an empty reply scores 0 (it trivially has no commas)
+    ([], 0.0, [False, False]),
+])
+def test_score_replies_table(replies, reward, followed):
+    steps = [{"request": "r", "instruction": {"kind": "change_case:english_lowercase", "params": {}}},
+             {"request": "r", "instruction": {"kind": "punctuation:no_comma", "params": {}}}]
+    verdict = score_replies(replies, steps)
+    assert verdict.reward == reward
+    assert [part["followed"] for part in verdict.details["parts"]] == followed
+
+
+def test_grade_reads_the_recorded_calls_in_order_and_skips_failed_ones(tmp_path):
+    task = {"id": "t", "steps": [
+        {"request": "r", "instruction": {"kind": "startend:quotation", "params": {}}},
+        {"request": "r", "instruction": {"kind": "length_constraints:number_words",
+                                         "params": {"relation": "less than", "num_words": 3}}}]}
+    calls = [call_record(0, '"quoted"'), call_record(1, None, status="error"), call_record(2, "two words")]
+    verdict = grade(GradeInput(task=task, workdir=tmp_path, calls=calls, exit_code=0))
+    assert verdict.reward == 1.0 and verdict.details["replies"] == 2
+    assert get_recipe("multistep").grade(GradeInput(task=task, workdir=tmp_path, calls=calls[:1],
+                                                    exit_code=0)).reward == 0.5
+
+
+def test_score_replies_refuses_a_task_without_parts():
+    with pytest.raises(ValueError, match="at least one part"):
+        score_replies(["x"], [])
