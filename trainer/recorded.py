@@ -4,6 +4,10 @@ Every choice of a call comes along (the first in the call's own fields, the othe
 call's `side` mark. Only the rollout's final attempt is kept (earlier attempts were retried after infra failures).
 Calls with status `error` become `ok=False` with an empty response and no extra choices, so sample building skips and
 counts them.
+
+A call's `sampling` (the parameters the engine applied, recorded by the gateway) becomes its
+`trainer.sampling.SamplingParams`; records without it (written before the gateway recorded sampling) are read as
+temperature 1, no filtering.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Iterable
 
 from gateway.records import CallRecord, CallStatus, Rollout
 from trainer.samples import RecordedCall, RecordedChoice
+from trainer.sampling import SamplingParams, sampling_params
 
 
 def recorded_calls(rollout: Rollout, calls: Iterable[CallRecord]) -> list[RecordedCall]:
@@ -43,6 +48,7 @@ def to_recorded_call(call: CallRecord, group_id: str) -> RecordedCall:
                 f"has {len(choice.response_logprobs)} logprobs for {len(choice.response_token_ids)} response tokens; "
                 "train only on rollouts in train mode, where the gateway forces logprobs"
             )
+    sampling = _call_sampling(call)
     return RecordedCall(
         rollout_id=call.rollout_id,
         group_id=group_id,
@@ -66,4 +72,16 @@ def to_recorded_call(call: CallRecord, group_id: str) -> RecordedCall:
         if ok
         else (),
         side=call.side,
+        sampling=sampling,
     )
+
+
+def _call_sampling(call: CallRecord) -> SamplingParams:
+    """The applied sampling parameters of `call` (temperature 1, no filtering when the record has none)."""
+    try:
+        return sampling_params(getattr(call, "sampling", None))
+    except ValueError as error:
+        raise ValueError(
+            f"call {call.id} (rollout {call.rollout_id!r}, seq {call.seq}) has an unreadable sampling record: "
+            f"{error}"
+        ) from error

@@ -1,4 +1,8 @@
-"""Tokens taken out of the loss after merging: missing logprobs, and calls cut off at their length limit.
+"""Tokens taken out of the loss after merging: greedy calls, missing logprobs, and calls cut off at their length limit.
+
+A call decoded greedily (temperature 0, `trainer.sampling.SamplingParams.greedy`) drew its tokens from no
+distribution the trainer could take a ratio against (its recorded logprobs are not those of the argmax it took):
+its tokens stay in their sample as context but are masked and counted (`samples/greedy_tokens_masked`).
 
 A token whose recorded logprob is missing (the engine returned none: NaN, or another non-finite value) has no old
 logprob to take a ratio against: it stays in its sample as context but is masked (loss mask 0, logprob 0) and counted
@@ -47,6 +51,13 @@ class MaskableSample(Protocol):
     def policy_versions_T(self) -> np.ndarray: ...
 
 
+class Sampling(Protocol):
+    """A call's sampling parameters (`trainer.sampling.SamplingParams`)."""
+
+    @property
+    def greedy(self) -> bool: ...
+
+
 class Choice(Protocol):
     """A choice after the first (`trainer.samples.RecordedChoice`)."""
 
@@ -63,6 +74,9 @@ class Call(Protocol):
     @property
     def extra_choices(self) -> Sequence[Choice]: ...
 
+    @property
+    def sampling(self) -> Sampling: ...
+
 
 SampleT = TypeVar("SampleT", bound=MaskableSample)
 
@@ -70,12 +84,20 @@ SampleT = TypeVar("SampleT", bound=MaskableSample)
 def masked_samples(
     samples: Sequence[SampleT], calls: Sequence[Call], mask_length: bool, counters: SampleCounters
 ) -> list[SampleT]:
-    """`samples` of one rollout with missing-logprob tokens (and, with `mask_length`, cut-off calls) masked."""
+    """`samples` of one rollout with greedy and missing-logprob tokens (and, with `mask_length`, cut-off calls)
+    masked."""
     cut_off = _length_choices(calls) if mask_length else set()
+    greedy = _greedy_choices(calls)
     kept = []
     for sample in samples:
-        drop_T = np.asarray(sample.loss_mask_T, dtype=bool) & ~np.isfinite(sample.logprobs_T)
-        counters.logprobs_missing += int(drop_T.sum())
+        drop_T = np.zeros(sample.loss_mask_T.shape, dtype=bool)
+        for span in sample.spans:
+            if (span.call_seq, span.choice) in greedy:
+                drop_T[span.start : span.end] = True
+        counters.greedy_tokens_masked += int(drop_T.sum())
+        missing_T = np.asarray(sample.loss_mask_T, dtype=bool) & ~np.isfinite(sample.logprobs_T) & ~drop_T
+        counters.logprobs_missing += int(missing_T.sum())
+        drop_T |= missing_T
         for span in sample.spans:
             if (span.call_seq, span.choice) in cut_off:
                 counters.calls_length_masked += 1
@@ -94,6 +116,12 @@ def _length_choices(calls: Sequence[Call]) -> set[tuple[int, int]]:
     found = {(call.seq, 0) for call in calls if call.finish_reason == LENGTH_FINISH}
     found |= {(call.seq, c.index) for call in calls for c in call.extra_choices if c.finish_reason == LENGTH_FINISH}
     return found
+
+
+def _greedy_choices(calls: Sequence[Call]) -> set[tuple[int, int]]:
+    """(seq, choice index) of every choice of a greedy call."""
+    return {(call.seq, index) for call in calls if call.sampling.greedy
+            for index in (0, *(choice.index for choice in call.extra_choices))}
 
 
 def mask_tokens(sample: SampleT, drop_T: np.ndarray) -> SampleT:

@@ -1,5 +1,5 @@
-"""Counts from building samples: calls skipped (failed, empty, side calls), truncated, merged, extra choices, merge
-failures by class, tokens."""
+"""Counts from building samples: calls skipped (failed, empty, side calls), truncated, merged, split by sampling
+parameters, extra choices, merge failures by class, tokens masked, tokens."""
 
 from __future__ import annotations
 
@@ -48,6 +48,10 @@ class SampleStats:
     """Trainable tokens masked because the engine recorded no (finite) logprob for them."""
     calls_length_masked: int
     """Responses that finished for length, masked (SampleLimits.length_calls = mask)."""
+    greedy_tokens_masked: int
+    """Trainable tokens masked because their call decoded greedily (temperature 0: no distribution to train)."""
+    calls_sampling_split: int
+    """Calls that opened a new sample because the branch their prompt extends was sampled with other parameters."""
     merge_failures_retokenization: int
     """New samples opened because the IDs differ although the text is a prefix."""
     merge_failures_template: int
@@ -104,6 +108,10 @@ class SampleCounters:
     """Trainable tokens masked for a missing logprob."""
     calls_length_masked: int = 0
     """Responses masked for finishing at their length limit."""
+    greedy_tokens_masked: int = 0
+    """Trainable tokens masked for greedy decoding."""
+    calls_sampling_split: int = 0
+    """Calls that opened a new sample for other sampling parameters."""
     merge_failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MERGE_FAILURE_KINDS, 0))
     """New samples opened after a rollout's first, by class."""
 
@@ -129,6 +137,8 @@ class SampleCounters:
             responses_dropped=self.responses_dropped,
             logprobs_missing=self.logprobs_missing,
             calls_length_masked=self.calls_length_masked,
+            greedy_tokens_masked=self.greedy_tokens_masked,
+            calls_sampling_split=self.calls_sampling_split,
             merge_failures_retokenization=failures["retokenization"],
             merge_failures_template=failures["template"],
             merge_failures_other=failures["other"],

@@ -13,7 +13,14 @@ Side calls (a token count, a small-model call for a title: `RecordedCall.side`) 
 is an independent sample of the same prompt (`SampleLimits.extra_choices`, default include) and opens a branch of its
 own whose context is that prompt (observation) and whose only trainable span is the choice. So a later call that
 continues any of the choices extends that choice's branch by token prefix, and no trainable token is in two samples.
-Then `trainer.sample_masks` masks tokens without a logprob and, when configured, responses cut off for length.
+Every call carries the sampling parameters the engine applied (`trainer.sampling`; temperature 1 and no filtering
+for records without them), and a sample has one set: the trainer scores all its trainable tokens under that one
+processed distribution. So a call extends only a branch sampled with the same parameters; when the only branch its
+prompt extends was sampled differently, it opens a new branch (a new sample, counted as
+`samples/calls_sampling_split`, not as a merge failure). Greedy calls (temperature 0) extend any branch: their tokens
+are context, masked below.
+Then `trainer.sample_masks` masks greedy tokens, tokens without a logprob and, when configured, responses cut off
+for length.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import numpy as np
 from trainer.merge_failures import Decode, classify_merge_failure, common_prefix_len
 from trainer.sample_masks import masked_samples
 from trainer.sample_stats import SampleCounters, SampleStats
+from trainer.sampling import PLAIN, SamplingParams, mergeable
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,8 @@ class RecordedCall:
     """The answer's choices after the first (`n` > 1), by index."""
     side: bool = False
     """A harness's side call (the gateway marks token counts and `side_models` calls)."""
+    sampling: SamplingParams = PLAIN
+    """The sampling parameters the engine applied (every choice of the call shares them)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,8 @@ class Sample:
     """Rollout logprob (float32) of each trainable token, 0 elsewhere."""
     policy_versions_T: np.ndarray
     """Policy version (int64) of each trainable token, -1 elsewhere."""
+    sampling: SamplingParams = PLAIN
+    """The sampling parameters of every trainable token (one set per sample: calls sampled otherwise split)."""
 
     @property
     def num_tokens(self) -> int:
@@ -182,6 +194,10 @@ class _Branch:
     """Trainable spans so far."""
     logprobs: list[tuple[float, ...]]
     """Rollout logprobs of each span."""
+    sampling: SamplingParams | None = None
+    """The sampling parameters of its non-greedy calls; None while it holds greedy calls only."""
+    last_sampling: SamplingParams = PLAIN
+    """The parameters of the last call merged (the sample's when every call was greedy: all masked)."""
 
     @property
     def context_len(self) -> int:
@@ -207,6 +223,9 @@ class _Branch:
         self.spans.append(TrainableSpan(start, start + len(response), call.seq, call.policy_version, choice))
         self.logprobs.append(logprobs)
         self.prompt, self.response = prompt, response
+        self.last_sampling = call.sampling
+        if not call.sampling.greedy:
+            self.sampling = call.sampling
 
     def to_sample(self, rollout_id: str, group_id: str) -> Sample:
         token_ids_T = np.array(self.prompt + self.response, dtype=np.int64)
@@ -229,6 +248,7 @@ class _Branch:
             loss_mask_T,
             logprobs_T,
             policy_versions_T,
+            self.sampling if self.sampling is not None else self.last_sampling,
         )
 
 
@@ -328,12 +348,15 @@ def _merge_first_choice(
     if limited is None:
         return
     prompt, response, logprobs, prompt_truncated = limited
-    target = None if prompt_truncated else _longest_prefix_branch(branches, prompt)
+    compatible = [branch for branch in branches if mergeable(branch.sampling, call.sampling)]
+    target = None if prompt_truncated else _longest_prefix_branch(compatible, prompt)
     if target is not None:
         counters.calls_merged += 1
         target.extend(call, prompt, response, logprobs)
         return
-    if branches and not prompt_truncated:
+    if not prompt_truncated and _longest_prefix_branch(branches, prompt) is not None:
+        counters.calls_sampling_split += 1
+    elif branches and not prompt_truncated:
         counters.merge_failures[_classify(prompt, branches, decode)] += 1
     branch = _Branch(prompt, (), len(prompt), [], [])
     branch.extend(call, prompt, response, logprobs)

@@ -6,7 +6,8 @@ Padded: one sequence per row, right-padded, with an attention mask. Either way t
 schedule's slot count (packed: a trailing dummy segment; padded: row width), so shapes follow the schedule.
 
 Only trainable tokens get logits: target i is the token at sample position p, predicted by the hidden state at
-(row, column of p - 1). The loss inputs are compacted to those N targets in the same order.
+(row, column of p - 1). The loss inputs are compacted to those N targets in the same order, and so are the sampling
+parameters of each target's sample (None when every member was sampled at temperature 1 without filtering).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from trainer.backends.sampling_filter import TargetSampling
 from trainer.losses import AggMode, LossBatch, LossDenominators
 from trainer.samples import Sample
 from trainer.scheduling import Layout, MicroBatch
@@ -42,6 +44,8 @@ class ModelInputs:
     """Old logprobs, advantages, weights and token shares of the N targets."""
     num_tokens: int
     """Real tokens in the micro-batch."""
+    sampling: TargetSampling | None = None
+    """Each target's sampling parameters; None when all are temperature 1 without filtering (the fast path)."""
 
 
 def build_model_inputs(
@@ -88,6 +92,7 @@ def build_model_inputs(
         target_ids_N=token_ids_T[keep_N],
         loss=loss,
         num_tokens=micro_batch.num_tokens,
+        sampling=TargetSampling.from_params([s.sampling for s in members], [s.num_trainable_tokens for s in members]),
     )
 
 

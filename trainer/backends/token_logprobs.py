@@ -1,7 +1,10 @@
 """Logprobs and entropies of a micro-batch's trainable tokens, recomputed from an HF causal LM.
 
 The decoder runs over every token; the output head runs only on the hidden states that predict trainable
-tokens, so the [N, vocab] logits (the largest tensors of a step) exist only for the N targets.
+tokens, so the [N, vocab] logits (the largest tensors of a step) exist only for the N targets. Each target is
+scored under the distribution it was sampled from (`inputs.sampling`: temperature, top-k, min-p, top-p;
+`trainer.backends.sampling_filter`); a micro-batch sampled at temperature 1 without filtering takes the plain
+log-softmax.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer.backends.model_inputs import ModelInputs
+from trainer.backends.sampling_filter import sampled_logprobs
 
 UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 """Config fields of models whose forward changes logits after the output head (not reproduced here)."""
@@ -46,10 +50,7 @@ def token_logprobs(model: torch.nn.Module, inputs: ModelInputs, *, entropy_grad:
         use_cache=False,
     ).last_hidden_state
     hidden_NH = hidden[inputs.target_rows_N, inputs.target_cols_N]
-    logits_NV = model.get_output_embeddings()(hidden_NH).float()
-    normalizer_N = torch.logsumexp(logits_NV, dim=-1)
-    logprobs_N = logits_NV.gather(-1, inputs.target_ids_N[:, None]).squeeze(-1) - normalizer_N
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        probs_NV = torch.softmax(logits_NV, dim=-1)
-        entropy_N = normalizer_N - (probs_NV * logits_NV).sum(dim=-1)
+    logits_NV = model.get_output_embeddings()(hidden_NH)
+    logprobs_N, entropy_N = sampled_logprobs(logits_NV, inputs.target_ids_N, inputs.sampling,
+                                             entropy_grad=entropy_grad)
     return TokenLogprobs(logprobs_N, entropy_N)
