@@ -157,7 +157,8 @@ def test_an_older_database_gets_the_new_columns_and_keeps_its_calls(empty_url) -
             conn.exec_driver_sql(old_calls_ddl(engine))
             conn.execute(sa.text(f"INSERT INTO calls ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"),
                          row)
-            assert not {"extra_choices", "side"} & {c["name"] for c in sa.inspect(conn).get_columns("calls")}
+            columns = {c["name"] for c in sa.inspect(conn).get_columns("calls")}
+            assert not {"extra_choices", "side", "sampling"} & columns
         store = SqlStore(empty_url)
         try:
             await store.create_rollouts([RolloutSpec(id="old", group_id="g")])
@@ -168,10 +169,12 @@ def test_an_older_database_gets_the_new_columns_and_keeps_its_calls(empty_url) -
     try:
         (call,) = asyncio.run(main())
         with engine.connect() as conn:
-            assert {"extra_choices", "side"} <= {c["name"] for c in sa.inspect(conn).get_columns("calls")}
+            columns = {c["name"] for c in sa.inspect(conn).get_columns("calls")}
+            assert {"extra_choices", "side", "sampling"} <= columns
     finally:
         engine.dispose()
     assert (call.prompt_token_ids, call.side, call.extra_choices, call.n_choices) == ([1], False, [], 1)
+    assert call.sampling is None  # recorded before sampling was: unknown
 
 
 def old_calls_ddl(engine: sa.Engine) -> str:
