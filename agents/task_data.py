@@ -12,6 +12,7 @@ tables are rectangular: a key that some rows lack comes back as None in those ro
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Iterable
@@ -34,11 +35,13 @@ class TaskDataError(ValueError):
     """A task source that cannot be loaded; the message names the source and the fix."""
 
 
-def load_task_rows(source: str, *, recipe: str, count: int | None, seed: int, cache_dir: Path) -> Rows:
-    """The first `count` rows (None: all) of `source`, each with "recipe" set (kept when the row has one)."""
+def load_task_rows(source: str, *, recipe: str, count: int | None, seed: int, cache_dir: Path,
+                   generator: dict[str, Any] | None = None) -> Rows:
+    """The first `count` rows (None: all) of `source`, each with "recipe" set (kept when the row has one);
+    `generator`: keyword options of the recipe's `generate` (generated sources only)."""
     _check_count(count)
     if source == GENERATED:
-        source = str(_generated_file(recipe, count, seed, Path(cache_dir)))
+        source = str(_generated_file(recipe, count, seed, Path(cache_dir), generator or {}))
     rows = load_source_rows(source, cache_dir=cache_dir, count=count)
     return [{**row, "recipe": recipe} if row.get("recipe") is None else row for row in rows]
 
@@ -62,18 +65,46 @@ def _check_count(count: int | None) -> None:
         raise TaskDataError(f"count must be >= 0 or None (all rows), got {count}")
 
 
-def split_rows(rows: Rows, val_count: int, seed: int) -> tuple[Rows, Rows]:
+def split_rows(rows: Rows, val_count: int, seed: int, stratify: str | None = None) -> tuple[Rows, Rows]:
     """(train, validation): `val_count` rows drawn with `seed` for validation, the rest for training; both keep the
-    rows' order. Disjoint, and the same for the same rows and seed."""
+    rows' order. Disjoint, and the same for the same rows and seed. `stratify`: a column whose values (strata) share
+    the validation rows in proportion to their sizes (rounded, largest remainders first); one stratum draws as none."""
     if not 0 <= val_count < len(rows):
         raise ValueError(f"val_count must be in [0, {len(rows)}) for {len(rows)} rows (training needs at least one "
                          f"row), got {val_count}; lower val_count or load more rows")
-    order = list(range(len(rows)))
-    random.Random(f"split_rows:{seed}").shuffle(order)
-    held_out = set(order[:val_count])
+    strata = _strata(rows, stratify)
+    if len(strata) > 1:
+        held_out = _stratified_held_out(strata, val_count, seed)
+    else:
+        order = list(range(len(rows)))
+        random.Random(f"split_rows:{seed}").shuffle(order)
+        held_out = set(order[:val_count])
     train = [row for index, row in enumerate(rows) if index not in held_out]
     val = [row for index, row in enumerate(rows) if index in held_out]
     return train, val
+
+
+def _strata(rows: Rows, column: str | None) -> dict[str, list[int]]:
+    """Row indices by the (text of the) value in `column`; one stratum without a column."""
+    strata: dict[str, list[int]] = {}
+    for index, row in enumerate(rows):
+        strata.setdefault(str(row.get(column)) if column else "", []).append(index)
+    return strata
+
+
+def _stratified_held_out(strata: dict[str, list[int]], val_count: int, seed: int) -> set[int]:
+    """`val_count` indices shared among strata in proportion to their sizes, each stratum's drawn with `seed`."""
+    total = sum(len(indices) for indices in strata.values())
+    exact = {key: val_count * len(indices) / total for key, indices in sorted(strata.items())}
+    takes = {key: int(share) for key, share in exact.items()}
+    for key in sorted(exact, key=lambda k: (-(exact[k] - takes[k]), k))[:val_count - sum(takes.values())]:
+        takes[key] += 1
+    held_out: set[int] = set()
+    for key, indices in sorted(strata.items()):
+        order = list(indices)
+        random.Random(f"split_rows:{seed}:{key}").shuffle(order)
+        held_out.update(order[:takes[key]])
+    return held_out
 
 
 def write_task_rows(rows: Rows, path: Path) -> Path:
@@ -144,15 +175,23 @@ def _looks_local(source: str) -> bool:
     return path.exists() or path.suffix in BUILDERS or source.startswith((".", "/", "~"))
 
 
-def _generated_file(recipe: str, count: int | None, seed: int, cache_dir: Path) -> Path:
-    """The JSONL file of the recipe's `generate(count, seed)`, written on first use."""
+def _generated_file(recipe: str, count: int | None, seed: int, cache_dir: Path, options: dict[str, Any]) -> Path:
+    """The JSONL file of the recipe's `generate(count, seed, **options)`, written on first use."""
     from controller.recipes import get_recipe
 
     if count is None:
         raise TaskDataError(f"generated tasks need a count (how many to generate) for recipe {recipe!r}; pass count")
-    path = cache_dir / "generated" / f"{recipe}-seed{seed}-n{count}.jsonl"
-    if not path.is_file():  # generation is deterministic in (recipe, count, seed): a resumed run reads its file
-        write_task_rows(get_recipe(recipe).generate(count, seed), path)
+    tag = f"-{hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]}" if options else ""
+    path = cache_dir / "generated" / f"{recipe}-seed{seed}-n{count}{tag}.jsonl"
+    if not path.is_file():  # generation is deterministic in (recipe, count, seed, options): a resume reads its file
+        try:
+            rows = get_recipe(recipe).generate(count, seed, **options)
+        except TypeError as error:
+            if not options:
+                raise
+            raise TaskDataError(f"recipe {recipe!r} does not take generator options {sorted(options)} ({error}); "
+                                "remove data.generator or use a recipe that takes them (swe: levels)") from error
+        write_task_rows(rows, path)
     return path
 
 

@@ -56,6 +56,9 @@ class DataSection(Section):
     train_tasks: int = Field(default=64, ge=1, description="Tasks in the training split.")
     val_tasks: int = Field(default=8, ge=0, description="Tasks held out for validation.")
     seed: int = Field(default=0, description="Seed of generation and of the split.")
+    generator: dict[str, Any] = Field(default_factory=dict, description="Options of the recipe's generator "
+                                      "(source 'generated'); swe: `levels`, the difficulty ladder's mix (level -> "
+                                      "weight, agents/swe/ladder.py).")
 
 
 class RolloutSection(Section):

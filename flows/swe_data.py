@@ -141,8 +141,9 @@ def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, plan: 
     probe = run_probes(config, params, plan, candidates)
     tracker.log_dict({"k": params.k, "outcomes": probe.outcomes, "unfinished": probe.unfinished},
                      "data/probe_outcomes.json")
+    levels = {row["instance_id"]: row["level"] for row in candidates if row.get("level") is not None}
     selected = select_splits(probe.outcomes, params.k, params.n_mixed, params.n_unsolved, params.n_heldout,
-                             params.seed, params.pass_threshold)
+                             params.seed, params.pass_threshold, levels or None)
     by_id = {row["instance_id"]: row for row in candidates}
     fields = manifest_fields(params, steps, probe, selected, weights)
     uri, manifest = write_versioned_splits(plan.run_dir / "splits", splits_store(config, params.splits_store),

@@ -19,6 +19,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm.auto import trange
 
 from agents.swe.datasets import default_store
+from agents.swe.run_metrics import level_metrics, swe_rollout_metrics
 from agents.swe.splits import split_store_root
 from agents.task_data import split_rows
 from engines.model_cache import resolve_model
@@ -118,8 +119,8 @@ def load_rows(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]
         train_rows, val_rows = load_swe_splits(store, uri, plan.run_dir / "splits", default_store())
         return train_rows[:data.train_tasks], val_rows[:data.val_tasks]
     rows = load_dataset(data.source, recipe=config.recipe, count=data.train_tasks + data.val_tasks, seed=data.seed,
-                      cache_dir=plan.run_dir / "data")
-    return split_rows(rows, data.val_tasks, data.seed)
+                        cache_dir=plan.run_dir / "data", generator=data.generator or None)
+    return split_rows(rows, data.val_tasks, data.seed, stratify="level")  # SWE ladder levels; others: one stratum
 
 
 def plan_run(config: RunConfig, store: CheckpointStore) -> RunPlan:
@@ -156,7 +157,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
         prepared, split = build_batch(groups, version, r.max_version_lag, config.algorithm.advantage,
                                          config.algorithm.samples, r.pass_threshold, decode)
         metrics = {**prepared.metrics, **split.as_metrics(), **sampling, "time/rollout_s": rollout_s,
-                   "train/policy_version": float(version), "train/iteration": float(iteration)}
+                   "train/policy_version": float(version), "train/iteration": float(iteration),
+                   **swe_rollout_metrics(groups, r.pass_threshold, "rollout", mini_swe_agent=config.recipe == "swe")}
         if prepared.no_signal:
             print(no_signal_message(iteration, groups, split, config.recipe, config.engine.model,
                                     r.max_version_lag))
@@ -225,4 +227,4 @@ def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, tracker:
                                      r.task_overrides or None)
     if config.tracking.traces.validation == "all":
         log_rollout_traces(tracker, processes.admin, groups, config.recipe, iteration)
-    return metrics
+    return {**metrics, **level_metrics(groups, r.pass_threshold, "val")}

@@ -23,9 +23,11 @@ def report_artifact_key(recipe: str) -> str:
 
 
 @task(name="load-tasks", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10)
-def load_dataset(source: str, recipe: str, count: int | None, seed: int, cache_dir: Path) -> list[dict[str, Any]]:
-    """The task rows of `source` ("generated", a local file or directory, or a hub id[:split])."""
-    return load_task_rows(source, recipe=recipe, count=count, seed=seed, cache_dir=cache_dir)
+def load_dataset(source: str, recipe: str, count: int | None, seed: int, cache_dir: Path,
+                 generator: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The task rows of `source` ("generated", a local file or directory, or a hub id[:split]; `generator`: the
+    recipe generator's options)."""
+    return load_task_rows(source, recipe=recipe, count=count, seed=seed, cache_dir=cache_dir, generator=generator)
 
 
 @task(name="validate-tasks", cache_policy=NO_CACHE)

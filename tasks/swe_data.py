@@ -134,10 +134,11 @@ def probe_difficulty(client: FeedClient, tasks: Sequence[dict[str, Any]], k: int
 
 @task(name="select-by-difficulty", **NO_TASK)
 def select_splits(outcomes: Mapping[str, Sequence[float]], k: int, n_mixed: int, n_unsolved: int, n_heldout: int,
-                  seed: int, pass_threshold: float) -> DifficultySplit:
-    """The difficulty filter's training and held-out ids; logs the class counts."""
+                  seed: int, pass_threshold: float, levels: Mapping[str, int] | None = None) -> DifficultySplit:
+    """The difficulty filter's training and held-out ids (held-out stratified by ladder level when `levels` are
+    given); logs the class counts."""
     split = select_by_difficulty(outcomes, k=k, n_mixed=n_mixed, n_unsolved=n_unsolved, n_heldout=n_heldout,
-                                 seed=seed, pass_threshold=pass_threshold)
+                                 seed=seed, pass_threshold=pass_threshold, levels=levels)
     print(f"difficulty (k={k}): {split.counts.as_dict()}")
     return split
 

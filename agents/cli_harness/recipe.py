@@ -29,9 +29,9 @@ class CliSweRecipe:
     swe: SweRecipe = field(default_factory=SweRecipe)  # tasks, working directory and grader
     cli_dir: Path | None = None  # where the CLIs are installed (None: binaries.cli_dir())
 
-    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
-        """The `swe` recipe's tasks."""
-        return self.swe.generate(count, seed)
+    def generate(self, count: int, seed: int, levels: dict[int, float] | None = None) -> list[dict[str, Any]]:
+        """The `swe` recipe's tasks (`levels`: its ladder mix)."""
+        return self.swe.generate(count, seed, levels)
 
     def harness_command(self) -> list[str]:
         """`python -m agents.cli_harness.harness NAME BINARY`, the binary's path resolved."""

@@ -25,6 +25,7 @@ from typing import Any
 
 from agents.swe.bugs import Mutation, apply_mutation, candidate_mutations
 from agents.swe.diffs import copy_tree, matches_any
+from agents.swe.ladder import SINGLE_LINE_LEVELS, TODAY, BugSite, LadderMix, bug_site, ladder_statement, level_sequence
 from agents.swe.testrun import TestRun, run_tests
 
 # Files the generator never mutates (the grader's patch policy refuses the agent's changes to them, and more): tests,
@@ -35,6 +36,7 @@ TEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pypro
 NOT_SOURCE = ("setup.py", "docs/*", "doc/*", "examples/*", "benchmarks/*", "*.egg-info/*")
 SWE_SMITH_FIELDS = ("instance_id", "repo", "patch", "FAIL_TO_PASS", "PASS_TO_PASS", "created_at", "image_name",
                     "base_commit", "problem_statement")
+STORED_FIELDS = (*SWE_SMITH_FIELDS, "level")  # the ladder level (ladder.py) is stored beside the schema's fields
 INSTANCES_FILE = "instances.jsonl"  # the store's instances, one JSON object a line
 SHOWN_FAILURES = 5  # failing tests quoted in a problem statement
 # A fixed identity and date make the base commit (and so every instance id) reproducible.
@@ -122,11 +124,12 @@ def problem_statement(project: str, failing: list[str], run: TestRun) -> str:
     return "\n".join(lines)
 
 
-def _instance(base: Base, mutation: Mutation, relative: str, patch: str, failing: list[str], passing: list[str],
-              statement: str) -> dict[str, Any]:
+def _instance(base: Base, mutation: Mutation, patch: str, failing: list[str], passing: list[str],
+              statement: str, level: int) -> dict[str, Any]:
     digest = hashlib.sha256(patch.encode()).hexdigest()[:8]
+    suffix = "" if level == TODAY else f"__l{level}"  # one bug stated at two levels is two instances
     return {
-        "instance_id": f"{base.repo_key}.{mutation.kind}__{digest}",
+        "instance_id": f"{base.repo_key}.{mutation.kind}__{digest}{suffix}",
         "repo": f"harnessrl/{base.repo_key}",
         "patch": patch,
         "FAIL_TO_PASS": failing,
@@ -135,12 +138,16 @@ def _instance(base: Base, mutation: Mutation, relative: str, patch: str, failing
         "image_name": f"local:repos/{base.repo_key}",
         "base_commit": base.commit,
         "problem_statement": statement,
+        "level": level,
     }
 
 
-def generate_instances(base: Base, count: int, seed: int, *, max_candidates: int = 60,
-                       timeout_s: float = 300.0) -> list[dict[str, Any]]:
-    """Up to `count` instances from bugs drawn with `seed`; kept when it fails a test that passed at base."""
+def generate_instances(base: Base, count: int, seed: int, *, max_candidates: int = 60, timeout_s: float = 300.0,
+                       mix: LadderMix | None = None) -> list[dict[str, Any]]:
+    """Up to `count` instances from bugs drawn with `seed`; kept when it fails a test that passed at base. `mix`
+    (default: every task at the original level) gives each task its ladder level; a level that names one line only
+    takes bugs that change one line (others are passed over without running the tests)."""
+    levels = level_sequence(mix or LadderMix(), count, seed)
     with tempfile.TemporaryDirectory(prefix="harnessrl-gen-") as scratch:
         work = Path(scratch) / "repo"
         copy_tree(base.path, work)
@@ -152,17 +159,24 @@ def generate_instances(base: Base, count: int, seed: int, *, max_candidates: int
                       for m in candidate_mutations((work / relative).read_text(encoding="utf-8"))]
         random.Random(seed).shuffle(candidates)
         instances: list[dict[str, Any]] = []
-        for relative, mutation in candidates[:max_candidates]:
-            instance = _try_bug(base, work, relative, mutation, passing_at_base, timeout_s)
+        tried = 0
+        for relative, mutation in candidates:
+            if len(instances) == count or tried == max_candidates:
+                break
+            level = levels[len(instances)]
+            original = (work / relative).read_text(encoding="utf-8")
+            site = bug_site(relative, original, apply_mutation(original, mutation), mutation.kind)
+            if site is None and level in SINGLE_LINE_LEVELS:
+                continue
+            tried += 1
+            instance = _try_bug(base, work, relative, mutation, passing_at_base, timeout_s, level, site)
             if instance is not None:
                 instances.append(instance)
-            if len(instances) == count:
-                break
     return instances
 
 
 def _try_bug(base: Base, work: Path, relative: str, mutation: Mutation, passing_at_base: list[str],
-             timeout_s: float) -> dict[str, Any] | None:
+             timeout_s: float, level: int, site: BugSite | None) -> dict[str, Any] | None:
     path = work / relative
     original = path.read_text(encoding="utf-8")
     mutated = apply_mutation(original, mutation)
@@ -175,15 +189,16 @@ def _try_bug(base: Base, work: Path, relative: str, mutation: Mutation, passing_
     passing = [node for node in passing_at_base if run.outcomes.get(node) == "passed"]
     if not failing:
         return None
-    statement = problem_statement(base.repo_key.split("__", 1)[1].split(".")[0], failing, run)
-    return _instance(base, mutation, relative, bug_patch(relative, original, mutated), failing, passing, statement)
+    behaviour = problem_statement(base.repo_key.split("__", 1)[1].split(".")[0], failing, run)
+    statement = ladder_statement(level, behaviour, relative, site)
+    return _instance(base, mutation, bug_patch(relative, original, mutated), failing, passing, statement, level)
 
 
 def write_instances(store: Path, instances: list[dict[str, Any]]) -> Path:
     """Add instances to `<store>/instances.jsonl` (an instance id already there is replaced)."""
     path = store / INSTANCES_FILE
     kept = {i["instance_id"]: i for i in load_instances(store)}
-    kept.update({i["instance_id"]: {k: i[k] for k in SWE_SMITH_FIELDS} for i in instances})
+    kept.update({i["instance_id"]: {k: i[k] for k in STORED_FIELDS if k in i} for i in instances})
     path.write_text("".join(json.dumps(i, sort_keys=False) + "\n" for i in kept.values()), encoding="utf-8")
     return path
 
@@ -213,7 +228,8 @@ def base_path(store: Path, instance: dict[str, Any]) -> Path:
 
 
 def generate(source: str, store: Path, count: int, seed: int, **options: Any) -> list[dict[str, Any]]:
-    """Generate and store `count` instances from `source`: `pypi:<name>` (an sdist) or a local project path."""
+    """Generate and store `count` instances from `source`: `pypi:<name>` (an sdist) or a local project path
+    (`options`: generate_instances' keywords, e.g. `mix`)."""
     store.mkdir(parents=True, exist_ok=True)
     if source.startswith("pypi:"):
         with tempfile.TemporaryDirectory(prefix="harnessrl-sdist-") as download:

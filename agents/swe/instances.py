@@ -57,6 +57,7 @@ def normalize_instance(row: Mapping[str, Any], source: Source) -> dict[str, Any]
         "created_at": _timestamp_text(row.get("created_at"), instance_id),
         "version": _text(row, "version", instance_id),
         "environment_setup_commit": _text(row, "environment_setup_commit", instance_id),
+        "level": row.get("level"),  # the generator's difficulty-ladder level (agents/swe/ladder.py); None elsewhere
     }
 
 

@@ -21,6 +21,7 @@ from agents.swe.generator import find_instance, generate
 from agents.swe.grader import checkout, grade_workdir
 from agents.swe.harness import REPO_DIR
 from agents.swe.kube_grading_swe import JobGrading, job_settings_from_env
+from agents.swe.ladder import LadderMix, instance_level
 from controller.recipe import Grade, GradeInput
 
 DEFAULT_SOURCE = "pypi:xmltodict"
@@ -31,9 +32,9 @@ def _default_store() -> Path:
 
 
 def rollout_input(instance: dict[str, Any], store: Path) -> dict[str, Any]:
-    """The task a rollout carries: nothing that leaks the fix."""
+    """The task a rollout carries: nothing that leaks the fix beyond what its ladder level's statement says."""
     return {"id": instance["instance_id"], "problem_statement": instance["problem_statement"],
-            "store": str(store.resolve())}
+            "store": str(store.resolve()), "level": instance_level(instance)}
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,11 @@ class SweRecipe:
     source: str = field(default_factory=lambda: os.environ.get("HARNESSRL_SWE_SOURCE", DEFAULT_SOURCE))
     job_grading: JobGrading | None = None  # grading Jobs (tests pass one); None: from the environment, if any
 
-    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
-        """`count` tasks (generated now and stored), reproducible from `seed` for a given source."""
-        instances = generate(self.source, self.store, count, seed)
+    def generate(self, count: int, seed: int, levels: dict[int, float] | None = None) -> list[dict[str, Any]]:
+        """`count` tasks (generated now and stored), reproducible from `seed` for a given source; `levels` is the
+        ladder mix (level -> weight, `agents.swe.ladder`; default: every task at the original level)."""
+        mix = LadderMix() if levels is None else LadderMix(levels=levels)
+        instances = generate(self.source, self.store, count, seed, mix=mix)
         if len(instances) < count:
             raise RuntimeError(f"only {len(instances)} of {count} bugs in {self.source} broke a test; "
                                f"ask for fewer tasks or use a project with more tests")

@@ -118,14 +118,14 @@ VERIFIED_EXPECTED = [
      "PASS_TO_PASS": ["astropy/modeling/tests/test_separable.py::test_coord_matrix"], "image_name": None,
      "bug_patch": None, "fix_patch": VERIFIED_PATCH, "test_patch": VERIFIED_TEST_PATCH,
      "created_at": "2022-03-03T15:14:54Z", "version": "4.3",
-     "environment_setup_commit": "298ccb478e6bf092953bca67a3d29dc6c35f6752"},
+     "environment_setup_commit": "298ccb478e6bf092953bca67a3d29dc6c35f6752", "level": None},
     {"instance_id": "django__django-11099", "source": "swe-bench-verified", "repo": "django/django",
      "base_commit": "d26b2424437dabeeca94d7900b37d2df4410da0c",
      "problem_statement": "UsernameValidator allows trailing newline",
      "FAIL_TO_PASS": ["test_ascii_validator (auth_tests.test_validators.UsernameValidatorsTests)"], "PASS_TO_PASS": [],
      "image_name": None, "bug_patch": None, "fix_patch": VERIFIED_PATCH.replace("right\n", "right \n"),
      "test_patch": VERIFIED_TEST_PATCH, "created_at": "2019-03-20T03:46:18Z", "version": "3.0",
-     "environment_setup_commit": "419a78300f7cd27611196e1e464d50fd0385ff27"},
+     "environment_setup_commit": "419a78300f7cd27611196e1e464d50fd0385ff27", "level": None},
 ]
 SMITH_EXPECTED = [
     {"instance_id": "oauthlib__oauthlib.1fd52536.combine_file__09vlzwgc", "source": "swe-smith",
@@ -136,14 +136,14 @@ SMITH_EXPECTED = [
      "image_name": "swesmith.x86_64.oauthlib_1776_oauthlib.1fd52536", "bug_patch": SMITH_PATCH,
      "fix_patch": SMITH_FIX,
      "test_patch": None, "created_at": "2025-03-14T22:49:27.906744", "version": None,
-     "environment_setup_commit": None},
+     "environment_setup_commit": None, "level": None},
     {"instance_id": "oauthlib__oauthlib.1fd52536.func_pm_op_swap__x1", "source": "swe-smith",
      "repo": "swesmith/oauthlib__oauthlib.1fd52536", "base_commit": "1fd52536c2b8bc2e4e1b5dd3a4ad7dfe6c0e2d58",
      "problem_statement": "clamp() at the bound",
      "FAIL_TO_PASS": ["tests/test_tinymath.py::test_clamp_high", "tests/test_tinymath.py::test_clamp_inside"],
      "PASS_TO_PASS": [], "image_name": "swesmith.x86_64.oauthlib_1776_oauthlib.1fd52536", "bug_patch": SMITH_PATCH,
      "fix_patch": SMITH_FIX, "test_patch": None, "created_at": "2025-03-15T01:02:03.000001", "version": None,
-     "environment_setup_commit": None},
+     "environment_setup_commit": None, "level": None},
 ]
 CASES = {"swe-bench-verified": (VERIFIED_ROWS, VERIFIED_EXPECTED), "swe-smith": (SMITH_ROWS, SMITH_EXPECTED)}
 

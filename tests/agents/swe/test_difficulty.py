@@ -98,3 +98,22 @@ def test_properties_disjoint_bounded_and_consistent(solved, n_mixed, n_unsolved,
         == c.mixed + c.unsolved
     if c.mixed + c.unsolved:  # the held-out split mirrors the pool: its mixed share is within one task of it
         assert abs(c.val_mixed - len(val) * c.mixed / (c.mixed + c.unsolved)) <= 1
+
+
+def test_levels_stratify_the_held_out_split_and_count_per_level():
+    levels = {"flask-3": 0, "flask-4": 0, "sympy-5": 0, "pylint-7": 0, "sympy-6": 1, "requests-10": 1,
+              "pylint-8": 1, "astropy-1": 1, "xarray-9": 3}  # django-2 left out: level 3
+    split = select_by_difficulty(RECORDED, k=4, n_mixed=9, n_unsolved=9, n_heldout=4, seed=7, levels=levels)
+    by_level = {level: sorted(levels.get(i, 3) for i in split.val if levels.get(i, 3) == level) for level in (0, 1, 3)}
+    assert {level: len(ids) for level, ids in by_level.items()} == {0: 2, 1: 2, 3: 0}  # pools 4, 3, 1 of 8: 2, 1.5, 0.5
+    # (the tie of remainders goes to the lower level)
+    assert split.counts.levels[0] == {"probed": 4, "solved": 0, "mixed": 3, "unsolved": 1, "train": 2, "val": 2}
+    assert split.counts.levels[1] == {"probed": 4, "solved": 1, "mixed": 2, "unsolved": 1, "train": 1, "val": 2}
+    assert split.counts.levels[3] == {"probed": 2, "solved": 1, "mixed": 0, "unsolved": 1, "train": 1, "val": 0}
+    flat = split.counts.as_dict()
+    assert flat["level0_mixed"] == 3 and flat["level3_train"] == 1 and flat["probed"] == 10
+    plain = select_by_difficulty(RECORDED, k=4, n_mixed=9, n_unsolved=9, n_heldout=4, seed=7)
+    one_level = select_by_difficulty(RECORDED, k=4, n_mixed=9, n_unsolved=9, n_heldout=4, seed=7,
+                                     levels=dict.fromkeys(RECORDED, 0))
+    assert (plain.train, plain.val) == (one_level.train, one_level.val) and not plain.counts.levels
+    assert not any(key.startswith("level") for key in plain.counts.as_dict())

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from agents.swe.diffs import apply_patch, copy_tree
-from agents.swe.generator import SWE_SMITH_FIELDS, base_path, find_instance, generate, load_instances
+from agents.swe.generator import STORED_FIELDS, base_path, find_instance, generate, load_instances
 from agents.swe.grader import grade_patch
 from agents.swe.instances import reverse_patch
 from agents.swe.recipe import SweRecipe
 
 
 def assert_valid_instance(instance: dict, store: Path) -> None:
-    assert tuple(instance) == SWE_SMITH_FIELDS
+    assert tuple(instance) == STORED_FIELDS
     assert instance["FAIL_TO_PASS"] and not set(instance["FAIL_TO_PASS"]) & set(instance["PASS_TO_PASS"])
     assert all("::" in test for test in instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"])
     assert instance["patch"].startswith("diff --git a/") and "\n@@ " in instance["patch"]
@@ -52,7 +52,8 @@ def test_same_seed_same_tasks_which_carry_no_patch_and_no_test_lists(tiny_store,
     store, instances = tiny_store
     tasks = SweRecipe(store=tmp_path / "store", source=str(tiny_project)).generate(2, seed=0)
     assert [t["id"] for t in tasks] == [i["instance_id"] for i in instances[:2]]
-    assert all(set(t) == {"id", "problem_statement", "store"} for t in tasks)
+    assert all(set(t) == {"id", "problem_statement", "store", "level"} for t in tasks)
+    assert {t["level"] for t in tasks} == {3}  # no mix: the original statements
     with pytest.raises(KeyError, match="nope"):
         find_instance(store, "nope")
 
