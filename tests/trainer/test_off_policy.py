@@ -36,7 +36,8 @@ PROXIMAL = BEHAVIOUR + torch.log(torch.tensor(RATIOS, dtype=torch.float64))
         # decoupled, sequence-level weight: the products, 1.5 under a cap of 2, 1.08
         (OffPolicyConfig(is_level="sequence"), True, [1.5, 1.5, 1.08, 1.08, 1.08], [1] * 5, [0] * 5),
         # sequence-level weight truncated at 1.2
-        (OffPolicyConfig(is_level="sequence", tis_cap=1.2), True, [1.2, 1.2, 1.08, 1.08, 1.08], [1] * 5, [1, 1, 0, 0, 0]),
+        (OffPolicyConfig(is_level="sequence", tis_cap=1.2), True, [1.2, 1.2, 1.08, 1.08, 1.08], [1] * 5,
+         [1, 1, 0, 0, 0]),
         # product mask (0.5, 1.2): sequence 7 (1.5) out, sequence 9 (1.08) in; bypass applies no weight
         (OffPolicyConfig(seq_mask_product=(0.5, 1.2)), False, [0, 0, 1, 1, 1], [0, 0, 1, 1, 1], [0] * 5),
         # geometric-mean mask (0.9, 1.1): 1.2247 out, 1.0260 in; decoupled keeps the weights of kept tokens
