@@ -1,0 +1,147 @@
+"""The ablation's report: each arm's final validation reward with a 95% t-interval over seeds, and the paired
+differences between arms (per seed: the same training tasks and the same validation set), next to the Agent
+Lightning v1.0 report's 38.2 / 35.0 / 33.1.
+
+    .venv/bin/python benchmarks/ablation_report.py --ablation NAME [--experiment ablation] [--tracking-uri URI]
+
+Reads the runs of the MLflow experiment tagged `ablation=NAME` (flow `ablation`, flows/ablation.py): per run its
+`arm` and `seed` tags and the last value of `val/reward_mean` (the validation after the last iteration); writes
+benchmarks/ablation.md (or --out) and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scipy import stats
+
+from flows.ablation_plan import REPORT_ARMS
+
+FINAL_METRIC = "val/reward_mean"
+DEFAULT_OUT = Path(__file__).resolve().parent / "ablation.md"
+REFERENCE = {arm.name: arm.reference for arm in REPORT_ARMS}
+"""The report's step-128 SWE numbers (%) by arm name."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its two-sided t confidence interval (low = high = nan with fewer than two values)."""
+
+    n: int
+    mean: float
+    low: float
+    high: float
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Student-t interval of the mean: mean +- t_{(1+c)/2, n-1} * s / sqrt(n), s the sample standard deviation."""
+    if not values:
+        raise ValueError("t_interval needs at least one value")
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return Interval(n, mean, math.nan, math.nan)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
+    return Interval(n, mean, mean - half, mean + half)
+
+
+def paired_differences(first: Mapping[int, float], second: Mapping[int, float]) -> list[float]:
+    """first - second for every seed both have, in seed order."""
+    return [first[seed] - second[seed] for seed in sorted(set(first) & set(second))]
+
+
+def arm_order(arms: Sequence[str]) -> list[str]:
+    """The report's arms first (in its order), then the others by name."""
+    known = [name for name in REFERENCE if name in arms]
+    return known + sorted(set(arms) - set(known))
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def interval_text(interval: Interval) -> str:
+    if math.isnan(interval.low):
+        return "(one seed: no interval)"
+    return f"[{fmt(interval.low)}, {fmt(interval.high)}]"
+
+
+def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, float]]) -> str:
+    """The markdown report from {arm: {seed: final validation reward}}."""
+    arms = arm_order(list(finals))
+    seeds = sorted({seed for per_seed in finals.values() for seed in per_seed})
+    lines = [f"# Ablation `{ablation}`: final validation reward by arm", "",
+             f"MLflow experiment `{experiment}`, runs tagged `ablation={ablation}`; metric `{FINAL_METRIC}` after the "
+             f"last iteration (the same validation set for every run); {len(seeds)} seed(s): {seeds}. "
+             "95% intervals are Student-t over seeds; the paired differences are per seed (same training tasks, "
+             "same validation set). The report's numbers are SWE accuracy at step 128 (%), another task and "
+             "scale: compare the ordering, not the values.", "",
+             "| arm | seeds | mean | 95% CI | report (%) |", "|---|---|---|---|---|"]
+    for arm in arms:
+        interval = t_interval(list(finals[arm].values()))
+        reference = REFERENCE.get(arm)
+        lines.append(f"| {arm} | {interval.n} | {fmt(interval.mean)} | {interval_text(interval)} | "
+                     f"{'' if reference is None else reference} |")
+    lines += ["", "Paired differences (row arm minus column arm, per seed):", "",
+              "| difference | seeds | mean | 95% CI | report (points) |", "|---|---|---|---|---|"]
+    for first, second in itertools.combinations(arms, 2):
+        diffs = paired_differences(finals[first], finals[second])
+        if not diffs:
+            continue
+        interval = t_interval(diffs)
+        ref_a, ref_b = REFERENCE.get(first), REFERENCE.get(second)
+        reference = "" if ref_a is None or ref_b is None else f"{ref_a - ref_b:+.1f}"
+        lines.append(f"| {first} - {second} | {interval.n} | {fmt(interval.mean)} | {interval_text(interval)} | "
+                     f"{reference} |")
+    lines += ["", "Per seed:", "", "| seed | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+    for seed in seeds:
+        lines.append(f"| {seed} | " + " | ".join(fmt(finals[arm].get(seed, math.nan)) for arm in arms) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def read_finals(tracking_uri: str, experiment: str, ablation: str) -> dict[str, dict[int, float]]:
+    """{arm: {seed: last val/reward_mean}} of the ablation's runs (runs without the metric are left out, named)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise SystemExit(f"no MLflow experiment {experiment!r} at {tracking_uri}; pass --experiment/--tracking-uri")
+    runs = client.search_runs([found.experiment_id],
+                              f"tags.ablation = '{ablation}' and tags.ablation_role = 'arm-run'", max_results=1000)
+    finals: dict[str, dict[int, float]] = {}
+    for run in runs:
+        history = client.get_metric_history(run.info.run_id, FINAL_METRIC)
+        if not history:
+            print(f"run {run.info.run_name} ({run.info.status}) has no {FINAL_METRIC}: left out")
+            continue
+        last = max(history, key=lambda point: (point.step, point.timestamp))
+        finals.setdefault(run.data.tags["arm"], {})[int(run.data.tags["seed"])] = last.value
+    if not finals:
+        raise SystemExit(f"no finished run of ablation {ablation!r} in experiment {experiment!r}")
+    return finals
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from flows.config import DEFAULT_TRACKING_URI, load_run_config
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ablation", required=True, help="the ablation's name (the flow's `name`)")
+    parser.add_argument("--experiment", default="ablation")
+    parser.add_argument("--tracking-uri", default=None, help=f"default: the profile's ({DEFAULT_TRACKING_URI})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    uri = args.tracking_uri or load_run_config("ablation-local").tracking_uri()
+    report = render(args.ablation, args.experiment, read_finals(uri, args.experiment, args.ablation))
+    args.out.write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Flow `ablation`: arms x seeds of training runs of one recipe, every run in one MLflow experiment, comparable.
+
+Each seed's training tasks are the recipe's `generate(train_tasks, seed)`, the same for every arm of that seed; the
+validation set is `generate(val_tasks, VAL_SEED)`, the same for every run. One task file per seed holds both, laid
+out so that the training flow's split keeps exactly that validation set (`arrange_for_split`). Every run lands in
+the experiment `tracking.experiment`, tagged `ablation`, `arm`, `seed` and nested under an umbrella run named after
+the ablation (`mlflow.parentRunId`), so the MLflow UI compares them side by side; `benchmarks/ablation_report.py`
+turns them into the table with confidence intervals. Runs go seed by seed; a failed run is reported and the others
+continue; starting the flow again with the same `name` resumes each run from its last checkpoint.
+
+Default arms: the Agent Lightning v1.0 report's three (`flows.ablation_plan.REPORT_ARMS`); other arms (an lr sweep
+with an lr = 0 control) are the `arms` parameter: `[{"name": "lr0", "overrides": {"backend.optimizer.lr": 0.0}}]`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from prefect import flow
+
+from agents.task_data import write_task_rows
+from controller.recipes import get_recipe
+from flows.ablation_plan import (
+    DEFAULT_SEEDS,
+    VAL_SEED,
+    PlannedRun,
+    arrange_for_split,
+    parse_arms,
+    plan_runs,
+    seed_data_overrides,
+)
+from flows.config import RunConfig, load_run_config
+from flows.train import train
+from tracking.mlflow_tracker import MlflowTracker, ui_command
+
+PARENT_RUN_TAG = "mlflow.parentRunId"
+
+
+@flow(name="ablation", log_prints=True)
+def ablation(profile: str = "ablation-local", arms: list[dict[str, Any]] | None = None,
+             seeds: list[int] | None = None, overrides: dict[str, Any] | None = None, name: str | None = None,
+             val_seed: int = VAL_SEED) -> dict[str, Any]:
+    """Trains every arm x seed (default: the report's three arms x 5 seeds) on the profile's recipe; returns the
+    ablation's name, experiment, umbrella run id and each run's outcome."""
+    base = dict(overrides or {})
+    config = load_run_config(profile, base)
+    ablation_name = name or time.strftime("ablation-%Y%m%d-%H%M%S", time.gmtime())
+    chosen_arms, chosen_seeds = parse_arms(arms), list(seeds if seeds is not None else DEFAULT_SEEDS)
+    data = write_seed_tasks(config, ablation_name, chosen_seeds, val_seed)
+    runs = plan_runs(ablation_name, chosen_arms, chosen_seeds, base, data)
+    for run in runs:  # every run's config must load before the first one spends an hour
+        load_run_config(profile, run.overrides)
+    experiment = config.tracking.experiment
+    umbrella = MlflowTracker(config.tracking_uri(), experiment, ablation_name,
+                             tags={"ablation": ablation_name, "ablation_role": "umbrella", "recipe": config.recipe})
+    outcomes: list[dict[str, Any]] = []
+    with umbrella:
+        umbrella.log_params({"profile": str(profile), "arms": json.dumps([a.name for a in chosen_arms]),
+                             "seeds": json.dumps(chosen_seeds), "val_seed": val_seed,
+                             "val_tasks": config.data.val_tasks, "train_tasks": config.data.train_tasks,
+                             "overrides": json.dumps(base, sort_keys=True)})
+        umbrella.log_text(json.dumps([{"name": a.name, "overrides": dict(a.overrides), "reference": a.reference}
+                                      for a in chosen_arms], indent=2), "arms.json")
+        for run in runs:
+            outcomes.append(run_one(profile, run, ablation_name, umbrella.run_id, experiment,
+                                    config.tracking_uri()))
+    failed = [o["name"] for o in outcomes if o["error"]]
+    print(f"ablation {ablation_name}: {len(outcomes) - len(failed)} of {len(outcomes)} runs finished in the MLflow "
+          f"experiment {experiment!r}; report: .venv/bin/python benchmarks/ablation_report.py --tracking-uri "
+          f"{config.tracking_uri()} --experiment {experiment} --ablation {ablation_name}")
+    print(ui_command(config.tracking_uri()))
+    if failed:
+        raise RuntimeError(f"ablation {ablation_name}: runs {failed} failed (their errors are above); run the flow "
+                           f"again with name={ablation_name!r} to resume them")
+    return {"ablation": ablation_name, "experiment": experiment, "umbrella_run_id": umbrella.run_id,
+            "runs": outcomes}
+
+
+def write_seed_tasks(config: RunConfig, ablation_name: str, seeds: Sequence[int],
+                     val_seed: int) -> dict[int, dict[str, Any]]:
+    """One task file per seed (its training tasks + the shared validation set); each seed's data overrides."""
+    recipe = get_recipe(config.recipe)
+    val = [{**row, "recipe": config.recipe} for row in recipe.generate(config.data.val_tasks, val_seed)]
+    folder = config.resolve(config.work_dir) / ablation_name
+    data = {}
+    for seed in seeds:
+        train_rows = [{**row, "recipe": config.recipe} for row in recipe.generate(config.data.train_tasks, seed)]
+        clash = {row["id"] for row in train_rows} & {row["id"] for row in val}
+        if clash:
+            raise ValueError(f"seed {seed} generates validation tasks {sorted(clash)[:3]}: pick a val_seed far from "
+                             "the training seeds")
+        path = write_task_rows(arrange_for_split(train_rows, val, seed), folder / f"tasks-s{seed}.jsonl")
+        data[seed] = seed_data_overrides(str(path), seed, len(train_rows), len(val))
+    return data
+
+
+def run_one(profile: str | Path, run: PlannedRun, ablation_name: str, umbrella_id: str, experiment: str,
+            tracking_uri: str) -> dict[str, Any]:
+    """Trains one arm-seed and tags its MLflow run; an error is printed and returned, not raised."""
+    print(f"ablation {ablation_name}: arm {run.arm.name}, seed {run.seed} (run {run.name})")
+    started_s, error, summary = time.perf_counter(), None, {}
+    try:
+        summary = train(load_run_config(profile, run.overrides))
+    except Exception as failure:  # noqa: BLE001 - one failed run must not end the others; reported at the end
+        error = f"{type(failure).__name__}: {failure}"
+        print(f"run {run.name} failed: {error}")
+    tags = {"ablation": ablation_name, "arm": run.arm.name, "seed": str(run.seed), PARENT_RUN_TAG: umbrella_id,
+            "ablation_role": "arm-run"}
+    run_id = summary.get("mlflow_run_id") or find_run_id(tracking_uri, experiment, run.name)
+    if run_id is not None:
+        tag_run(tracking_uri, run_id, tags)
+    return {"name": run.name, "arm": run.arm.name, "seed": run.seed, "mlflow_run_id": run_id, "error": error,
+            "wall_s": round(time.perf_counter() - started_s, 1)}
+
+
+def find_run_id(tracking_uri: str, experiment: str, run_name: str) -> str | None:
+    """The newest MLflow run named `run_name` in `experiment` (a failed run's), or None."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs([found.experiment_id], f"tags.`mlflow.runName` = '{run_name}'",
+                              order_by=["attribute.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def tag_run(tracking_uri: str, run_id: str, tags: Mapping[str, str]) -> None:
+    """Sets `tags` on an MLflow run (finished or not)."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)

@@ -1,0 +1,62 @@
+"""flows/ablation_plan.py: arms as data, the arm x seed plan, and the task file that keeps one validation set."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.multistep.tasks import generate
+from agents.task_data import split_rows
+from flows.ablation_plan import (
+    REPORT_ARMS,
+    Arm,
+    arrange_for_split,
+    parse_arms,
+    plan_runs,
+    run_name,
+    seed_data_overrides,
+)
+from flows.config import load_run_config
+
+
+def test_report_arms_are_the_three_of_the_report_and_load_on_the_profile():
+    assert [(a.overrides["algorithm.advantage.level"], a.overrides["backend.loss.agg_mode"], a.reference)
+            for a in REPORT_ARMS] == [("rollout", "rollout-token-mean", 38.2), ("sample", "token-mean", 35.0),
+                                      ("rollout", "token-mean", 33.1)]
+    for arm in REPORT_ARMS:
+        config = load_run_config("ablation-local", dict(arm.overrides))
+        assert config.recipe == "multistep"
+        assert (config.algorithm.advantage.level, config.backend.loss.agg_mode) == tuple(arm.overrides.values())
+
+
+def test_parse_arms_defaults_to_the_report_and_takes_other_arms_as_data():
+    assert parse_arms(None) == REPORT_ARMS
+    sweep = parse_arms([{"name": "lr0", "overrides": {"backend.optimizer.lr": 0.0}},
+                        {"name": "lr1e-4", "overrides": {"backend.optimizer.lr": 1e-4}}])
+    assert sweep == (Arm("lr0", {"backend.optimizer.lr": 0.0}), Arm("lr1e-4", {"backend.optimizer.lr": 1e-4}))
+    with pytest.raises(ValueError, match="unique names"):
+        parse_arms([{"name": "a"}, {"name": "a"}])
+    with pytest.raises(ValueError, match="letters, digits"):
+        parse_arms([{"name": "a b"}])
+
+
+def test_plan_is_seed_major_with_the_seed_data_and_the_arm_overrides_on_top():
+    data = {seed: seed_data_overrides(f"/t/s{seed}.jsonl", seed, 10, 4) for seed in (0, 1)}
+    runs = plan_runs("abl", REPORT_ARMS, [0, 1], {"algorithm.iterations": 3, "backend.loss.agg_mode": "x"}, data)
+    assert [(r.seed, r.arm.name) for r in runs] == [(s, a.name) for s in (0, 1) for a in REPORT_ARMS]
+    first = runs[0]
+    assert first.name == run_name("abl", REPORT_ARMS[0], 0) == "abl-rollout-adv_rollout-token-mean-s0"
+    assert first.overrides == {"algorithm.iterations": 3, "backend.loss.agg_mode": "rollout-token-mean",
+                               "algorithm.advantage.level": "rollout", "data.source": "/t/s0.jsonl",
+                               "data.seed": 0, "data.train_tasks": 10, "data.val_tasks": 4, "name": first.name}
+    assert len({r.name for r in runs}) == 6
+    with pytest.raises(ValueError, match="distinct"):
+        plan_runs("abl", REPORT_ARMS, [0, 0], {}, data)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_arranged_rows_split_into_the_seed_tasks_and_the_shared_validation_set(seed):
+    val = generate(6, 1_000_003)
+    train = generate(10, seed)
+    rows = arrange_for_split(train, val, seed)
+    assert split_rows(rows, len(val), seed) == (train, val)
+    assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in train + val)

@@ -1,0 +1,61 @@
+"""benchmarks/ablation_report.py: the t-intervals, paired differences and the rendered table, on synthetic numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks.ablation_report import arm_order, paired_differences, render, t_interval
+
+T_975_DF2 = 4.302652729749462  # Student t quantile 0.975 with 2 degrees of freedom (tables: 4.303)
+T_975_DF4 = 2.7764451051977934  # ... with 4 degrees of freedom (tables: 2.776)
+
+
+def test_t_interval_of_three_values():
+    interval = t_interval([1.0, 2.0, 3.0])  # mean 2, sample sd 1
+    half = T_975_DF2 / math.sqrt(3)
+    assert interval.n == 3 and interval.mean == 2.0
+    assert interval.low == pytest.approx(2.0 - half, abs=1e-12) and interval.high == pytest.approx(2.0 + half,
+                                                                                                    abs=1e-12)
+    assert interval.high == pytest.approx(4.484138, abs=1e-6)
+
+
+def test_t_interval_of_five_seeds():
+    interval = t_interval([0.30, 0.35, 0.40, 0.45, 0.50])  # mean 0.4, sample sd sqrt(0.00625)
+    half = T_975_DF4 * math.sqrt(0.00625) / math.sqrt(5)
+    assert interval.mean == pytest.approx(0.4) and interval.low == pytest.approx(0.4 - half)
+    assert half == pytest.approx(0.098162, abs=1e-6)
+
+
+def test_t_interval_of_one_value_has_no_interval_and_none_is_refused():
+    one = t_interval([0.7])
+    assert one.mean == 0.7 and math.isnan(one.low) and math.isnan(one.high)
+    with pytest.raises(ValueError, match="at least one"):
+        t_interval([])
+
+
+def test_paired_differences_use_the_seeds_both_arms_have_in_seed_order():
+    first = {2: 0.4, 0: 0.5, 1: 0.7}
+    second = {0: 0.3, 1: 0.4, 2: 0.5, 3: 0.9}
+    assert paired_differences(first, second) == pytest.approx([0.2, 0.3, -0.1])
+    assert paired_differences({0: 1.0}, {1: 1.0}) == []
+
+
+def test_arm_order_puts_the_report_arms_first():
+    assert arm_order(["zeta", "rollout-adv+token-mean", "rollout-adv+rollout-token-mean", "alpha"]) == [
+        "rollout-adv+rollout-token-mean", "rollout-adv+token-mean", "alpha", "zeta"]
+
+
+def test_render_shows_means_intervals_differences_and_the_report_numbers():
+    finals = {"rollout-adv+rollout-token-mean": {0: 0.5, 1: 0.6, 2: 0.7},
+              "sample-adv+token-mean": {0: 0.4, 1: 0.5, 2: 0.7},
+              "rollout-adv+token-mean": {0: 0.3, 1: 0.5}}
+    text = render("abl", "ablation", finals)
+    half = T_975_DF2 * 0.1 / math.sqrt(3)
+    assert f"| rollout-adv+rollout-token-mean | 3 | 0.600 | [{0.6 - half:.3f}, {0.6 + half:.3f}] | 38.2 |" in text
+    assert "| rollout-adv+token-mean | 2 | 0.400 |" in text and "| 33.1 |" in text
+    # paired a - b: [0.1, 0.1, 0.0] -> mean 0.0667; a - c over seeds 0, 1: [0.2, 0.1]
+    assert "| rollout-adv+rollout-token-mean - sample-adv+token-mean | 3 | 0.067 |" in text and "| +3.2 |" in text
+    assert "| rollout-adv+rollout-token-mean - rollout-adv+token-mean | 2 | 0.150 |" in text and "| +5.1 |" in text
+    assert "| 2 | 0.700 | 0.700 |  |" in text  # seed 2 of the third arm is missing
