@@ -23,9 +23,10 @@ EXPECTED = {  # (flow, deployment) -> (work pool, pool type, profile), in prefec
     ("evaluate-swe-verified", "nightly"): ("harnessrl-process", "process", "swe-eval-local"),
     ("evaluate-swe-verified", "manual"): ("harnessrl-process", "process", "swe-eval-local"),
     ("prepare-swe-data", "default"): ("harnessrl-process", "process", "swe-data-local"),
+    ("ablation", "default"): ("harnessrl-process", "process", "ablation-local"),
 }
 RECIPES = {"train-swe": "swe", "train-if": "instruction_following", "train-search": "search",
-           "evaluate-swe-verified": "swe", "prepare-swe-data": "swe"}
+           "evaluate-swe-verified": "swe", "prepare-swe-data": "swe", "ablation": "multistep"}
 
 
 @pytest.fixture(scope="module")
