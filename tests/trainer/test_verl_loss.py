@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -18,7 +19,13 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from trainer.backends.verl import build_data_proto, build_training_input  # noqa: E402
 from trainer.backends.verl_batch import to_verl_rows  # noqa: E402
-from trainer.backends.verl_loss import POLICY_LOSS_NAME, actor_loss, weighted_ppo_policy_loss  # noqa: E402
+from trainer.backends.verl_loss import (  # noqa: E402
+    POLICY_LOSS_NAME,
+    VerlLossSettings,
+    _settings,
+    actor_loss,
+    weighted_ppo_policy_loss,
+)
 from trainer.losses import LossBatch, LossConfig, LossDenominators, policy_loss  # noqa: E402
 from trainer.samples import RecordedCall, build_samples  # noqa: E402
 from trainer.scheduling import ScheduleConfig, schedule  # noqa: E402
@@ -96,8 +103,8 @@ def test_policy_loss_is_registered_in_verls_registry():
 
 def test_policy_loss_without_token_weights_names_the_fix():
     ones = torch.ones(1, 2)
-    with pytest.raises(ValueError, match="rollout_is_weights"):
-        weighted_ppo_policy_loss(ones, ones, ones, ones, config=None, rollout_is_weights=None)
+    with pytest.raises(ValueError, match="token_weights"):
+        weighted_ppo_policy_loss(ones, ones, ones, ones, config=VerlLossSettings(LossConfig()), rollout_is_weights=ones)
 
 
 def test_data_proto_holds_the_rows_and_chunks_by_rank():
@@ -117,13 +124,13 @@ def test_data_proto_holds_the_rows_and_chunks_by_rank():
 def test_training_input_is_verls_no_padding_layout():
     samples, advantages = samples_and_advantages()
     rows = rows_for(samples, advantages, dp_size=1)
-    data = build_training_input(rows, temperature=0.7, calculate_entropy=False)
+    data = build_training_input(rows, calculate_entropy=False)
     lengths = data["input_ids"].offsets().diff().tolist()
     assert lengths == [int(n) for n in rows.attention_mask.sum(axis=1)]
     for r, length in enumerate(lengths):
         np.testing.assert_array_equal(data["input_ids"][r].numpy(), rows.input_ids[r][rows.attention_mask[r] == 1])
         np.testing.assert_array_equal(data["position_ids"][r].numpy(), np.arange(length))
-    assert tu.get(data, "temperature") == 0.7
+    assert tu.get(data, "temperature") == 1.0
     assert tu.get(data, "mini_batch_size") == rows.num_rows
 
 
@@ -134,7 +141,7 @@ def test_actor_loss_through_verls_layout_equals_our_loss(mode, micro_batches):
     config = LossConfig(agg_mode=mode, clip_low=0.2, clip_high=0.28)
     logprobs_S = current_logprobs(samples, seed=3)
     rows = rows_for(samples, advantages, dp_size=1, mode=mode)
-    data = build_training_input(rows, temperature=1.0, calculate_entropy=False)
+    data = build_training_input(rows, calculate_entropy=False)
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=rows.trainable_tokens)
     output, values = model_output_for(rows, data, logprobs_S)
     total = torch.zeros(())
@@ -171,7 +178,7 @@ def test_data_parallel_ranks_mean_to_the_full_loss():
     config = LossConfig()
     logprobs_S = current_logprobs(samples, seed=5)
     rows = rows_for(samples, advantages, dp_size=2)
-    data = build_training_input(rows, temperature=1.0, calculate_entropy=False)
+    data = build_training_input(rows, calculate_entropy=False)
     half = rows.num_rows // 2
     rank_losses = []
     for rank in range(2):
@@ -214,7 +221,8 @@ def test_token_mean_weights_match_verls_vanilla_policy_loss_on_random_inputs(see
     )
     expected, verl_metrics = get_policy_loss_fn("vanilla")(old, new, advantages, mask, "token-mean", config, None)
     (expected_grad,) = torch.autograd.grad(expected, new)
-    ours, metrics = weighted_ppo_policy_loss(old, new, advantages, mask, "token-sum", config, mask / tokens)
+    settings = replace(_settings(config), token_weights=mask / tokens)
+    ours, metrics = weighted_ppo_policy_loss(old, new, advantages, mask, "token-sum", settings, None)
     (grad,) = torch.autograd.grad(ours, new)
     assert float(ours) == pytest.approx(float(expected), rel=1e-5, abs=1e-7)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-7)

@@ -12,6 +12,11 @@ mask there, so observations are context but never trained on.
 into micro-batches. Rows are grouped by data-parallel rank (verl hands rank r the r-th equal chunk): each rank's
 sequences come from the schedule's worker plan, and ranks with fewer sequences get filler rows (two pad tokens, no
 trainable token, weight 0) so all chunks have the same number of rows. Provenance rides along per row.
+
+verl's actor divides every row's logits by one `temperature` (its meta_info) and applies no top-k, min-p or top-p.
+So an update's temperature is the one its samples were sampled at (`Sample.sampling`, recorded by the gateway); samples
+sampled at different temperatures, or with top-k / min-p / top-p filtering, cannot be trained by verl with the right
+logprobs and are refused with the fix: enforce the policy's sampling at the gateway (`sampling.train: enforce`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 
 from trainer.losses import AggMode, LossDenominators
 from trainer.samples import Sample, TrainableSpan
+from trainer.sampling import SamplingParams
 from trainer.scheduling import UpdatePlan
 
 FILLER_SAMPLE_INDEX = -1
@@ -70,6 +76,8 @@ class VerlRows:
     """Data-parallel ranks; rows r * B / dp_size ... belong to rank r."""
     trainable_tokens: int
     """Trainable tokens in the update (verl's batch_num_tokens)."""
+    temperature: float = 1.0
+    """The temperature every trainable token was sampled at (verl's meta_info `temperature`)."""
 
     @property
     def num_rows(self) -> int:
@@ -128,6 +136,28 @@ def rank_rows(update: UpdatePlan, dp_size: int) -> list[list[int]]:
     return [rows + [FILLER_SAMPLE_INDEX] * (width - len(rows)) for rows in per_rank]
 
 
+def verl_temperature(samples: Sequence[Sample]) -> float:
+    """The one temperature `samples`' trainable tokens were sampled at (1.0 when none is trainable); ValueError when
+    they differ or were filtered (top-k, min-p, top-p), which verl's actor does not reproduce."""
+    trained = {sample.sampling for sample in samples if sample.num_trainable_tokens}
+    filtered = sorted((p for p in trained if p.filtered), key=SamplingParams.describe)
+    if filtered:
+        raise ValueError(
+            f"samples were sampled with filtering ({filtered[0].describe()}); verl's actor applies no top-k, min-p "
+            "or top-p, so its logprobs would not be those of the distribution the tokens were drawn from: set the "
+            "gateway's `sampling.train: enforce` (the policy's temperature, no filtering) or train with the torch "
+            "backend"
+        )
+    temperatures = sorted({p.temperature for p in trained})
+    if len(temperatures) > 1:
+        raise ValueError(
+            f"samples were sampled at temperatures {temperatures}; verl's actor divides all logits of an update by "
+            "one temperature: set the gateway's `sampling.train: enforce` so every train call samples at the "
+            "policy's temperature, or train with the torch backend"
+        )
+    return temperatures[0] if temperatures else 1.0
+
+
 def update_denominators(samples: Sequence[Sample], indices: Sequence[int]) -> LossDenominators:
     """The loss denominators of one update from its samples."""
     return LossDenominators.from_sequences(
@@ -147,6 +177,7 @@ def to_verl_rows(
     """The update's samples as verl rows grouped by rank, with per-token weights from the update's denominators."""
     order = [index for rows in rank_rows(update, dp_size) for index in rows]
     real = [i for i in order if i != FILLER_SAMPLE_INDEX]
+    temperature = verl_temperature([samples[i] for i in real])
     denominators = update_denominators(samples, real)
     cuts = {i: split_point(samples[i]) for i in real}
     width_p = max([cuts[i] for i in real] + [1])
@@ -159,7 +190,7 @@ def to_verl_rows(
         sample = samples[index]
         weight = denominators.token_weight(agg_mode, sample.rollout_id, sample.num_trainable_tokens)
         rows.put(row, index, sample, cuts[index], float(advantages_S[index]), weight)
-    return rows.freeze(dp_size, denominators.tokens)
+    return rows.freeze(dp_size, denominators.tokens, temperature)
 
 
 @dataclass
@@ -215,7 +246,7 @@ class _Rows:
         self.prompt_mask[row, -1] = 1
         self.response_attention[row, 0] = 1
 
-    def freeze(self, dp_size: int, trainable_tokens: int) -> VerlRows:
+    def freeze(self, dp_size: int, trainable_tokens: int, temperature: float) -> VerlRows:
         attention_mask = np.concatenate([self.prompt_mask, self.response_attention], axis=1)
         position_ids = np.clip(np.cumsum(attention_mask, axis=1) - 1, 0, None) * attention_mask
         columns = list(zip(*self.provenance, strict=True)) if self.provenance else [(), (), (), ()]
@@ -237,6 +268,7 @@ class _Rows:
             spans=_objects(columns[3]),
             dp_size=dp_size,
             trainable_tokens=trainable_tokens,
+            temperature=temperature,
         )
 
 
@@ -248,7 +280,7 @@ def _objects(values: Sequence[object]) -> np.ndarray:
 
 
 def samples_from_rows(rows: VerlRows) -> list[Sample]:
-    """The samples a VerlRows holds (fillers left out), rebuilt from its token fields and provenance."""
+    """The samples a VerlRows holds (fillers left out), rebuilt from its token fields, provenance and temperature."""
     samples = []
     for row in range(rows.num_rows):
         if int(rows.sample_index[row]) == FILLER_SAMPLE_INDEX:
@@ -273,6 +305,7 @@ def samples_from_rows(rows: VerlRows) -> list[Sample]:
                 loss_mask_T,
                 logprobs_T,
                 versions_T,
+                SamplingParams(temperature=rows.temperature),
             )
         )
     return samples
