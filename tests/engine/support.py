@@ -1,7 +1,8 @@
-"""Helpers for engine tests: the teacher-forced logprob reference."""
+"""Helpers for engine tests: the teacher-forced logprob reference, and the processed distribution's by hand."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -22,3 +23,31 @@ def assert_teacher_forced(model: torch.nn.Module, prompt_ids: list[int], token_i
     expected = teacher_forced_logprobs(model, prompt_ids, token_ids)
     worst = max(abs(a - b) for a, b in zip(expected, logprobs, strict=True))
     assert worst < atol, f"logprob differs from teacher forcing by {worst}"
+
+
+def processed_reference(logits_V: np.ndarray, temperature: float, top_p: float = 1.0, top_k: int = 0,
+                        min_p: float = 0.0) -> np.ndarray:
+    """Log-probabilities of the processed distribution by hand, in float64 (-inf outside the kept set)."""
+    z = logits_V.astype(np.float64) / temperature
+    keep = np.ones(z.shape, dtype=bool)
+    if 0 < top_k < z.size:
+        keep &= z >= np.sort(z)[::-1][top_k - 1]
+    keep &= np.exp(z - z.max()) >= min_p
+    q = np.where(keep, np.exp(z - z.max()), 0.0)
+    q /= q.sum()
+    order = np.argsort(-q, kind="stable")
+    before = np.cumsum(q[order]) - q[order]
+    nucleus = np.zeros_like(keep)
+    nucleus[order] = before < top_p
+    nucleus[order[0]] = True
+    keep &= nucleus
+    q = np.where(keep, q, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(q / q.sum())
+
+
+@torch.inference_mode()
+def logits_at(model: torch.nn.Module, prompt: list[int], tokens: list[int]) -> np.ndarray:
+    """The model's logits at each generated position (teacher forcing), float64, [T, V]."""
+    logits_TV = model(torch.tensor([prompt + tokens])).logits[0].double()
+    return logits_TV[len(prompt) - 1:len(prompt) - 1 + len(tokens)].numpy()

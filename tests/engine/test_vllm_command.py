@@ -42,11 +42,19 @@ def test_cpu_command_runs_the_openai_server_module_with_the_configured_flags():
     assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     expected = {"--model": "/models/smol", "--served-model-name": "policy", "--host": "127.0.0.1", "--port": "8123",
                 "--dtype": "float32", "--max-model-len": "2048", "--tensor-parallel-size": "1",
-                "--generation-config": "vllm", "--worker-extension-cls": WORKER_EXTENSION}
+                "--generation-config": "vllm", "--worker-extension-cls": WORKER_EXTENSION,
+                "--logprobs-mode": "processed_logprobs"}
     assert {flag: flag_value(argv, flag) for flag in expected} == expected
     assert "--enforce-eager" in argv
     assert "--enable-sleep-mode" not in argv
     assert "--gpu-memory-utilization" not in argv
+
+
+def test_logprobs_mode_is_passed_and_an_unknown_one_is_refused_naming_the_choices():
+    raw = dataclasses.replace(CPU, logprobs_mode="raw_logprobs")
+    assert flag_value(build_launch_command(raw), "--logprobs-mode") == "raw_logprobs"
+    with pytest.raises(ValueError, match="logprobs_mode='processed'.*processed_logprobs"):
+        build_launch_command(dataclasses.replace(CPU, logprobs_mode="processed"))
 
 
 def test_gpu_command_enables_sleep_mode_and_sets_memory_and_parallelism():

@@ -12,14 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import torch
 
 from engines.serving.chat_template import fallback_template, render_chat
 from engines.vllm import VLLMConfig, VLLMEngine, default_vllm_python
 from gateway.client import GatewayClient
-from gateway.records import CallRecord, RolloutSpec
-from tests.engine.support import teacher_forced_logprobs
+from gateway.records import CallRecord, RolloutSpec, SamplingRecord
+from tests.engine.support import logits_at, processed_reference, teacher_forced_logprobs
 from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
 
 VLLM_PYTHON = Path(default_vllm_python())
@@ -48,7 +49,7 @@ def vllm(smollm2_dir: Path, tmp_path_factory) -> Iterator[VLLMEngine]:
     root = tmp_path_factory.mktemp("vllm")
     config = VLLMConfig(model=str(smollm2_dir), served_model_name=SERVED_NAME, device="cpu", dtype="float32",
                         max_model_len=2048, enforce_eager=True, cache_root=str(root / "cache"),
-                        extra_env=(("HF_HUB_OFFLINE", "1"),), startup_timeout_s=300,
+                        extra_env=(("HF_HUB_OFFLINE", "1"),), startup_timeout_s=900,
                         extra_args=("--trust-request-chat-template",))
     engine = VLLMEngine(config, log_path=root / "server.log")
     engine.start()
@@ -58,7 +59,12 @@ def vllm(smollm2_dir: Path, tmp_path_factory) -> Iterator[VLLMEngine]:
 
 @pytest.fixture(scope="module")
 def admin(vllm: VLLMEngine, tmp_path_factory) -> Iterator[GatewayClient]:
-    gateway = GatewayProcess(tmp_path_factory.mktemp("gw") / "store.db").start()
+    """A gateway in front of vLLM that forwards the harness's sampling (`sampling.train: record`): these tests ask for
+    greedy answers and for T = 0.7, top_p = 0.9."""
+    root = tmp_path_factory.mktemp("gw")
+    config = root / "gateway.yaml"
+    config.write_text("sampling:\n  train: record\n")
+    gateway = GatewayProcess(root / "store.db", config_path=config).start()
     with GatewayClient(gateway.url, ADMIN_TOKEN) as client:
         vllm.register_with_gateway(client, GATEWAY_NAME, version=0)
         yield client
@@ -124,6 +130,37 @@ def test_recorded_token_ids_are_vllms_own(vllm, admin, tokenizer):
     prompt_ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, return_dict=False)
     assert list(prompt_ids) == record.prompt_token_ids
     assert record.policy_version == 0
+
+
+TEMPERATURE, TOP_P = 0.7, 0.9
+
+
+def test_vllm_reports_the_logprobs_of_the_tempered_nucleus_it_sampled_from(vllm, admin, smollm2_dir):
+    """Issue 14 point 2 on vLLM: a harness at T = 0.7, top_p = 0.9; the recorded logprobs (and the answer's top
+    alternatives) are those of a transformers forward of the same model with that temperature and top-p applied."""
+    from transformers import AutoModelForCausalLM
+
+    created = admin.create_rollouts([RolloutSpec(id="vllm-processed", group_id="vllm")])[0]
+    body = {"model": GATEWAY_NAME, "messages": MESSAGES, "max_tokens": 24, "temperature": TEMPERATURE,
+            "top_p": TOP_P, "seed": 5, "logprobs": True, "top_logprobs": 3}
+    response = httpx.post(created.base_url + "/chat/completions", json=body, timeout=120,
+                          headers={"authorization": f"Bearer {created.api_key}"})
+    assert response.status_code == 200, response.text
+    (record,) = admin.calls("vllm-processed")
+    assert record.sampling == SamplingRecord(temperature=TEMPERATURE, top_p=TOP_P,
+                                             requested={"temperature": TEMPERATURE, "top_p": TOP_P})
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    logits_TV = logits_at(model, record.prompt_token_ids, record.response_token_ids)
+    expected_TV = np.stack([processed_reference(row, TEMPERATURE, top_p=TOP_P) for row in logits_TV])
+    tokens = record.response_token_ids
+    expected = [float(expected_TV[t, token]) for t, token in enumerate(tokens)]
+    worst = max(abs(a - b) for a, b in zip(expected, record.response_logprobs, strict=True))
+    assert worst < LOGPROB_ATOL, f"vLLM's logprobs differ from the tempered nucleus's by {worst}"
+    raw = [float(processed_reference(row, 1.0)[token]) for row, token in zip(logits_TV, tokens, strict=True)]
+    assert max(abs(a - b) for a, b in zip(raw, record.response_logprobs, strict=True)) > 0.05, "raw logprobs"
+    for t, entry in enumerate(response.json()["choices"][0]["logprobs"]["content"]):
+        best = np.sort(np.maximum(expected_TV[t], -9999.0))[::-1][:len(entry["top_logprobs"])]
+        assert [alt["logprob"] for alt in entry["top_logprobs"]] == pytest.approx(best, abs=LOGPROB_ATOL)
 
 
 def test_tool_requests_get_auto_tool_choice_and_every_choice(vllm):

@@ -64,8 +64,10 @@ def test_sdk_unary_with_tool_use_is_recorded_with_the_engines_tokens(admin, scri
     assert path == "/v1/chat/completions" and upstream["model"] == "policy" and upstream["stream"] is False
     assert upstream["return_token_ids"] is True and upstream["logprobs"] is True  # train mode: as for chat
     assert upstream["messages"][0] == {"role": "system", "content": "You are a careful engineer."}
-    assert [t["function"]["name"] for t in upstream["tools"]] == ["Bash", "Read"] and upstream["temperature"] == 0.7
+    assert [t["function"]["name"] for t in upstream["tools"]] == ["Bash", "Read"]
+    assert upstream["temperature"] == 1.0  # train mode: the policy's sampling is enforced (gateway/sampling.py)
     [call] = admin.calls(rollout.id)
+    assert call.sampling.requested == {"temperature": 0.7} and call.sampling.enforced
     assert (call.kind, call.stream, call.model, call.status, call.http_status) == ("messages", False, MODEL,
                                                                                    CallStatus.OK, 200)
     assert call.request == orjson.loads(raw.http_request.content)  # the harness's request as it sent it
