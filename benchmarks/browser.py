@@ -72,6 +72,15 @@ class Page:
             raise BrowserError(f"evaluating {expression[:80]!r} failed: {result['exceptionDetails']}")
         return result.get("result", {}).get("value")
 
+    def type_into(self, selector: str, text: str) -> None:
+        """Focus the element matching the CSS `selector` and type `text` into it as a user would (CDP
+        Input.insertText: the app sees real input events); BrowserError when nothing matches."""
+        found = self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                              "if (e) e.focus(); return !!e; })()")
+        if not found:
+            raise BrowserError(f"no element matches {selector!r} to type into")
+        self.send("Input.insertText", text=text)
+
     def text(self) -> str:
         """The rendered text of the page (`document.body.innerText`)."""
         return self.evaluate("document.body ? document.body.innerText : ''") or ""

@@ -3,7 +3,8 @@
 Against a running MLflow server, for one experiment: the trace list (every traced rollout a row), the trace of one
 rollout (its span tree: calls and tool spans), one of its calls selected (the conversation as the harness sent it,
 tool calls and results), its group in the Sessions view, and the metric charts of the
-experiment's runs (the two latest, in the Training runs chart view). Each page is captured only once its DOM text shows
+experiment's runs (the two latest, in the Training runs chart view, its chart filter set to the loss and reward charts:
+CHARTS_FILTER). Each page is captured only once its DOM text shows
 the content asked for (the UI is a single-page app: a loaded page is not yet a rendered one). Run:
 `.venv/bin/python benchmarks/mlflow_screenshots.py --tracking-uri http://127.0.0.1:5000 --experiment <name>
 [--out docs/images]`; it prints what it captured as JSON. The README's images under docs/images come from it.
@@ -36,6 +37,8 @@ DISMISS_JS = """(() => {
   if (close) close.click();
   return !!close;
 })()"""
+"""Closes what covers the content on a first visit (the assistant side panel, the 'Detect issues' tip); true while
+the panel was still open."""
 SELECT_SPAN_JS = """((name) => {
   const node = [...document.querySelectorAll('span,div,p')]
     .find(e => e.children.length === 0 && e.innerText.trim() === name);
@@ -43,10 +46,12 @@ SELECT_SPAN_JS = """((name) => {
   return !!node;
 })(%s)"""
 """Clicks the span named by the argument (a JSON string) in a trace's span tree."""
+CHARTS_FILTER = r"^(loss/total|loss/pg|rollout/reward_mean|val/reward_mean)$"
+"""The charts page shows only these (the UI's chart filter is a case-insensitive regex over metric names): a real run
+logs dozens of metrics, and the loss charts would be below the fold."""
+CHARTS_SEARCH = 'input[placeholder="Search metric charts"]'
 CALL_SPAN = re.compile(r"^(chat|completion|messages|responses) \d+$")
 """A call span's name in the trace of a rollout (tracking.traces: `<kind> <seq>`)."""
-"""Closes what covers the content on a first visit (the assistant side panel, the 'Detect issues' tip); true while
-the panel was still open."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,17 @@ def _capture_call(page: Page, trace_text: str, path: Path, timeout_s: float) -> 
     return text
 
 
+def _capture_charts(page: Page, unfiltered: str, chart_filter: str, expected: list[str], path: Path,
+                    timeout_s: float) -> str:
+    """On the open charts page (its text `unfiltered`), type `chart_filter` into the chart search and capture once
+    the filtered charts show the `expected` texts; the page's text."""
+    page.type_into(CHARTS_SEARCH, chart_filter)
+    text = page.wait_for(lambda text: text != unfiltered and all(e in text for e in expected),
+                         f"the charts filtered by {chart_filter!r} showing {expected}", timeout_s, settle_s=2.0)
+    page.screenshot(path)
+    return text
+
+
 def expected_texts(subject: Subject) -> dict[str, list[str]]:
     """What each page must show before it is captured."""
     count = len(subject.traced_rollouts)
@@ -136,17 +152,28 @@ def expected_texts(subject: Subject) -> dict[str, list[str]]:
             "charts": [*subject.run_names, "loss"]}
 
 
+CHARTS_SHOWN = ["loss/total", "rollout/reward_mean"]
+"""What the filtered charts page must show (every run logs both)."""
+
+
 def take_screenshots(tracking_uri: str, experiment: str, out: Path, *, width_px: int = 1600,
-                     height_px: int = 1000, timeout_s: float = 90.0) -> Captured:
-    """Capture the four pages of `experiment` into `out` (FILES); the text of each page as it was captured."""
+                     height_px: int = 1000, timeout_s: float = 90.0, chart_filter: str = CHARTS_FILTER,
+                     charts_height_px: int | None = None) -> Captured:
+    """Capture the five pages of `experiment` into `out` (FILES); the text of each page as it was captured. The charts
+    page shows the charts `chart_filter` matches ("": all of them), in a viewport `charts_height_px` tall (None:
+    `height_px`; the UI stacks a section per metric prefix, so two sections need about 1,400 px)."""
     subject = choose(MlflowClient(tracking_uri), experiment)
     urls, expected = ui_urls(tracking_uri, subject), expected_texts(subject)
     files, texts = {}, {}
     with headless_chromium(width_px=width_px, height_px=height_px) as page:
         for name, url in urls.items():
             path = out / FILES[name]
+            if name == "charts" and charts_height_px:
+                page.set_viewport(width_px, charts_height_px)
             texts[name] = _capture(page, url, expected[name], path, timeout_s)
             files[name] = str(path)
+            if name == "charts" and chart_filter:
+                texts[name] = _capture_charts(page, texts[name], chart_filter, CHARTS_SHOWN, path, timeout_s)
             if name == "trace":
                 files["call"] = str(out / FILES["call"])
                 texts["call"] = _capture_call(page, texts[name], out / FILES["call"], timeout_s)
@@ -160,9 +187,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images")
     parser.add_argument("--width", type=int, default=1600)
     parser.add_argument("--height", type=int, default=1000)
+    parser.add_argument("--chart-filter", default=CHARTS_FILTER, help="regex of the charts shown ('': all)")
+    parser.add_argument("--charts-height", type=int, default=None, help="the charts page's height (default: --height)")
     args = parser.parse_args()
     captured = take_screenshots(args.tracking_uri, args.experiment, args.out, width_px=args.width,
-                                height_px=args.height)
+                                height_px=args.height, chart_filter=args.chart_filter,
+                                charts_height_px=args.charts_height)
     print(json.dumps({"files": captured.files, "subject": asdict(captured.subject)}, indent=1))
 
 

@@ -1,6 +1,7 @@
 """The MLflow UI screenshot script (benchmarks/mlflow_screenshots.py) against the suite's MLflow server, after a small
 synthetic SWE run logged through the tracking package: a real headless Chromium renders the pages, and their DOM text
-shows the run's rollouts in the trace list, one rollout's span tree, its group as a session, and both runs' charts.
+shows the run's rollouts in the trace list, one rollout's span tree, its group as a session, and both runs' loss and
+reward charts (the chart filter hides the others).
 Slow (the MLflow server); skipped without Chromium unless HARNESSRL_REQUIRE_CHROMIUM=1 (`make test` sets it and
 installs Chromium as root: `make chromium`)."""
 
@@ -45,6 +46,8 @@ def test_the_ui_shows_the_runs_rollouts_traces_session_and_charts(mlflow_server,
     assert all(command in texts["call"] for command, _ in EPISODE[:2]), "the selected call shows the conversation"
     assert all(f"Turn {i}" in texts["session"] for i in range(1, count + 1))
     assert all(name in texts["charts"] for name in ("lr-1e-6", "lr-3e-6", "loss/total", "rollout/reward_mean"))
+    assert "loss/kl" not in texts["charts"] and "train/tokens_per_s" not in texts["charts"], \
+        "the chart filter shows the loss and reward charts only"
     for name, path in captured.files.items():
         assert path.endswith(FILES[name])
         with open(path, "rb") as file:
