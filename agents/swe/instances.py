@@ -5,7 +5,8 @@ A normalised instance is a JSON-able dict with exactly the keys of `INSTANCE_KEY
 instance_id (str), source ("swe-smith" | "swe-bench-verified"), repo (str, "" when the row has none),
 base_commit, problem_statement (str, "" when missing: the cleaning step drops it), FAIL_TO_PASS and PASS_TO_PASS
 (list[str]), image_name, bug_patch (SWE-smith's `patch`), fix_patch (SWE-bench's `patch`, or the reverse of the bug),
-test_patch, created_at, version, environment_setup_commit (each str or None).
+test_patch, created_at, version, environment_setup_commit (each str or None), level (the generator's difficulty-ladder
+level, int; None for other rows).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ Source = Literal["swe-smith", "swe-bench-verified"]
 SOURCES: tuple[str, ...] = ("swe-smith", "swe-bench-verified")
 INSTANCE_KEYS = ("instance_id", "source", "repo", "base_commit", "problem_statement", "FAIL_TO_PASS", "PASS_TO_PASS",
                  "image_name", "bug_patch", "fix_patch", "test_patch", "created_at", "version",
-                 "environment_setup_commit")
+                 "environment_setup_commit", "level")
 TEST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
 NO_NEWLINE_MARK = "\\ No newline at end of file"
 FILE_KINDS = {"new file mode ": "deleted file mode ", "deleted file mode ": "new file mode "}

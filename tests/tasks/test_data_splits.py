@@ -28,4 +28,5 @@ def test_split_rows_become_swe_rollout_inputs_without_fix_or_tests(tmp_path):
     store = splits_store(config, split_store_root(uri))  # what the train flow does with data.source splits:URI
     train, val = load_swe_splits.fn(store, uri, tmp_path / "fetched", Path("/swe-store"))
     assert [t["id"] for t in train] == ["repo.bug__0", "repo.bug__1"] and [t["id"] for t in val] == ["repo.bug__2"]
-    assert train[0] == {"id": "repo.bug__0", "problem_statement": "bug 0", "store": "/swe-store", "recipe": "swe"}
+    assert train[0] == {"id": "repo.bug__0", "problem_statement": "bug 0", "store": "/swe-store", "level": 3,
+                        "recipe": "swe"}

@@ -231,7 +231,7 @@ def test_swe_smith_rows_normalise_with_the_bug_and_its_reverse():
         "image_name": "swesmith.x86_64.o__r.1234", "bug_patch": SMITH_ROW["patch"],
         "fix_patch": "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-return b\n+return a\n",
         "test_patch": None, "created_at": "2025-03-14T22:49:27.906744", "version": None,
-        "environment_setup_commit": None}
+        "environment_setup_commit": None, "level": None}
 
 
 def test_swe_bench_rows_normalise_with_json_test_lists_and_the_gold_fix():
@@ -242,7 +242,7 @@ def test_swe_bench_rows_normalise_with_json_test_lists_and_the_gold_fix():
         "base_commit": "d16bfe05", "problem_statement": "separability is wrong", "FAIL_TO_PASS": ["t.py::test_new"],
         "PASS_TO_PASS": [], "image_name": None, "bug_patch": None, "fix_patch": VERIFIED_ROW["patch"],
         "test_patch": VERIFIED_ROW["test_patch"], "created_at": "2022-03-03T15:14:54Z", "version": "4.3",
-        "environment_setup_commit": "298ccb47"}
+        "environment_setup_commit": "298ccb47", "level": None}
 
 
 @pytest.mark.parametrize(("value", "text"), [
