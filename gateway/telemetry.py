@@ -22,6 +22,8 @@ from functools import lru_cache
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+import orjson
+
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 DEFAULT_SERVICE_NAME = "harnessrl-gateway"
 INT32_BYTES = 4  # token IDs are stored as packed int32 (gateway.tokens.pack_ids)
@@ -83,7 +85,19 @@ def call_attributes(row: Mapping[str, Any], *, recorded: bool) -> dict[str, Any]
         "harnessrl.call.error": (row.get("error") or "")[:ERROR_CHARS] or None,
     }
     attributes.update({key: value for key, value in optional.items() if value is not None})
+    attributes.update(_sampling(row.get("sampling")))
     return attributes
+
+
+def _sampling(packed: bytes | None) -> dict[str, Any]:
+    """GenAI request attributes of the sampling the engine applied (`gateway.tokens.pack_sampling`; none: a call
+    that sampled nothing), and whether the gateway enforced the policy's."""
+    if packed is None:
+        return {}
+    sampling = orjson.loads(packed)
+    return {"gen_ai.request.temperature": sampling["temperature"], "gen_ai.request.top_p": sampling["top_p"],
+            "gen_ai.request.top_k": sampling["top_k"], "harnessrl.sampling.min_p": sampling["min_p"],
+            "harnessrl.sampling.enforced": sampling["enforced"]}
 
 
 def span_name(row: Mapping[str, Any]) -> str:

@@ -12,9 +12,10 @@ import httpx
 import pytest
 
 from gateway.client import GatewayClient
+from gateway.records import SamplingRecord
 from gateway.scripted import Script
 from gateway.telemetry import call_attributes, enabled, span_name
-from gateway.tokens import pack_ids
+from gateway.tokens import pack_ids, pack_sampling
 from tests.gateway.api_support import chat, create_rollouts
 from tests.gateway.otlp_receiver import OtlpReceiver
 from tests.gateway.support import ADMIN_TOKEN
@@ -71,6 +72,12 @@ def test_attributes_of_a_row():
         "gen_ai.response.finish_reasons": ["stop"], "gen_ai.response.id": "msg_1", "harnessrl.policy.version": 4,
         "harnessrl.call.choices": 1}
     assert span_name(row()) == "chat claude-x"
+    sampled = call_attributes(row(sampling=pack_sampling(SamplingRecord(temperature=0.7, top_k=20,
+                                                                        requested={"temperature": 0.2}))),
+                              recorded=True)
+    assert {key: sampled[key] for key in set(sampled) - set(attributes)} == {
+        "gen_ai.request.temperature": 0.7, "gen_ai.request.top_p": 1.0, "gen_ai.request.top_k": 20,
+        "harnessrl.sampling.min_p": 0.0, "harnessrl.sampling.enforced": False}
     assert span_name(row(kind="completion", model="")) == "text_completion default"
 
 
