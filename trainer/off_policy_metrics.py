@@ -11,7 +11,8 @@ For each lag k seen, with r = pi_trainer / pi_behav of each token (trainer logpr
   from pi_behav; verl's low_var_kl direction, as `loss/approx_kl_k3`);
 - `off_policy/lag{k}_ratio_mean`, `..._ratio_min`, `..._ratio_max`.
 
-Workers and micro-batches produce *raw* values (sums, minima, maxima; `raw_terms`) that combine with `merge_raw` (or
+Lags of LAG_BUCKETS - 1 and more share the last bucket (`lag7` holds lags >= 7). Workers and micro-batches produce
+*raw* values (sums, minima, maxima; `raw_terms`) that combine with `merge_raw` (or
 verl's SUM/MIN/MAX metric aggregation, `RAW_AGGREGATION`); `finish` turns them into the metrics above.
 """
 
@@ -26,6 +27,8 @@ import numpy as np
 import torch
 
 PREFIX = "off_policy/"
+LAG_BUCKETS = 8
+"""Lags 0 .. LAG_BUCKETS - 2 have their own statistics; larger lags share the last bucket."""
 LOG_RATIO_LIMIT = 20.0
 Aggregation = Literal["sum", "min", "max"]
 RAW_AGGREGATION: dict[str, Aggregation] = {
@@ -68,8 +71,13 @@ def raw_key(lag: int, stat: str) -> str:
     return f"{PREFIX}lag{lag}_{stat}"
 
 
-def raw_terms(trainer_N: torch.Tensor, behaviour_N: torch.Tensor, lag_N: torch.Tensor) -> dict[str, float]:
-    """Raw statistics of one micro-batch's trainable tokens, by lag (negative lags are refused)."""
+def raw_terms(
+    trainer_N: torch.Tensor, behaviour_N: torch.Tensor, lag_N: torch.Tensor, *, every_bucket: bool = False
+) -> dict[str, float]:
+    """Raw statistics of one micro-batch's trainable tokens, by lag (negative lags are refused).
+
+    `every_bucket`: also the lags without tokens (0 tokens, +inf minimum, -inf maximum), so every micro-batch on every
+    rank reports the same keys (verl aggregates metrics key by key across ranks)."""
     with torch.no_grad():
         trainer_N, behaviour_N = trainer_N.detach().double().cpu(), behaviour_N.detach().double().cpu()
         lag_N = lag_N.detach().cpu().long()
@@ -87,9 +95,13 @@ def raw_terms(trainer_N: torch.Tensor, behaviour_N: torch.Tensor, lag_N: torch.T
         ratio_N = torch.exp(log_ratio_N)
         k3_N = ratio_N - log_ratio_N - 1.0
         abs_N = (trainer_N - behaviour_N).abs()
+        lag_N = lag_N.clamp(max=LAG_BUCKETS - 1)
         raw: dict[str, float] = {}
-        for lag in sorted(set(lag_N.tolist())):
+        for lag in range(LAG_BUCKETS) if every_bucket else sorted(set(lag_N.tolist())):
             at = lag_N == lag
+            if not bool(at.any()):
+                raw.update(_empty_bucket(lag))
+                continue
             raw[raw_key(lag, "tokens")] = float(at.sum())
             raw[raw_key(lag, "abs_diff_sum")] = float(abs_N[at].sum())
             raw[raw_key(lag, "abs_diff_max")] = float(abs_N[at].max())
@@ -98,6 +110,12 @@ def raw_terms(trainer_N: torch.Tensor, behaviour_N: torch.Tensor, lag_N: torch.T
             raw[raw_key(lag, "ratio_min")] = float(ratio_N[at].min())
             raw[raw_key(lag, "ratio_max")] = float(ratio_N[at].max())
         return raw
+
+
+def _empty_bucket(lag: int) -> dict[str, float]:
+    """Raw statistics of a lag without tokens (neutral under sum, min and max)."""
+    neutral = {"sum": 0.0, "min": math.inf, "max": -math.inf}
+    return {raw_key(lag, stat): neutral[how] for stat, how in RAW_AGGREGATION.items()}
 
 
 def aggregation_of(key: str) -> Aggregation:
