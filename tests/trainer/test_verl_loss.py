@@ -124,13 +124,13 @@ def test_data_proto_holds_the_rows_and_chunks_by_rank():
 def test_training_input_is_verls_no_padding_layout():
     samples, advantages = samples_and_advantages()
     rows = rows_for(samples, advantages, dp_size=1)
-    data = build_training_input(rows, temperature=0.7, calculate_entropy=False)
+    data = build_training_input(rows, calculate_entropy=False)
     lengths = data["input_ids"].offsets().diff().tolist()
     assert lengths == [int(n) for n in rows.attention_mask.sum(axis=1)]
     for r, length in enumerate(lengths):
         np.testing.assert_array_equal(data["input_ids"][r].numpy(), rows.input_ids[r][rows.attention_mask[r] == 1])
         np.testing.assert_array_equal(data["position_ids"][r].numpy(), np.arange(length))
-    assert tu.get(data, "temperature") == 0.7
+    assert tu.get(data, "temperature") == 1.0
     assert tu.get(data, "mini_batch_size") == rows.num_rows
 
 
@@ -141,7 +141,7 @@ def test_actor_loss_through_verls_layout_equals_our_loss(mode, micro_batches):
     config = LossConfig(agg_mode=mode, clip_low=0.2, clip_high=0.28)
     logprobs_S = current_logprobs(samples, seed=3)
     rows = rows_for(samples, advantages, dp_size=1, mode=mode)
-    data = build_training_input(rows, temperature=1.0, calculate_entropy=False)
+    data = build_training_input(rows, calculate_entropy=False)
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=rows.trainable_tokens)
     output, values = model_output_for(rows, data, logprobs_S)
     total = torch.zeros(())
@@ -178,7 +178,7 @@ def test_data_parallel_ranks_mean_to_the_full_loss():
     config = LossConfig()
     logprobs_S = current_logprobs(samples, seed=5)
     rows = rows_for(samples, advantages, dp_size=2)
-    data = build_training_input(rows, temperature=1.0, calculate_entropy=False)
+    data = build_training_input(rows, calculate_entropy=False)
     half = rows.num_rows // 2
     rank_losses = []
     for rank in range(2):

@@ -10,6 +10,10 @@ loss function it was given per micro-batch, and takes one optimizer step per min
 3. sends it as ONE mini-batch (one epoch, no shuffle) to `train_mini_batch`, so verl's optimizer step is exactly our
    update and the loss (`trainer.backends.verl_loss.actor_loss`, our policy loss from verl's registry) is whole.
 
+verl's actor divides the logits by the `temperature` of the mini-batch's meta_info: it is the temperature the
+update's samples were sampled at (`trainer.backends.verl_batch.verl_temperature`: one per update, no top-k, min-p or
+top-p filtering, else a clear error), so the new logprobs are of the distribution the recorded (old) ones are of.
+
 Checkpoints are verl's (model, optimizer, extra) plus an HF directory (`huggingface/`) that engines load, with our
 `harnessrl-checkpoint.json` beside the HF files. verl (and Ray) are imported only when used.
 """
@@ -29,7 +33,7 @@ from storage.files import write_atomic
 from trainer import checkpoints, off_policy_metrics
 from trainer.backends.base import TrainBatch
 from trainer.backends.torch import OptimizerConfig
-from trainer.backends.verl_batch import VerlRows, to_verl_rows
+from trainer.backends.verl_batch import VerlRows, to_verl_rows, verl_temperature
 from trainer.losses import LossConfig
 from trainer.scheduling import ScheduleConfig, schedule
 
@@ -62,8 +66,9 @@ class VerlBackendConfig:
     """verl's FSDP engine."""
     param_dtype: Literal["bfloat16", "float32"] = "bfloat16"
     """Compute dtype of the forward pass (master weights stay fp32)."""
-    temperature: float = 1.0
-    """Sampling temperature of the rollouts: logits are divided by it, as the engine did when sampling."""
+    temperature: float | None = None
+    """Removed (must stay unset): the temperature now comes from the samples, as the gateway recorded their calls'
+    sampling; set the policy's temperature at the gateway (`sampling.temperature`, with `sampling.train: enforce`)."""
     gradient_checkpointing: bool = True
     """Recompute activations in backward (less memory)."""
     initial_version: int = 0
@@ -99,8 +104,12 @@ class VerlBackendConfig:
                 f"LossConfig.kl_coef={self.loss.kl_coef}: VerlBackend does not run a reference worker yet; use the "
                 "torch backend for KL-regularised runs or set kl_coef=0 (actor_loss already applies ref_log_prob)"
             )
-        if self.temperature <= 0:
-            raise ValueError(f"VerlBackendConfig.temperature={self.temperature}: use a positive temperature")
+        if self.temperature is not None:
+            raise ValueError(
+                f"VerlBackendConfig.temperature={self.temperature}: this setting is removed; each update's temperature "
+                "is the one its calls were sampled at (recorded by the gateway). Drop `backend.verl.temperature` and "
+                "set the policy's temperature at the gateway (`sampling.temperature`, `sampling.train: enforce`)"
+            )
 
 
 def build_data_proto(rows: VerlRows) -> Any:
@@ -112,15 +121,16 @@ def build_data_proto(rows: VerlRows) -> Any:
     return DataProto.from_dict(tensors=tensors, non_tensors=rows.provenance_fields(), meta_info={})
 
 
-def build_training_input(rows: VerlRows, *, temperature: float, calculate_entropy: bool) -> Any:
-    """The TensorDict `TrainingWorker.train_mini_batch` takes: no-padding layout, one mini-batch, one epoch."""
+def build_training_input(rows: VerlRows, *, calculate_entropy: bool) -> Any:
+    """The TensorDict `TrainingWorker.train_mini_batch` takes: no-padding layout, one mini-batch, one epoch, at the
+    temperature the rows' samples were sampled at."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
     data = left_right_2_no_padding(build_data_proto(rows).to_tensordict())
     tu.assign_non_tensor(
         data,
-        temperature=temperature,
+        temperature=rows.temperature,
         calculate_entropy=calculate_entropy,
         global_batch_size=rows.num_rows,
         mini_batch_size=rows.num_rows,
@@ -213,6 +223,7 @@ class VerlBackend:
             raise RuntimeError("VerlBackend.train_step before load(); call load() first")
         if not batch.samples:
             raise ValueError("TrainBatch has no samples; skip the step when nothing is left to train on")
+        verl_temperature(batch.samples)
         started = time.perf_counter()
         plan = schedule(batch.samples, self.config.schedule)
         per_update = []
@@ -257,9 +268,7 @@ class VerlBackend:
 
         from trainer.backends.verl_loss import TRAINER_VERSION_KEY
 
-        data = build_training_input(
-            rows, temperature=self.config.temperature, calculate_entropy=bool(self.config.loss.entropy_coef)
-        )
+        data = build_training_input(rows, calculate_entropy=bool(self.config.loss.entropy_coef))
         tu.assign_non_tensor(data, **{TRAINER_VERSION_KEY: self._version})  # the lag of each token (off_policy/)
         output = self.workers.train_mini_batch(data).get()
         self.optimizer_updates += 1
