@@ -221,7 +221,7 @@ class ChoiceRecord(WireModel):
 class SamplingRecord(WireModel):
     """The sampling of one call: the parameters the engine applied (for every choice), and what the harness asked."""
 
-    temperature: float = Field(default=1.0, ge=0.0, description="Temperature the engine sampled at; 0 is greedy "
+    temperature: float = Field(default=1.0, description="Temperature the engine sampled at; 0 is greedy "
                                "(the argmax, with top_p 1, top_k 0 and min_p 0).")
     top_p: float = Field(default=1.0, description="Nucleus mass kept; 1 is off.")
     top_k: int = Field(default=0, description="Most likely tokens kept; 0 is off (a harness's -1 is recorded as 0).")

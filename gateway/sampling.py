@@ -59,11 +59,15 @@ def requested_sampling(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_types(requested: dict[str, Any]) -> None:
-    """BadRequest naming the field when a sampling parameter is not a number (top_k: not an integer)."""
+    """BadRequest naming the field when a sampling parameter is not a number (top_k: not an integer) or the
+    temperature is negative; other ranges are the engine's to refuse (its refusal is recorded with the call)."""
     for key in ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"):
         value = requested.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise BadRequest(f"'{key}' must be a number, got {value!r}", param=key)
+    if isinstance(requested.get("temperature"), (int, float)) and requested["temperature"] < 0:
+        raise BadRequest(f"'temperature' must be at least 0 (0: greedy), got {requested['temperature']!r}",
+                         param="temperature")
     top_k = requested.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
         raise BadRequest(f"'top_k' must be an integer (0 or -1: off), got {top_k!r}", param="top_k")

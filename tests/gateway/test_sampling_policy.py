@@ -142,7 +142,8 @@ def test_penalties_are_removed_when_enforced_and_forwarded_when_recorded(enforci
     assert record.sampling.requested == penalties and not record.sampling.enforced
 
 
-@pytest.mark.parametrize(("field", "value"), [("temperature", "hot"), ("top_p", True), ("top_k", 2.5)])
+@pytest.mark.parametrize(("field", "value"), [("temperature", "hot"), ("top_p", True), ("top_k", 2.5),
+                                             ("temperature", -0.5)])
 def test_a_sampling_field_that_is_not_a_number_is_refused_naming_it_and_nothing_is_recorded(
         enforcing, field, value) -> None:
     response, calls = post(enforcing, "/chat/completions", chat(**{field: value}), status=400)
