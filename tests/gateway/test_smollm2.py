@@ -35,7 +35,9 @@ def test_smollm2_answers_coherently_through_the_gateway(tmp_path, smollm2_dir, t
 
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     with EmbeddedEngine(smollm2_dir, served_model_name="smollm2") as engine:
-        gw = GatewayProcess(tmp_path / "store.db").start()
+        config = tmp_path / "gateway.yaml"  # the greedy answer asked for is forwarded (train calls default to enforce)
+        config.write_text("sampling:\n  train: record\n")
+        gw = GatewayProcess(tmp_path / "store.db", config_path=config).start()
         try:
             with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
                 admin.register_model("smollm2", engine.base_url + "/v1")
