@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agents.swe import bugs, ladder
 from agents.swe.bugs import Mutation, apply_mutation, candidate_mutations
 from agents.swe.diffs import copy_tree, matches_any
 from agents.swe.ladder import SINGLE_LINE_LEVELS, TODAY, BugSite, LadderMix, bug_site, ladder_statement, level_sequence
@@ -38,6 +39,7 @@ SWE_SMITH_FIELDS = ("instance_id", "repo", "patch", "FAIL_TO_PASS", "PASS_TO_PAS
                     "base_commit", "problem_statement")
 STORED_FIELDS = (*SWE_SMITH_FIELDS, "level")  # the ladder level (ladder.py) is stored beside the schema's fields
 INSTANCES_FILE = "instances.jsonl"  # the store's instances, one JSON object a line
+GENERATED_DIR = "generated"  # <store>/generated/<key>.json: the instance ids one `generate_or_reuse` call produced
 SHOWN_FAILURES = 5  # failing tests quoted in a problem statement
 # A fixed identity and date make the base commit (and so every instance id) reproducible.
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "harnessrl", "GIT_AUTHOR_EMAIL": "harnessrl@localhost",
@@ -238,4 +240,32 @@ def generate(source: str, store: Path, count: int, seed: int, **options: Any) ->
         base = store_base(Path(source), store, owner="local")
     instances = generate_instances(base, count, seed, **options)
     write_instances(store, instances)
+    return instances
+
+
+def generation_key(source: str, count: int, seed: int, mix: LadderMix) -> str:
+    """What fixes a generation's outcome: the source, count, seed, mix and the generator's own code."""
+    code = hashlib.sha256()
+    for module in (sys.modules[__name__], bugs, ladder):
+        code.update(Path(module.__file__ or "").read_bytes())
+    payload = {"source": source, "count": count, "seed": seed, "levels": sorted(mix.levels.items()),
+               "code": code.hexdigest()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def generate_or_reuse(source: str, store: Path, count: int, seed: int, mix: LadderMix) -> list[dict[str, Any]]:
+    """`generate`'s instances, reused from the store when the same source, count, seed, mix and generator code made
+    them before (the bug search runs the project's tests per candidate: minutes on a busy machine); a local source
+    is taken as unchanged, `pypi:` stays at the release first fetched. Delete `<store>/generated/` to search again."""
+    index = store / GENERATED_DIR / f"{generation_key(source, count, seed, mix)}.json"
+    if index.is_file():
+        stored = {instance["instance_id"]: instance for instance in load_instances(store)}
+        ids = json.loads(index.read_text(encoding="utf-8"))
+        if all(iid in stored and base_path(store, stored[iid]).is_dir() for iid in ids):
+            return [stored[iid] for iid in ids]
+    instances = generate(source, store, count, seed, mix=mix)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    staging = index.with_suffix(".tmp")
+    staging.write_text(json.dumps([i["instance_id"] for i in instances]), encoding="utf-8")
+    staging.replace(index)
     return instances

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.swe.generator import find_instance, generate
+from agents.swe.generator import find_instance, generate_or_reuse
 from agents.swe.grader import checkout, grade_workdir
 from agents.swe.harness import REPO_DIR
 from agents.swe.kube_grading_swe import JobGrading, job_settings_from_env
@@ -47,10 +47,11 @@ class SweRecipe:
     job_grading: JobGrading | None = None  # grading Jobs (tests pass one); None: from the environment, if any
 
     def generate(self, count: int, seed: int, levels: dict[int, float] | None = None) -> list[dict[str, Any]]:
-        """`count` tasks (generated now and stored), reproducible from `seed` for a given source; `levels` is the
-        ladder mix (level -> weight, `agents.swe.ladder`; default: every task at the original level)."""
+        """`count` tasks (generated and stored, or reused from the store), reproducible from `seed` for a given
+        source; `levels` is the ladder mix (level -> weight, `agents.swe.ladder`; default: every task at the original
+        level)."""
         mix = LadderMix() if levels is None else LadderMix(levels=levels)
-        instances = generate(self.source, self.store, count, seed, mix=mix)
+        instances = generate_or_reuse(self.source, self.store, count, seed, mix)
         if len(instances) < count:
             raise RuntimeError(f"only {len(instances)} of {count} bugs in {self.source} broke a test; "
                                f"ask for fewer tasks or use a project with more tests")

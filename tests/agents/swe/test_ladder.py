@@ -7,7 +7,8 @@ import subprocess
 import pytest
 from pydantic import ValidationError
 
-from agents.swe.generator import load_instances
+from agents.swe import generator
+from agents.swe.generator import generate_or_reuse, generation_key, load_instances
 from agents.swe.ladder import (
     LadderMix,
     bug_site,
@@ -102,3 +103,12 @@ def test_the_generator_states_each_bug_at_its_level_and_the_recipe_carries_it(ti
         mentions_tests = "test_tinymath" in instance["problem_statement"]
         assert mentions_tests == (instance["level"] == 2)
     assert [(t["id"], t["level"]) for t in tasks] == [(i["instance_id"], i["level"]) for i in instances]
+
+
+def test_a_second_generation_with_the_same_inputs_is_reused_from_the_store(tiny_project, tmp_path, monkeypatch):
+    store, mix = tmp_path / "store", LadderMix(levels={0: 1})
+    first = generate_or_reuse(str(tiny_project), store, 1, 0, mix)
+    monkeypatch.setattr(generator, "run_tests", lambda *a, **k: pytest.fail("searched for bugs again"))
+    assert generate_or_reuse(str(tiny_project), store, 1, 0, mix) == first
+    assert generation_key(str(tiny_project), 1, 0, mix) != generation_key(str(tiny_project), 1, 1, mix)
+    assert generation_key(str(tiny_project), 1, 0, mix) != generation_key(str(tiny_project), 1, 0, LadderMix())
