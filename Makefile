@@ -28,7 +28,8 @@ VERL_STAMP := $(VERL_VENV)/.installed
 AGENTS_SDK_VENV ?= .venv-agents-sdk
 AGENTS_SDK_VERSION ?= 0.24.0
 AGENTS_SDK_STAMP := $(AGENTS_SDK_VENV)/.installed
-VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
+VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_verl_sampling.py \
+	tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
 	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 
 .PHONY: bwrap chromium harnesses test test-fast test-vllm vllm-venv test-verl verl-venv agents-sdk-venv models lint bench-gateway \

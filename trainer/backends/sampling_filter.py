@@ -5,17 +5,19 @@ processed distribution (`trainer.sampling`). The trainer scores targets the same
 
 1. scaled = logits / T;
 2. top-k: keep the tokens whose scaled logit is at least the k-th largest (ties at the threshold kept);
-3. min-p: keep the tokens whose probability (softmax over what top-k kept) is at least min_p times the largest;
+3. min-p: keep the tokens whose probability is at least min_p times the largest's (scaled logit at least the
+   largest + log(min_p));
 4. top-p: over the softmax of what is kept, sorted by probability, keep the tokens whose mass before them is below
    top_p (the most likely always kept);
 5. the target is always kept (it was sampled, so it was in the engine's set; a lagging or numerically different
    trainer may otherwise exclude it and get -inf).
 
 The kept set is a mask computed without gradient; the renormalisation over it (a masked log-sum-exp of the scaled
-logits) is differentiable. These are the embedded engine's semantics (`engines/serving/sampling.py`, whose
-`sampling_probs_V` applies temperature, top-k, then top-p), and vLLM's (temperature, min-p, then top-k and top-p:
+logits) is differentiable. These are the embedded engine's semantics (`engines/serving/sampling.py`,
+`processed_logits_V`: temperature, top-k and min-p, then top-p) and vLLM's (temperature, min-p, then top-k and top-p:
 min-p and top-k commute, both being relative to the most likely token); `tests/trainer/test_sampling_filter.py`
-checks the two agree on a table of cases. Targets whose parameters are all neutral cost the plain log-softmax.
+checks the engine and this module agree on a table of cases. Targets whose parameters are all neutral cost the
+plain log-softmax.
 """
 
 from __future__ import annotations
@@ -78,30 +80,26 @@ def kept_mask_NV(scaled_NV: torch.Tensor, sampling: TargetSampling, targets_N: t
         top_RK = torch.topk(scaled_NV[k_rows], int(k_R.max())).values
         threshold_R = top_RK.gather(-1, (k_R - 1)[:, None])
         keep_NV[k_rows] = scaled_NV[k_rows] >= threshold_R
-    p_rows = ((sampling.min_p_N > 0) | (sampling.top_p_N < 1)).nonzero().squeeze(-1)
+    m_rows = (sampling.min_p_N > 0).nonzero().squeeze(-1)
+    if m_rows.numel():
+        scaled_RV = scaled_NV[m_rows]
+        log_min_p_R = torch.log(sampling.min_p_N[m_rows])
+        keep_NV[m_rows] &= scaled_RV - scaled_RV.max(dim=-1, keepdim=True).values >= log_min_p_R[:, None]
+    p_rows = (sampling.top_p_N < 1).nonzero().squeeze(-1)
     if p_rows.numel():
-        keep_NV[p_rows] = _probability_filters(scaled_NV[p_rows], keep_NV[p_rows], sampling.min_p_N[p_rows],
-                                               sampling.top_p_N[p_rows])
+        keep_NV[p_rows] &= _top_p_keep(scaled_NV[p_rows], keep_NV[p_rows], sampling.top_p_N[p_rows])
     keep_NV[torch.arange(n), targets_N] = True
     return keep_NV
 
 
-def _probability_filters(
-    scaled_RV: torch.Tensor, keep_RV: torch.Tensor, min_p_R: torch.Tensor, top_p_R: torch.Tensor
-) -> torch.Tensor:
-    """min-p, then top-p, over the softmax of what `keep_RV` holds."""
+def _top_p_keep(scaled_RV: torch.Tensor, keep_RV: torch.Tensor, top_p_R: torch.Tensor) -> torch.Tensor:
+    """The most likely tokens of the softmax over what `keep_RV` holds whose mass before them is below top-p."""
     probs_RV = torch.softmax(scaled_RV.masked_fill(~keep_RV, float("-inf")), dim=-1)
-    min_p_rows = min_p_R > 0
-    if min_p_rows.any():
-        threshold_R = torch.where(min_p_rows, min_p_R * probs_RV.max(dim=-1).values, 0.0)
-        keep_RV = keep_RV & (probs_RV >= threshold_R[:, None])
-        probs_RV = torch.softmax(scaled_RV.masked_fill(~keep_RV, float("-inf")), dim=-1)
     sorted_RV, order_RV = torch.sort(probs_RV, dim=-1, descending=True)
     mass_before_RV = torch.cumsum(sorted_RV, dim=-1) - sorted_RV
-    keep_sorted_RV = (mass_before_RV < top_p_R[:, None]) | (top_p_R[:, None] >= 1)
+    keep_sorted_RV = mass_before_RV < top_p_R[:, None]
     keep_sorted_RV[:, 0] = True
-    top_p_keep_RV = torch.zeros_like(keep_sorted_RV).scatter(-1, order_RV, keep_sorted_RV)
-    return keep_RV & top_p_keep_RV
+    return torch.zeros_like(keep_sorted_RV).scatter(-1, order_RV, keep_sorted_RV)
 
 
 def sampled_logprobs(
