@@ -183,3 +183,15 @@ def test_target_layout_lists_trainable_tokens_in_order():
 
     versions_N, ids_N = target_layout([Seq([0, 1, 1, 0, 1], [-1, 3, 3, -1, 4]), Seq([0, 0, 1], [-1, -1, 2])])
     assert versions_N.tolist() == [3, 3, 4, 2] and ids_N.tolist() == [0, 0, 0, 1]
+
+
+def test_every_bucket_reports_the_same_keys_and_large_lags_share_the_last():
+    from trainer.off_policy_metrics import LAG_BUCKETS
+
+    behaviour_N = torch.tensor([-1.0, -2.0, -0.5])
+    raw = raw_terms(behaviour_N + 0.1, behaviour_N, torch.tensor([0, LAG_BUCKETS - 1, LAG_BUCKETS + 5]),
+                    every_bucket=True)
+    assert len(raw) == LAG_BUCKETS * 7
+    metrics = finish(merge_raw([raw, raw_terms(behaviour_N, behaviour_N, torch.tensor([1, 1, 1]), every_bucket=True)]))
+    assert metrics[f"off_policy/lag{LAG_BUCKETS - 1}_tokens"] == 2 and metrics["off_policy/lag1_tokens"] == 3
+    assert metrics["off_policy/lag1_abs_diff_max"] == 0.0 and "off_policy/lag2_tokens" not in metrics
