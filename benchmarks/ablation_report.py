@@ -24,6 +24,9 @@ from flows.ablation_plan import REPORT_ARMS
 
 FINAL_METRIC = "val/reward_mean"
 DEFAULT_OUT = Path(__file__).resolve().parent / "ablation.md"
+FULL_RUN = ("nice -n 10 .venv/bin/python -m flows.ablation --name ablation-full   # 3 arms x 5 seeds, profile "
+            "ablation-local\n.venv/bin/python benchmarks/ablation_report.py --ablation ablation-full")
+"""The commands of the full ablation and its report."""
 REFERENCE = {arm.name: arm.reference for arm in REPORT_ARMS}
 """The report's step-128 SWE numbers (%) by arm name."""
 
@@ -99,6 +102,8 @@ def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, flo
         reference = "" if ref_a is None or ref_b is None else f"{ref_a - ref_b:+.1f}"
         lines.append(f"| {first} - {second} | {interval.n} | {fmt(interval.mean)} | {interval_text(interval)} | "
                      f"{reference} |")
+    lines += ["", "Reproduce (the full ablation; MLflow on the profile's SQLite store):", "", "```bash", FULL_RUN,
+              "```"]
     lines += ["", "Per seed:", "", "| seed | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
     for seed in seeds:
         lines.append(f"| {seed} | " + " | ".join(fmt(finals[arm].get(seed, math.nan)) for arm in arms) + " |")

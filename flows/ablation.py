@@ -134,3 +134,29 @@ def tag_run(tracking_uri: str, run_id: str, tags: Mapping[str, str]) -> None:
     client = MlflowClient(tracking_uri=tracking_uri)
     for key, value in tags.items():
         client.set_tag(run_id, key, value)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m flows.ablation [--name N] [--seeds 0 1 2] [--arms arms.json] [--profile P] [--set key=value]`:
+    the flow in this process (Prefect starts a temporary server for it), with `harnessrl train`'s environment."""
+    import argparse
+    import os
+
+    from flows.cli import PREFECT_DEFAULTS, parse_overrides
+
+    parser = argparse.ArgumentParser(description="Run the ablation flow here.")
+    parser.add_argument("--name", default=None, help="the ablation's name (also the resume key)")
+    parser.add_argument("--profile", default="ablation-local")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(DEFAULT_SEEDS)}")
+    parser.add_argument("--arms", type=Path, default=None, help="a JSON list of {name, overrides, reference}")
+    parser.add_argument("--set", dest="set_", action="append", default=[], help="key.path=value (repeatable)")
+    args = parser.parse_args(argv)
+    for key, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("PREFECT_HOME", str(Path(".prefect").resolve()))
+    arms = json.loads(args.arms.read_text()) if args.arms else None
+    ablation(args.profile, arms=arms, seeds=args.seeds, overrides=parse_overrides(args.set_), name=args.name)
+
+
+if __name__ == "__main__":
+    main()

@@ -60,3 +60,27 @@ def test_arranged_rows_split_into_the_seed_tasks_and_the_shared_validation_set(s
     rows = arrange_for_split(train, val, seed)
     assert split_rows(rows, len(val), seed) == (train, val)
     assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in train + val)
+
+
+def test_every_seed_file_loads_through_the_training_flow_into_its_tasks_and_the_shared_validation_set(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from flows import train
+    from flows.ablation import write_seed_tasks
+    from flows.train import load_rows
+
+    monkeypatch.setattr(train, "load_dataset", train.load_dataset.fn)  # the Prefect task's function, no server
+
+    config = load_run_config("ablation-local", {"work_dir": str(tmp_path), "data.train_tasks": 6,
+                                                "data.val_tasks": 5})
+    data = write_seed_tasks(config, "abl", [0, 1], val_seed=99)
+    loaded = {}
+    for seed in (0, 1):
+        run_config = load_run_config("ablation-local", {"work_dir": str(tmp_path), **data[seed]})
+        loaded[seed] = load_rows(run_config, SimpleNamespace(run_dir=tmp_path / f"run-{seed}"))
+    (train0, val0), (train1, val1) = loaded[0], loaded[1]
+    assert val0 == val1 and [r["id"] for r in val0] == [r["id"] for r in generate(5, 99)]
+    assert [r["id"] for r in train0] == [r["id"] for r in generate(6, 0)]
+    assert [r["id"] for r in train1] == [r["id"] for r in generate(6, 1)]
+    assert train0[0]["steps"] == generate(6, 0)[0]["steps"], "nested fields survive the task file"
