@@ -17,10 +17,17 @@ def teacher_forced_logprobs(model: torch.nn.Module, prompt_ids: list[int],
 
 
 def assert_teacher_forced(model: torch.nn.Module, prompt_ids: list[int], token_ids: list[int],
-                          logprobs: list[float], atol: float = 1e-4) -> None:
-    """Every reported logprob equals the teacher-forced one."""
+                          logprobs: list[float], atol: float = 1e-4, *, temperature: float = 1.0,
+                          top_p: float = 1.0) -> None:
+    """Every reported logprob equals the teacher-forced one, under the distribution the tokens were sampled from
+    (the engines' processed logprobs: `temperature` and `top_p` applied; the defaults are the raw distribution)."""
     assert len(logprobs) == len(token_ids) > 0
-    expected = teacher_forced_logprobs(model, prompt_ids, token_ids)
+    if temperature == 1.0 and top_p == 1.0:
+        expected = teacher_forced_logprobs(model, prompt_ids, token_ids)
+    else:
+        logits_TV = logits_at(model, prompt_ids, token_ids)
+        expected = [float(processed_reference(row, temperature, top_p=top_p)[token])
+                    for row, token in zip(logits_TV, token_ids, strict=True)]
     worst = max(abs(a - b) for a, b in zip(expected, logprobs, strict=True))
     assert worst < atol, f"logprob differs from teacher forcing by {worst}"
 
