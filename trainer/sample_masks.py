@@ -2,7 +2,8 @@
 
 A call decoded greedily (temperature 0, `trainer.sampling.SamplingParams.greedy`) drew its tokens from no
 distribution the trainer could take a ratio against (its recorded logprobs are not those of the argmax it took):
-its tokens stay in their sample as context but are masked and counted (`samples/greedy_tokens_masked`).
+its tokens stay in their sample as context but are masked and counted (`samples/greedy_tokens_masked`). So are the
+tokens of a call whose harness's penalties or logit bias reached the engine (`samples/penalized_tokens_masked`).
 
 A token whose recorded logprob is missing (the engine returned none: NaN, or another non-finite value) has no old
 logprob to take a ratio against: it stays in its sample as context but is masked (loss mask 0, logprob 0) and counted
@@ -14,7 +15,7 @@ their span, which splits around them; a sample left without trainable tokens is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
@@ -57,6 +58,9 @@ class Sampling(Protocol):
     @property
     def greedy(self) -> bool: ...
 
+    @property
+    def penalized(self) -> bool: ...
+
 
 class Choice(Protocol):
     """A choice after the first (`trainer.samples.RecordedChoice`)."""
@@ -87,14 +91,18 @@ def masked_samples(
     """`samples` of one rollout with greedy and missing-logprob tokens (and, with `mask_length`, cut-off calls)
     masked."""
     cut_off = _length_choices(calls) if mask_length else set()
-    greedy = _greedy_choices(calls)
+    greedy = _choices_of(calls, lambda call: call.sampling.greedy)
+    penalized = _choices_of(calls, lambda call: call.sampling.penalized and not call.sampling.greedy)
     kept = []
     for sample in samples:
         drop_T = np.zeros(sample.loss_mask_T.shape, dtype=bool)
         for span in sample.spans:
             if (span.call_seq, span.choice) in greedy:
                 drop_T[span.start : span.end] = True
-        counters.greedy_tokens_masked += int(drop_T.sum())
+                counters.greedy_tokens_masked += span.end - span.start
+            elif (span.call_seq, span.choice) in penalized:
+                drop_T[span.start : span.end] = True
+                counters.penalized_tokens_masked += span.end - span.start
         missing_T = np.asarray(sample.loss_mask_T, dtype=bool) & ~np.isfinite(sample.logprobs_T) & ~drop_T
         counters.logprobs_missing += int(missing_T.sum())
         drop_T |= missing_T
@@ -118,9 +126,9 @@ def _length_choices(calls: Sequence[Call]) -> set[tuple[int, int]]:
     return found
 
 
-def _greedy_choices(calls: Sequence[Call]) -> set[tuple[int, int]]:
-    """(seq, choice index) of every choice of a greedy call."""
-    return {(call.seq, index) for call in calls if call.sampling.greedy
+def _choices_of(calls: Sequence[Call], chosen: Callable[[Call], bool]) -> set[tuple[int, int]]:
+    """(seq, choice index) of every choice of the calls `chosen` picks."""
+    return {(call.seq, index) for call in calls if chosen(call)
             for index in (0, *(choice.index for choice in call.extra_choices))}
 
 

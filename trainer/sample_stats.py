@@ -50,6 +50,8 @@ class SampleStats:
     """Responses that finished for length, masked (SampleLimits.length_calls = mask)."""
     greedy_tokens_masked: int
     """Trainable tokens masked because their call decoded greedily (temperature 0: no distribution to train)."""
+    penalized_tokens_masked: int
+    """Trainable tokens masked because the harness's penalties or logit bias shaped their distribution."""
     calls_sampling_split: int
     """Calls that opened a new sample because the branch their prompt extends was sampled with other parameters."""
     merge_failures_retokenization: int
@@ -110,6 +112,8 @@ class SampleCounters:
     """Responses masked for finishing at their length limit."""
     greedy_tokens_masked: int = 0
     """Trainable tokens masked for greedy decoding."""
+    penalized_tokens_masked: int = 0
+    """Trainable tokens masked for penalties the trainer does not recompute."""
     calls_sampling_split: int = 0
     """Calls that opened a new sample for other sampling parameters."""
     merge_failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MERGE_FAILURE_KINDS, 0))
@@ -138,6 +142,7 @@ class SampleCounters:
             logprobs_missing=self.logprobs_missing,
             calls_length_masked=self.calls_length_masked,
             greedy_tokens_masked=self.greedy_tokens_masked,
+            penalized_tokens_masked=self.penalized_tokens_masked,
             calls_sampling_split=self.calls_sampling_split,
             merge_failures_retokenization=failures["retokenization"],
             merge_failures_template=failures["template"],

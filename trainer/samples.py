@@ -17,9 +17,9 @@ Every call carries the sampling parameters the engine applied (`trainer.sampling
 for records without them), and a sample has one set: the trainer scores all its trainable tokens under that one
 processed distribution. So a call extends only a branch sampled with the same parameters; when the only branch its
 prompt extends was sampled differently, it opens a new branch (a new sample, counted as
-`samples/calls_sampling_split`, not as a merge failure). Greedy calls (temperature 0) extend any branch: their tokens
-are context, masked below.
-Then `trainer.sample_masks` masks greedy tokens, tokens without a logprob and, when configured, responses cut off
+`samples/calls_sampling_split`, not as a merge failure). Greedy calls (temperature 0) and calls whose harness's
+penalties reached the engine extend any branch: their tokens are context, masked below.
+Then `trainer.sample_masks` masks those tokens, tokens without a logprob and, when configured, responses cut off
 for length.
 """
 
@@ -195,7 +195,7 @@ class _Branch:
     logprobs: list[tuple[float, ...]]
     """Rollout logprobs of each span."""
     sampling: SamplingParams | None = None
-    """The sampling parameters of its non-greedy calls; None while it holds greedy calls only."""
+    """The sampling parameters of its trainable calls; None while it holds masked (greedy, penalised) calls only."""
     last_sampling: SamplingParams = PLAIN
     """The parameters of the last call merged (the sample's when every call was greedy: all masked)."""
 
@@ -224,7 +224,7 @@ class _Branch:
         self.logprobs.append(logprobs)
         self.prompt, self.response = prompt, response
         self.last_sampling = call.sampling
-        if not call.sampling.greedy:
+        if call.sampling.trainable:
             self.sampling = call.sampling
 
     def to_sample(self, rollout_id: str, group_id: str) -> Sample:

@@ -9,7 +9,9 @@ parameters of its calls (`trainer.samples`) and the backends apply them (`traine
 Records written before the gateway recorded sampling have none: they are read as temperature 1, no filtering (what
 the engines reported then: raw logprobs). A temperature below `GREEDY_MAX_TEMPERATURE` is greedy decoding (vLLM's
 threshold): its tokens were not sampled from any distribution the trainer could take a ratio against, so they are
-masked (`trainer.sample_masks`).
+masked (`trainer.sample_masks`). So are the tokens of a call whose harness's penalties or logit bias reached the engine
+(recorded in `requested` and not enforced: gateway `sampling.train: record`): vLLM applies them, and they depend on
+more than the logits (the tokens generated so far), which the trainer does not recompute.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ GREEDY_MAX_TEMPERATURE = 1e-5
 
 FIELDS = ("temperature", "top_p", "top_k", "min_p")
 """The applied parameters read from a record's `sampling`."""
+NEUTRAL_PENALTIES: dict[str, object] = {"frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1,
+                                        "logit_bias": {}}
+"""Request fields (the gateway's `PENALTY_FIELDS`) that change the distribution beyond the four, at no-op values."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class SamplingParams:
     """Most likely tokens kept; 0: no top-k filter."""
     min_p: float = 0.0
     """Tokens kept when their probability is at least min_p times the most likely one's; 0: no min-p filter."""
+    penalized: bool = False
+    """The harness's penalties or logit bias reached the engine: a distribution the trainer does not recompute."""
 
     def __post_init__(self) -> None:
         checks = (
@@ -56,6 +63,12 @@ class SamplingParams:
         return self.temperature < GREEDY_MAX_TEMPERATURE
 
     @property
+    def trainable(self) -> bool:
+        """False when the trainer cannot score the tokens under the distribution they were drawn from (greedy, or
+        penalised): such calls' tokens are masked."""
+        return not self.greedy and not self.penalized
+
+    @property
     def filtered(self) -> bool:
         """True when top-k, min-p or top-p removed tokens from the distribution."""
         return self.top_p < 1.0 or self.top_k > 0 or self.min_p > 0.0
@@ -67,7 +80,8 @@ class SamplingParams:
 
     def describe(self) -> str:
         """A short text for error messages."""
-        return f"temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}, min_p={self.min_p}"
+        penalized = ", with penalties" if self.penalized else ""
+        return f"temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}, min_p={self.min_p}{penalized}"
 
 
 PLAIN = SamplingParams()
@@ -76,7 +90,8 @@ PLAIN = SamplingParams()
 
 def sampling_params(raw: Any) -> SamplingParams:
     """The applied parameters of a record's `sampling` (None, a mapping or an object with the fields), normalised:
-    a missing field is its neutral value, top_k <= 0 (vLLM's -1) is off, top_p above 1 is 1."""
+    a missing field is its neutral value, top_k <= 0 (vLLM's -1) is off, top_p above 1 is 1; `penalized` when
+    `requested` holds a penalty or logit bias that was not enforced away."""
     if raw is None:
         return PLAIN
     get = raw.get if isinstance(raw, Mapping) else lambda name, default=None: getattr(raw, name, default)
@@ -92,10 +107,18 @@ def sampling_params(raw: Any) -> SamplingParams:
         top_p=min(float(values["top_p"]), 1.0),
         top_k=max(int(values["top_k"]), 0),
         min_p=float(values["min_p"]),
+        penalized=not get("enforced", False) and _penalized(get("requested", None)),
     )
+
+
+def _penalized(requested: object) -> bool:
+    """True when the harness's request fields hold a penalty or logit bias other than its no-op value."""
+    if not isinstance(requested, Mapping):
+        return False
+    return any(requested.get(key) not in (None, neutral) for key, neutral in NEUTRAL_PENALTIES.items())
 
 
 def mergeable(branch: SamplingParams | None, call: SamplingParams) -> bool:
     """Whether a call sampled with `call` may extend a sample whose trainable tokens were sampled with `branch`
-    (None: none yet). Greedy calls are masked, so they are context for any sample."""
-    return call.greedy or branch is None or branch == call
+    (None: none yet). Calls the trainer cannot score (greedy, penalised) are masked: context for any sample."""
+    return not call.trainable or branch is None or branch == call

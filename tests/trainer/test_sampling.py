@@ -121,3 +121,30 @@ def test_a_verl_update_takes_its_samples_temperature_and_refuses_mixed_or_filter
         verl_temperature(samples(cool, PLAIN))
     with pytest.raises(ValueError, match="top_p=0.9"):
         verl_temperature(samples(WARM))
+
+
+@pytest.mark.parametrize(
+    ("raw", "penalized"),
+    [
+        ({"requested": {"frequency_penalty": 0.5}, "enforced": False}, True),
+        ({"requested": {"logit_bias": {"42": 5}}}, True),
+        ({"requested": {"repetition_penalty": 1.1, "temperature": 0.7}, "temperature": 0.7}, True),
+        ({"requested": {"frequency_penalty": 0.5}, "enforced": True}, False),
+        ({"requested": {"frequency_penalty": 0, "presence_penalty": 0.0, "repetition_penalty": 1.0}}, False),
+        ({"requested": {"temperature": 0.7}, "temperature": 0.7}, False),
+    ],
+)
+def test_penalties_that_reached_the_engine_make_a_call_untrainable(raw, penalized):
+    params = sampling_params(raw)
+    assert params.penalized is penalized and params.trainable is not penalized
+
+
+def test_penalised_calls_are_context_masked_and_counted_apart_from_greedy_ones():
+    penalized = sampling_params({"temperature": 0.7, "top_p": 0.9, "requested": {"presence_penalty": 1.0}})
+    calls = [recorded(0, (1, 2), (3, 4), WARM), recorded(1, (1, 2, 3, 4, 5), (6, 7, 8), penalized),
+             recorded(2, (1, 2, 3, 4, 5, 6, 7, 8, 9), (10,), WARM)]
+    built = build_samples(calls)
+    (sample,) = built.samples
+    assert sample.sampling == WARM and sample.call_seqs == (0, 1, 2)
+    assert sample.loss_mask_T.astype(int).tolist() == [0, 0, 1, 1, 0, 0, 0, 0, 0, 1]
+    assert built.stats.penalized_tokens_masked == 3 and built.stats.greedy_tokens_masked == 0

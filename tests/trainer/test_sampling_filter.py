@@ -213,5 +213,5 @@ def test_target_parameters_repeat_per_sample_and_plain_batches_take_the_fast_pat
     assert sampling.top_p_N.tolist() == pytest.approx([0.9, 0.9, 1.0, 1.0, 1.0])
     assert sampling.top_k_N.tolist() == [0] * 5 and sampling.min_p_N.tolist() == [0.0] * 5
     assert TargetSampling.from_params([SamplingParams(temperature=0.0), plain], [0, 2]) is None
-    with pytest.raises(ValueError, match="greedily"):
+    with pytest.raises(ValueError, match="does not recompute"):
         TargetSampling.from_params([SamplingParams(temperature=0.0), warm], [1, 2])

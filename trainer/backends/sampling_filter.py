@@ -46,14 +46,15 @@ class TargetSampling:
     @classmethod
     def from_params(cls, params: Sequence[SamplingParams], counts: Sequence[int]) -> TargetSampling | None:
         """Each of `params` repeated `counts` times; None when every one is plain (the fast path)."""
+        for p, n in zip(params, counts, strict=True):
+            if n and not p.trainable:
+                raise ValueError(
+                    f"{n} trainable tokens were sampled from a distribution the trainer does not recompute "
+                    f"({p.describe()}); such calls are masked when samples are built (trainer.sample_masks): build "
+                    "samples with trainer.samples.build_samples"
+                )
         if all(p.plain for p, n in zip(params, counts, strict=True) if n):
             return None
-        for p, n in zip(params, counts, strict=True):
-            if n and p.greedy:
-                raise ValueError(
-                    f"{n} trainable tokens were decoded greedily ({p.describe()}); greedy calls are masked when "
-                    "samples are built (trainer.sample_masks): build samples with trainer.samples.build_samples"
-                )
         repeats = torch.tensor(list(counts), dtype=torch.int64)
 
         def column(values: list[float], dtype: torch.dtype) -> torch.Tensor:
