@@ -83,3 +83,47 @@ def test_one_update_on_fsdp_workers_moves_logprobs_by_advantage_sign_and_checkpo
         base, positive_context, SECOND_TURN
     )
     assert response_logprob(trained, PROMPT, NEGATIVE) < response_logprob(base, PROMPT, NEGATIVE) - 0.1
+
+
+def test_samples_drawn_at_temperature_0_7_train_at_a_ratio_of_one_on_fsdp_workers(tiny_model_dir):
+    """Issue 14 point 2 on verl: calls recorded at T = 0.7 (logprobs of logits / 0.7, as the engines report them)
+    give verl's actor the samples' temperature, so the first update's ratio is 1 (pg loss of +1 / -1 cancels, no
+    clipping, approx KL 0); with the old fixed temperature 1 the ratio would be exp(logp_1 - logp_0.7), not 1."""
+    pytest.importorskip("verl")
+    from transformers import AutoModelForCausalLM
+
+    from trainer.backends.torch import OptimizerConfig
+    from trainer.backends.verl import VerlBackend, VerlBackendConfig
+    from trainer.sampling import SamplingParams
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    cool = SamplingParams(temperature=0.7)
+
+    def call_at(rollout_id: str, response) -> RecordedCall:
+        ids = torch.tensor([PROMPT + tuple(response)])
+        with torch.inference_mode():
+            logits = base(input_ids=ids).logits[0, len(PROMPT) - 1 : -1].float()
+        logprobs = torch.log_softmax(logits / cool.temperature, dim=-1).gather(-1, torch.tensor(response)[:, None])
+        return RecordedCall(rollout_id, "g0", 0, PROMPT, tuple(response), tuple(logprobs.squeeze(-1).tolist()), 0,
+                            True, "stop", sampling=cool)
+
+    samples = build_samples([call_at("pos", POSITIVE), call_at("neg", NEGATIVE)]).samples
+    assert [s.sampling for s in samples] == [cool, cool]
+    gpus = torch.cuda.device_count()
+    backend = VerlBackend(
+        VerlBackendConfig(
+            model_path=Path(tiny_model_dir),
+            n_gpus_per_node=gpus,
+            optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=1.0),
+            loss=LossConfig(),
+            schedule=ScheduleConfig(num_workers=gpus, max_tokens_per_micro_batch=256),
+            param_dtype="float32",
+            gradient_checkpointing=False,
+            attn_implementation="flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa",
+        )
+    )
+    backend.load()
+    metrics = backend.train_step(TrainBatch.of(samples, [1.0, -1.0]))
+    assert abs(metrics["loss/total"]) < 1e-4
+    assert metrics["loss/clip_fraction"] == 0.0
+    assert abs(metrics["loss/ppo_kl"]) < 1e-4
