@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -67,14 +68,20 @@ def lag0_ratios(backend: TorchBackend, samples) -> np.ndarray:
     return np.concatenate(ratios)
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model_dir) -> Iterator[TorchBackend]:
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """Small forward passes: one intra-op thread (on a busy 2-core machine thread hand-offs dominate)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir) -> TorchBackend:
     loaded = TorchBackend(TorchBackendConfig(model_path=tiny_model_dir))
     loaded.load()
-    yield loaded
-    torch.set_num_threads(threads)
+    return loaded
 
 
 @pytest.mark.parametrize("row", [RowSampling(temperature=0.7, top_p=0.9, top_k=0),
@@ -119,4 +126,35 @@ def test_the_embedded_engine_server_answers_with_logprobs_the_backend_reproduces
     assert ratios.shape == (RESPONSE_TOKENS,)
     assert np.abs(ratios - 1).max() < 1e-4, f"max |ratio - 1| = {np.abs(ratios - 1).max():.2e}"
     ignored = lag0_ratios(backend, [replace(samples[0], sampling=PLAIN)])
+    assert np.abs(ignored - 1).max() > 0.05
+
+
+def test_one_micro_batch_of_samples_drawn_with_different_parameters_scores_each_as_drawn():
+    """Fast: a tiny in-memory Llama, three rollouts drawn at their own parameters packed into one micro-batch (the
+    per-target temperature / top-p / top-k / min-p tensors): ratio 1 for every token."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40.0)  # a peaked distribution, so the filters cut
+    rows = [RowSampling(temperature=0.7, top_p=0.9, top_k=0), RowSampling(temperature=1.3, top_p=1.0, top_k=5),
+            RowSampling(temperature=0.9, top_p=0.8, top_k=0, min_p=0.1)]
+    records = []
+    for index, row in enumerate(rows):
+        prompt = [3 + index, 7, 11]
+        response, logprobs = engine_sample(model, prompt, row, seed=index)
+        records.append(call_record(f"r{index}", 0, response=response, prompt=prompt, response_logprobs=logprobs,
+                                   sampling=sampling_record(row) | {"min_p": row.min_p}))
+    samples = build_samples([to_recorded_call(record, "g1") for record in records]).samples
+    backend = TorchBackend(TorchBackendConfig(model_path=Path("unused")))
+    backend.model = model
+    (micro_batch,) = schedule(samples, ScheduleConfig()).updates[0].workers[0].micro_batches
+    assert len(micro_batch.sequences) == 3
+    ratios = lag0_ratios(backend, samples)
+    assert ratios.shape == (3 * RESPONSE_TOKENS,)
+    assert np.abs(ratios - 1).max() < 1e-4, f"max |ratio - 1| = {np.abs(ratios - 1).max():.2e}"
+    ignored = lag0_ratios(backend, [replace(s, sampling=PLAIN) for s in samples])
     assert np.abs(ignored - 1).max() > 0.05
