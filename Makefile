@@ -28,23 +28,28 @@ VERL_STAMP := $(VERL_VENV)/.installed
 AGENTS_SDK_VENV ?= .venv-agents-sdk
 AGENTS_SDK_VERSION ?= 0.24.0
 AGENTS_SDK_STAMP := $(AGENTS_SDK_VENV)/.installed
+# The tiny random Llama and SmolLM2 (engines/model_cache.py): `make models` prepares them side by side under make -j.
+MODELS := tiny smollm2-135m-instruct
 VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_verl_sampling.py \
 	tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
 	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 
-.PHONY: bwrap chromium harnesses test test-fast test-vllm vllm-venv test-verl verl-venv agents-sdk-venv models lint bench-gateway \
+.PHONY: bwrap chromium harnesses test test-fast test-vllm vllm-venv test-verl verl-venv agents-sdk-venv models \
+	$(addprefix model-,$(MODELS)) lint bench-gateway \
 	clean train
 
 # The whole suite, the real vLLM server test included, then the verl comparisons in the verl venv (PYTEST_ARGS are not
-# passed to them). The project venv and vLLM's are built side by side (neither waits for the other), verl's after them
-# (its editable install of the project would race the project venv's); the suite runs on two xdist workers, a test
-# file per worker at a time (module fixtures start once).
-test: bwrap harnesses chromium
-	$(MAKE) -j2 $(STAMP) $(VLLM_STAMP)
-	$(MAKE) -j2 $(VERL_STAMP) models $(AGENTS_SDK_STAMP)
+# passed to them). The set-up is one parallel make: the downloads (uv, npm, apt-get) are network-bound, so the CLIs,
+# Chromium and the vLLM and Agents SDK venvs are fetched beside the project venv, and the two models and verl's venv
+# (its editable install of the project would race the project venv's) start as soon as the project venv is there. The
+# suite runs on two xdist workers, a test file per worker at a time (module fixtures start once), the costliest files
+# first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order instead of xdist's most-tests-first).
+test: bwrap
+	$(MAKE) -j4 harnesses chromium $(STAMP) $(VLLM_STAMP) $(VERL_STAMP) $(AGENTS_SDK_STAMP) models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	HARNESSRL_REQUIRE_AGENTS_SDK=1 HARNESSRL_REQUIRE_CHROMIUM=1 $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	HARNESSRL_REQUIRE_AGENTS_SDK=1 HARNESSRL_REQUIRE_CHROMIUM=1 $(PY) -m pytest -n 2 --dist loadfile \
+	  --no-loadscope-reorder $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 
 # bubblewrap, the sandbox of every harness and graded test run (sandbox/README.md): installed with apt-get where we
@@ -88,8 +93,10 @@ $(UV):
 	test -x $(UV_VENV)/bin/python || $(PYTHON) -m venv $(UV_VENV)
 	$(UV_VENV)/bin/python -m pip install -q uv==$(UV_VERSION)
 
-models: $(STAMP)
-	$(VENV)/bin/harnessrl model prepare tiny smollm2-135m-instruct
+models: $(addprefix model-,$(MODELS))
+
+$(addprefix model-,$(MODELS)): model-%: $(STAMP)
+	$(VENV)/bin/harnessrl model prepare $*
 
 
 vllm-venv: $(VLLM_STAMP)
@@ -113,7 +120,7 @@ $(AGENTS_SDK_STAMP): $(UV)
 
 verl-venv: $(VERL_STAMP)
 
-$(VERL_STAMP): deploy/verl-cpu-requirements.txt deploy/constraints.txt $(UV)
+$(VERL_STAMP): deploy/verl-cpu-requirements.txt deploy/constraints.txt $(UV) | $(STAMP)
 	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
 	$(UV_PIP) --python $(VERL_VENV)/bin/python torch==2.13.0
 	$(UV_PIP) --python $(VERL_VENV)/bin/python -c deploy/constraints.txt -r deploy/verl-cpu-requirements.txt

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.file_order import costliest_first
+
 TINY_SERVED_NAME = "tiny"
 
 # Property tests judge correctness, not speed: on a loaded 2-core machine (two xdist workers beside server processes)
@@ -31,10 +33,11 @@ marked `slow` at collection, so `make test-fast` (-m "not slow") leaves it out w
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks `slow` every test that uses an integration fixture."""
+    """Marks `slow` every test that uses an integration fixture; the costliest files first (tests/file_order.py)."""
     for item in items:
         if INTEGRATION_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    items[:] = costliest_first(items)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,48 @@
+"""The order in which `make test` hands test files to its two xdist workers: the costliest first.
+
+With `--dist loadfile` a file runs whole on one worker, so the suite's wall time is at least its longest file, and a
+long file started last runs alone at the end. xdist's own order (most tests first) starts the end-to-end flow files,
+one or two tests each, last; `make test` passes `--no-loadscope-reorder` and `conftest.py` puts the files below first,
+in this order, the rest after them in collection order (longest processing time first: the many short files even out
+the two workers at the end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+COSTLIEST_FILES = (
+    "tests/flows/test_deployment.py",
+    "tests/e2e/test_recipes_controller.py",
+    "tests/flows/test_train_flow.py",
+    "tests/engine/test_vllm_server.py",
+    "tests/flows/test_train_flow_sync.py",
+    "tests/flows/test_data_flow.py",
+    "tests/flows/test_evaluate_flow.py",
+    "tests/engine/test_embedded.py",
+    "tests/gateway/test_pause.py",
+    "tests/test_readme.py",
+    "tests/flows/test_train_connect.py",
+    "tests/test_models.py",
+    "tests/tracking/test_screenshots.py",
+    "tests/agents/swe/test_harness_e2e.py",
+    "tests/agents/swe/test_generator.py",
+)
+"""Test files by measured wall time in `make test` (`--durations`), longest first; see tests/README.md "Timings"."""
+
+
+class HasNodeId(Protocol):
+    """A collected test (pytest.Item), by its node id."""
+
+    nodeid: str
+
+
+Item = TypeVar("Item", bound=HasNodeId)
+
+
+def costliest_first(items: Sequence[Item], costliest: Sequence[str] = COSTLIEST_FILES) -> list[Item]:
+    """`items` with the tests of the files in `costliest` first, in that order; each file's tests and every other
+    file keep their order."""
+    rank = {path: index for index, path in enumerate(costliest)}
+    return sorted(items, key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
