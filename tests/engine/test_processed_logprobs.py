@@ -8,10 +8,12 @@ import math
 import threading
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import torch
 
+from engines.embedded import EmbeddedEngine
 from engines.serving.model_holder import ModelHolder
 from engines.serving.sampling import REPORTED_LOGPROB_FLOOR, RowSampling, row_generator, sample_step
 from engines.serving.scheduler import (
@@ -115,3 +117,14 @@ def test_sample_step_draws_from_and_reports_the_same_distribution() -> None:
     assert torch.allclose(logprobs_BV[1], torch.log_softmax(logits_BV[1], -1))
     with pytest.raises(ValueError, match="logprobs_mode='tempered'"):
         sample_step(logits_BV, rows, [None, None], "tempered")  # type: ignore[arg-type]
+
+
+def test_health_says_which_logprobs_the_engine_reports(engine_url: str) -> None:
+    assert httpx.get(f"{engine_url}/health", timeout=30).json()["logprobs_mode"] == "processed"
+
+
+def test_an_unknown_logprobs_mode_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match="logprobs_mode='tempered'.*'processed'.*'raw'"):
+        EmbeddedEngine("any-model", logprobs_mode="tempered")
+    with pytest.raises(ValueError, match="logprobs_mode='tempered'"):
+        GenerationScheduler(object(), logprobs_mode="tempered")  # type: ignore[arg-type]
