@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from engines.serving import sampling as engine_sampling
 from trainer.backends.sampling_filter import TargetSampling, kept_mask_NV, sampled_logprobs
-from trainer.sampling import SamplingParams
+from trainer.sampling import PLAIN, SamplingParams
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -215,3 +215,20 @@ def test_target_parameters_repeat_per_sample_and_plain_batches_take_the_fast_pat
     assert TargetSampling.from_params([SamplingParams(temperature=0.0), plain], [0, 2]) is None
     with pytest.raises(ValueError, match="does not recompute"):
         TargetSampling.from_params([SamplingParams(temperature=0.0), warm], [1, 2])
+
+
+def test_kept_sets_computed_in_row_chunks_equal_one_pass(monkeypatch):
+    from trainer.backends import sampling_filter
+
+    generator = torch.Generator().manual_seed(1)
+    logits_NV = torch.randn(7, 40, generator=generator) * 3
+    params = [SamplingParams(0.7, 0.9), SamplingParams(1.2, 1.0, 5), SamplingParams(0.8, 0.5, 0, 0.1)] * 2 + [PLAIN]
+    sampling = targets_of(params)
+    targets_N = torch.arange(7) * 5
+    whole = kept_mask_NV(logits_NV / sampling.temperature_N[:, None], sampling, targets_N)
+    monkeypatch.setattr(sampling_filter, "MASK_ROWS_PER_CHUNK", 2)
+    chunked = kept_mask_NV(logits_NV / sampling.temperature_N[:, None], sampling, targets_N)
+    assert torch.equal(whole, chunked) and not whole.all()
+    for n in range(7):
+        keep, _, _ = reference(logits_NV[n].numpy(), int(targets_N[n]), params[n])
+        assert whole[n].tolist() == keep.tolist()

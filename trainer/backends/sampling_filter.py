@@ -29,6 +29,10 @@ import torch
 
 from trainer.sampling import SamplingParams
 
+MASK_ROWS_PER_CHUNK = 256
+"""Targets whose kept sets are computed together: top-p sorts [rows, vocab] (values and int64 indices), so chunks
+bound that scratch memory to a few of the logits' rows whatever the micro-batch size."""
+
 
 @dataclass(frozen=True)
 class TargetSampling:
@@ -68,10 +72,24 @@ class TargetSampling:
         )
 
 
+    def rows(self, start: int, stop: int) -> TargetSampling:
+        """The parameters of targets start..stop."""
+        return TargetSampling(self.temperature_N[start:stop], self.top_p_N[start:stop], self.top_k_N[start:stop],
+                              self.min_p_N[start:stop])
+
+
 @torch.no_grad()
 def kept_mask_NV(scaled_NV: torch.Tensor, sampling: TargetSampling, targets_N: torch.Tensor) -> torch.Tensor:
     """The tokens each target's filters keep, given the temperature-scaled logits (targets always kept)."""
     scaled_NV = scaled_NV.detach().float()
+    chunk = MASK_ROWS_PER_CHUNK
+    if scaled_NV.shape[0] <= chunk:
+        return _kept_mask(scaled_NV, sampling, targets_N)
+    return torch.cat([_kept_mask(scaled_NV[i : i + chunk], sampling.rows(i, i + chunk), targets_N[i : i + chunk])
+                      for i in range(0, scaled_NV.shape[0], chunk)])
+
+
+def _kept_mask(scaled_NV: torch.Tensor, sampling: TargetSampling, targets_N: torch.Tensor) -> torch.Tensor:
     n, vocab = scaled_NV.shape
     keep_NV = torch.ones_like(scaled_NV, dtype=torch.bool)
     top_k_N = sampling.top_k_N
