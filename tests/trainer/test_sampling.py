@@ -148,3 +148,11 @@ def test_penalised_calls_are_context_masked_and_counted_apart_from_greedy_ones()
     assert sample.sampling == WARM and sample.call_seqs == (0, 1, 2)
     assert sample.loss_mask_T.astype(int).tolist() == [0, 0, 1, 1, 0, 0, 0, 0, 0, 1]
     assert built.stats.penalized_tokens_masked == 3 and built.stats.greedy_tokens_masked == 0
+
+
+def test_the_removed_verl_temperature_setting_is_refused_naming_the_fix():
+    from trainer.backends.verl import VerlBackendConfig
+
+    with pytest.raises(ValueError, match="backend.verl.temperature.*sampling.temperature"):
+        VerlBackendConfig(model_path="m", temperature=1.0)
+    assert VerlBackendConfig(model_path="m").temperature is None
