@@ -190,6 +190,9 @@ class RunConfig(Section):
         if self.backend.schedule.num_workers != 1:
             raise ValueError(f"backend.schedule.num_workers={self.backend.schedule.num_workers}: the backend sets it "
                              "(torch: 1; verl: backend.verl.n_gpus_per_node x backend.verl.nnodes); leave it out")
+        if self.backend.verl.temperature is not None:
+            raise ValueError("backend.verl.temperature is removed: verl trains at the temperature the calls were "
+                             "sampled at (recorded by the gateway); set gateway sampling.temperature instead")
         return self
 
     def tracking_uri(self) -> str:

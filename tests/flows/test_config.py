@@ -121,6 +121,7 @@ BAD_VALUES = [  # (overrides, what the error names)
     ({"algorithm.samples.max_response_tokens": 0}, "SampleLimits.max_response_tokens=0"),
     ({"backend.optimizer.lr": -1}, "OptimizerConfig lr=-1"),
     ({"algorithm.advantage.level": "token"}, "algorithm.advantage.level"),
+    ({"backend.verl.temperature": 0.7}, "backend.verl.temperature is removed"),
 ]
 
 
