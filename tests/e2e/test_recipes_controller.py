@@ -1,5 +1,6 @@
-"""End to end, no mocks in the path: gateway + embedded engine (tiny model) + controller with LocalRunner running 4
-rollouts of each recipe on 8 slots, plus a harness that crashes and one that hangs (14 rollouts in all).
+"""End to end, no mocks in the path: gateway + embedded engine (tiny model) + controller with LocalRunner running 2
+rollouts of each recipe on 6 slots, plus a harness that crashes and one that hangs (8 rollouts in all: more than the
+slots, so some wait for a free one).
 
 Every rollout must reach a terminal state, the recipes' calls must be recorded with token IDs, every graded rollout must
 carry a reward posted with the grader credential, and the crash and the hang must end as `agent` failures.
@@ -21,7 +22,7 @@ from tests.controller.support import ScriptRecipe
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, GatewayProcess
 
 pytestmark = pytest.mark.slow
-PER_RECIPE = 4  # each SWE harness alone spends about 8 CPU-seconds importing litellm
+PER_RECIPE = 2  # each SWE harness alone spends about 8 CPU-seconds importing litellm
 RECIPE_NAMES = ("instruction_following", "search", "swe")
 SMALL = {"max_tokens": 48}  # the tiny model writes noise: keep each call short
 SWE_SMALL = {"step_limit": 3, "max_tokens": 48, "command_timeout_s": 20}
@@ -63,7 +64,7 @@ def test_controller_runs_every_recipe_through_gateway_and_engine(tmp_path, engin
                                   input={"recipe": "script", "mode": mode, "harness_timeout_s": 5})
                       for mode in ("crash", "hang")]
             admin.create_rollouts(specs)
-            config = ControllerConfig(controller_id=f"e2e-{uuid.uuid4().hex[:6]}", concurrency=8, lease_s=60.0,
+            config = ControllerConfig(controller_id=f"e2e-{uuid.uuid4().hex[:6]}", concurrency=6, lease_s=60.0,
                                       renew_every_s=10.0, poll_interval_s=0.1, harness_timeout_s=240.0,
                                       kill_grace_s=1.0, work_dir=tmp_path / "work", logs_dir=tmp_path / "logs")
             runner = LocalRunner(config.concurrency, kill_grace_s=config.kill_grace_s)
