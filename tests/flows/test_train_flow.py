@@ -20,9 +20,11 @@ ISSUE_METRICS = {
     "train/grad_norm", "train/lr", "train/policy_version", "staleness/lag_max", "staleness/lag_mean",
     "staleness/dropped_rollouts", "time/rollout_s", "time/drain_s", "time/update_s", "time/weight_sync_s",
     "throughput/response_tokens_per_s", "train/tokens_per_s",
+    "off_policy/lag0_abs_diff_mean", "off_policy/lag0_abs_diff_max", "off_policy/lag0_k3",
+    "off_policy/lag0_ratio_mean", "off_policy/measured_token_fraction",
 }
 """Every per-step metric a training run must log (reward, samples, merge failures by class, loss, optimizer,
-staleness, the time split and throughput)."""
+staleness, the time split, throughput and the engine-trainer mismatch at lag 0)."""
 
 
 def test_train_if_async_updates_checkpoints_to_s3_logs_and_resumes(prefect_api, tiny_model_dir, tmp_path, s3_endpoint,
