@@ -142,7 +142,7 @@ def test_vllm_reports_the_logprobs_of_the_tempered_nucleus_it_sampled_from(vllm,
 
     created = admin.create_rollouts([RolloutSpec(id="vllm-processed", group_id="vllm")])[0]
     body = {"model": GATEWAY_NAME, "messages": MESSAGES, "max_tokens": 24, "temperature": TEMPERATURE,
-            "top_p": TOP_P, "seed": 5, "logprobs": True, "top_logprobs": 3}
+            "top_p": TOP_P, "seed": 5, "logprobs": True, "top_logprobs": 3, "return_tokens_as_token_ids": True}
     response = httpx.post(created.base_url + "/chat/completions", json=body, timeout=120,
                           headers={"authorization": f"Bearer {created.api_key}"})
     assert response.status_code == 200, response.text
@@ -159,8 +159,11 @@ def test_vllm_reports_the_logprobs_of_the_tempered_nucleus_it_sampled_from(vllm,
     raw = [float(processed_reference(row, 1.0)[token]) for row, token in zip(logits_TV, tokens, strict=True)]
     assert max(abs(a - b) for a, b in zip(raw, record.response_logprobs, strict=True)) > 0.05, "raw logprobs"
     for t, entry in enumerate(response.json()["choices"][0]["logprobs"]["content"]):
-        best = np.sort(np.maximum(expected_TV[t], -9999.0))[::-1][:len(entry["top_logprobs"])]
-        assert [alt["logprob"] for alt in entry["top_logprobs"]] == pytest.approx(best, abs=LOGPROB_ATOL)
+        # vLLM lists the sampled token first, then the most likely ones ("token_id:N" with return_tokens_as_token_ids)
+        alternatives = {int(alt["token"].removeprefix("token_id:")): alt["logprob"] for alt in entry["top_logprobs"]}
+        assert int(np.argmax(expected_TV[t])) in alternatives and tokens[t] in alternatives
+        for token_id, logprob in alternatives.items():
+            assert logprob == pytest.approx(max(float(expected_TV[t, token_id]), -9999.0), abs=LOGPROB_ATOL)
 
 
 def test_tool_requests_get_auto_tool_choice_and_every_choice(vllm):
