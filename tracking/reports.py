@@ -16,6 +16,7 @@ SIGNAL_HINTS = {
            "model (profile swe-gpu), or try `make train RECIPE=if` to see learning on this machine",
     "search": "the policy needs to find and state the answer sometimes; use a larger model or easier questions",
     "instruction_following": "lower the number of instructions per task or use a larger model",
+    "multistep": "give the parts easier instructions (agents/multistep/tasks.py STEP_KINDS) or use a larger model",
 }
 SIGNAL_HINTS |= {"claude-code": SIGNAL_HINTS["swe"], "codex": SIGNAL_HINTS["swe"]}  # the SWE tasks, another harness
 
