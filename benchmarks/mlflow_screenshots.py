@@ -17,6 +17,8 @@ import json
 import re
 import sys
 import time
+from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from benchmarks.browser import Page, headless_chromium  # noqa: E402
 
 SESSION_METADATA_KEY = "mlflow.trace.session"
 ROLLOUT_TAG = "harnessrl.rollout_id"
+SIZE_STATS_KEY = "mlflow.trace.sizeStats"
 FILES = {"traces": "mlflow-traces.png", "trace": "mlflow-trace.png", "call": "mlflow-call.png",
          "session": "mlflow-session.png", "charts": "mlflow-charts.png"}
 DISMISS_JS = """(() => {
@@ -83,9 +86,19 @@ def ui_urls(tracking_uri: str, subject: Subject) -> dict[str, str]:
             "session": f"{base}/chat-sessions/{subject.session_id}", "charts": f"{base}/runs?compareRunsMode=CHART"}
 
 
+def span_count(trace_metadata: dict[str, str]) -> int:
+    """The number of spans MLflow recorded for a trace (its size statistics; 0 when absent), read without
+    downloading the spans."""
+    try:
+        return int(json.loads(trace_metadata.get(SIZE_STATS_KEY, "{}")).get("num_spans", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
 def choose(client: MlflowClient, experiment: str) -> Subject:
-    """The subject of the screenshots in `experiment`: the longest rollout trace (a SWE episode shows its calls and
-    tools), its session, and the experiment's two latest runs. ValueError naming what is missing."""
+    """The subject of the screenshots in `experiment`: the rollout trace with the most spans (a SWE episode shows its
+    calls and tools; ties: the larger session, then the longer rollout), its session, and the experiment's two latest
+    runs. ValueError naming what is missing."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise ValueError(f"no experiment {experiment!r} at {client.tracking_uri}; pass the name a run logged to")
@@ -94,7 +107,10 @@ def choose(client: MlflowClient, experiment: str) -> Subject:
     if not traces:
         raise ValueError(f"experiment {experiment!r} has no rollout traces (tag {ROLLOUT_TAG}); run training with "
                          "tracing on first")
-    shown = max(traces, key=lambda t: t.info.execution_duration or 0)
+    sessions = Counter(t.info.trace_metadata.get(SESSION_METADATA_KEY) for t in traces)
+    shown = max(traces, key=lambda t: (span_count(t.info.trace_metadata),
+                                       sessions[t.info.trace_metadata.get(SESSION_METADATA_KEY)],
+                                       t.info.execution_duration or 0))
     session = shown.info.trace_metadata.get(SESSION_METADATA_KEY, "")
     runs = client.search_runs([found.experiment_id], order_by=["attributes.start_time DESC"], max_results=2)
     return Subject(experiment_id=found.experiment_id, trace_id=shown.info.trace_id,
@@ -158,15 +174,21 @@ CHARTS_SHOWN = ["loss/total", "rollout/reward_mean"]
 
 def take_screenshots(tracking_uri: str, experiment: str, out: Path, *, width_px: int = 1600,
                      height_px: int = 1000, timeout_s: float = 90.0, chart_filter: str = CHARTS_FILTER,
-                     charts_height_px: int | None = None) -> Captured:
+                     charts_height_px: int | None = None, pages: Collection[str] = tuple(FILES)) -> Captured:
     """Capture the five pages of `experiment` into `out` (FILES); the text of each page as it was captured. The charts
     page shows the charts `chart_filter` matches ("": all of them), in a viewport `charts_height_px` tall (None:
-    `height_px`; the UI stacks a section per metric prefix, so two sections need about 1,400 px)."""
+    `height_px`; the UI stacks a section per metric prefix, so two sections need about 1,400 px). `pages`: which
+    of FILES to capture (the call is selected in the trace page, so "call" needs "trace")."""
+    unknown = set(pages) - set(FILES)
+    if unknown or ("call" in pages and "trace" not in pages):
+        raise ValueError(f"pages {sorted(pages)}: name pages of {sorted(FILES)}, and 'trace' with 'call'")
     subject = choose(MlflowClient(tracking_uri), experiment)
     urls, expected = ui_urls(tracking_uri, subject), expected_texts(subject)
     files, texts = {}, {}
     with headless_chromium(width_px=width_px, height_px=height_px) as page:
         for name, url in urls.items():
+            if name not in pages:
+                continue
             path = out / FILES[name]
             if name == "charts" and charts_height_px:
                 page.set_viewport(width_px, charts_height_px)
@@ -174,7 +196,7 @@ def take_screenshots(tracking_uri: str, experiment: str, out: Path, *, width_px:
             files[name] = str(path)
             if name == "charts" and chart_filter:
                 texts[name] = _capture_charts(page, texts[name], chart_filter, CHARTS_SHOWN, path, timeout_s)
-            if name == "trace":
+            if name == "trace" and "call" in pages:
                 files["call"] = str(out / FILES["call"])
                 texts["call"] = _capture_call(page, texts[name], out / FILES["call"], timeout_s)
     return Captured(files, texts, subject)
@@ -189,10 +211,11 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=1000)
     parser.add_argument("--chart-filter", default=CHARTS_FILTER, help="regex of the charts shown ('': all)")
     parser.add_argument("--charts-height", type=int, default=None, help="the charts page's height (default: --height)")
+    parser.add_argument("--pages", nargs="+", default=list(FILES), choices=list(FILES), help="the pages captured")
     args = parser.parse_args()
     captured = take_screenshots(args.tracking_uri, args.experiment, args.out, width_px=args.width,
                                 height_px=args.height, chart_filter=args.chart_filter,
-                                charts_height_px=args.charts_height)
+                                charts_height_px=args.charts_height, pages=args.pages)
     print(json.dumps({"files": captured.files, "subject": asdict(captured.subject)}, indent=1))
 
 
