@@ -16,7 +16,7 @@ from tests.engine.support import assert_teacher_forced
 def test_engine_serve_help_lists_the_options() -> None:
     result = CliRunner().invoke(engine_app, ["serve", "--help"])
     assert result.exit_code == 0
-    for option in ("--model", "--host", "--port", "--served-model-name", "--max-batch-size"):
+    for option in ("--model", "--host", "--port", "--served-model-name", "--max-batch-size", "--logprobs-mode"):
         assert option in result.output
 
 
@@ -29,8 +29,9 @@ def test_start_failure_quotes_the_server_log(tmp_path: Path) -> None:
 
 
 def test_command_line_carries_the_settings(tiny_model_dir: Path) -> None:
-    engine = EmbeddedEngine(tiny_model_dir, port=9999, served_model_name="x", max_batch_size=4)
+    engine = EmbeddedEngine(tiny_model_dir, port=9999, served_model_name="x", max_batch_size=4, logprobs_mode="raw")
     command = engine.command()
+    assert command[command.index("--logprobs-mode") + 1] == "raw"
     assert command[command.index("--port") + 1] == "9999"
     assert command[command.index("--served-model-name") + 1] == "x"
     assert command[command.index("--max-batch-size") + 1] == "4"
