@@ -21,6 +21,7 @@ from controller.settings_file import read_settings
 from engines import embedded
 from engines.vllm import VLLMConfig
 from flows.config_schema import options_model, unknown_key_error
+from gateway.sampling import SamplingPolicy
 from trainer.advantages import AdvantageConfig
 from trainer.backends.torch import OptimizerConfig, TorchBackendConfig
 from trainer.backends.verl import VerlBackendConfig
@@ -98,6 +99,9 @@ class GatewaySection(Section):
     url: str | None = Field(default=None, description="Connect to a running gateway (tokens from "
                             "$HARNESSRL_ADMIN_TOKEN); none: start one on a free port.")
     model_name: str = Field(default="policy", description="Model name harnesses ask for.")
+    sampling: SamplingPolicy = Field(default_factory=SamplingPolicy, description="How train calls sample "
+                                     "(gateway.sampling: enforce the policy's temperature, or record the "
+                                     "harness's); applies to the gateway a run starts, not to one at `url`.")
 
 
 class ControllerSection(Section):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -32,6 +33,7 @@ from engines.server_process import (
 from flows.config import EngineSection
 from gateway.client import GatewayClient
 from gateway.config import policy_routing
+from gateway.sampling import SamplingPolicy
 
 CONTROLLER_STOP_GRACE_S = 30.0
 """How long the controller and its harness processes get to exit on SIGTERM before they are killed."""
@@ -58,6 +60,14 @@ class ProcessSettings:
     """Start a controller process against the gateway."""
     controller_args: tuple[str, ...] = ()
     """Extra `controller run` options (runner, concurrency, timeouts)."""
+    sampling: SamplingPolicy = field(default_factory=SamplingPolicy)
+    """The started gateway's sampling policy for train calls (enforced or recorded)."""
+
+
+def gateway_settings(settings: ProcessSettings) -> dict[str, Any]:
+    """The config of the gateway a run starts: harness model names sent to the policy, side calls marked, the run's
+    sampling policy for train calls."""
+    return {**policy_routing(settings.model_name), "sampling": settings.sampling.model_dump(mode="json")}
 
 
 def engine_host_port(url: str) -> tuple[str, int]:
@@ -156,7 +166,7 @@ class RunProcesses:
         self._gateway = ServerProcess("gateway", self.gateway_url, self.logs_dir / "gateway.log")
         db = self.settings.run_dir / "gateway.db"
         config = self.settings.run_dir / "gateway.yaml"  # harness model names -> the policy, side calls marked
-        config.write_text(yaml.safe_dump(policy_routing(self.settings.model_name), sort_keys=False))
+        config.write_text(yaml.safe_dump(gateway_settings(self.settings), sort_keys=False))
         command = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", f"sqlite:///{db}",
                    "--config", str(config)]
         self._stops.callback(self._gateway.stop)

@@ -131,7 +131,8 @@ def process_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) 
         controller_args += ("--recipe", config.recipe)
     return ProcessSettings(run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
                            model_name=config.gateway.model_name, engine=config.engine, gateway_url=config.gateway.url,
-                           start_controller=c.start, controller_args=controller_args)
+                           start_controller=c.start, controller_args=controller_args,
+                           sampling=config.gateway.sampling)
 
 
 def feed_config(config: RunConfig, plan: RunPlan) -> FeedConfig:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from engines.vllm import VLLMConfig
@@ -278,3 +279,21 @@ def test_a_running_gateway_without_its_admin_token_is_refused_with_the_fix(tmp_p
         RunProcesses(settings)
     monkeypatch.setenv("HARNESSRL_ADMIN_TOKEN", "secret")
     assert RunProcesses(settings).admin_token == "secret"
+
+
+def test_the_started_gateway_gets_the_runs_sampling_policy(tmp_path):
+    from flows.run_processes import gateway_settings
+    from gateway.config import GatewayConfig
+
+    def started_gateway(overrides):
+        config = load_run_config("if-local", {"work_dir": str(tmp_path), **overrides})
+        settings = process_settings(config, fresh_plan(config, "r", Path("/models/base")))
+        return GatewayConfig.model_validate(yaml.safe_load(yaml.safe_dump(gateway_settings(settings))))
+
+    default = started_gateway({})
+    assert (default.sampling.train, default.sampling.temperature) == ("enforce", 1.0)
+    assert default.model_aliases and default.side_models
+    chosen = started_gateway({"gateway.sampling.train": "record", "gateway.sampling.temperature": 0.7})
+    assert (chosen.sampling.train, chosen.sampling.temperature) == ("record", 0.7)
+    with pytest.raises(ValueError, match="gateway.sampling"):
+        load_run_config("if-local", {"gateway.sampling.train": "ignore"})
