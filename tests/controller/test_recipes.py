@@ -11,7 +11,8 @@ from agents.instruction_following.recipe import RECIPE as IF_RECIPE
 
 
 def test_the_projects_recipes_are_registered_by_name() -> None:
-    assert recipes.recipe_names() == ["claude-code", "codex", "instruction_following", "search", "swe", "swe_bench"]
+    assert recipes.recipe_names() == ["claude-code", "codex", "instruction_following", "multistep", "search", "swe",
+                                     "swe_bench"]
     assert recipes.get_recipe("instruction_following") is IF_RECIPE
 
 
