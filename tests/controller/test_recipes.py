@@ -17,7 +17,7 @@ def test_the_projects_recipes_are_registered_by_name() -> None:
 
 
 def test_an_unknown_name_lists_the_known_ones() -> None:
-    known = "claude-code, codex, instruction_following, search"
+    known = "claude-code, codex, instruction_following, multistep, search"
     with pytest.raises(KeyError, match=f"unknown recipe 'nope'; known recipes: {known}"):
         recipes.get_recipe("nope")
 
