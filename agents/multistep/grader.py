@@ -15,8 +15,9 @@ from gateway.records import CallRecord
 
 
 def part_replies(calls: Sequence[CallRecord]) -> list[str]:
-    """The text of each successful call, in order (one per part)."""
-    return [call.response_text or "" for call in calls if call.status == "ok"]
+    """The text of each successful policy call, in order (one per part); side calls (gateway `side_models`) are not
+    replies to a part."""
+    return [call.response_text or "" for call in calls if call.status == "ok" and not call.side]
 
 
 def score_replies(replies: Sequence[str], steps: Sequence[dict[str, Any]]) -> Grade:

@@ -110,6 +110,8 @@ def test_grade_reads_the_recorded_calls_in_order_and_skips_failed_ones(tmp_path)
     assert verdict.reward == 1.0 and verdict.details["replies"] == 2
     assert get_recipe("multistep").grade(GradeInput(task=task, workdir=tmp_path, calls=calls[:1],
                                                     exit_code=0)).reward == 0.5
+    side = call_record(1, "two words").model_copy(update={"side": True})  # a side call cannot fill in a part
+    assert grade(GradeInput(task=task, workdir=tmp_path, calls=[calls[0], side], exit_code=0)).reward == 0.5
 
 
 def test_score_replies_refuses_a_task_without_parts():
