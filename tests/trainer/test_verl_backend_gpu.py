@@ -43,8 +43,6 @@ def test_one_update_on_fsdp_workers_moves_logprobs_by_advantage_sign_and_checkpo
     pytest.importorskip("verl")
     from transformers import AutoModelForCausalLM
 
-    from trainer.backends.torch import OptimizerConfig
-    from trainer.backends.verl import VerlBackend, VerlBackendConfig
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     positive_context = PROMPT + POSITIVE + OBSERVATION
@@ -55,20 +53,7 @@ def test_one_update_on_fsdp_workers_moves_logprobs_by_advantage_sign_and_checkpo
     ]
     samples = build_samples(calls).samples
     assert len(samples) == 2
-    gpus = torch.cuda.device_count()
-    backend = VerlBackend(
-        VerlBackendConfig(
-            model_path=Path(tiny_model_dir),
-            n_gpus_per_node=gpus,
-            optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=1.0),
-            loss=LossConfig(),
-            schedule=ScheduleConfig(num_workers=gpus, max_tokens_per_micro_batch=256),
-            param_dtype="float32",
-            gradient_checkpointing=False,
-            attn_implementation="flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa",
-        )
-    )
-    backend.load()
+    backend = fsdp_backend(tiny_model_dir)
     metrics = backend.train_step(TrainBatch.of(samples, [1.0, -1.0]))
     assert backend.policy_version == 1 and metrics["train/policy_version"] == 1.0
     assert metrics["train/trainable_tokens"] == len(POSITIVE) + len(SECOND_TURN) + len(NEGATIVE)
@@ -92,8 +77,6 @@ def test_samples_drawn_at_temperature_0_7_train_at_a_ratio_of_one_on_fsdp_worker
     pytest.importorskip("verl")
     from transformers import AutoModelForCausalLM
 
-    from trainer.backends.torch import OptimizerConfig
-    from trainer.backends.verl import VerlBackend, VerlBackendConfig
     from trainer.sampling import SamplingParams
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
@@ -109,6 +92,18 @@ def test_samples_drawn_at_temperature_0_7_train_at_a_ratio_of_one_on_fsdp_worker
 
     samples = build_samples([call_at("pos", POSITIVE), call_at("neg", NEGATIVE)]).samples
     assert [s.sampling for s in samples] == [cool, cool]
+    backend = fsdp_backend(tiny_model_dir)
+    metrics = backend.train_step(TrainBatch.of(samples, [1.0, -1.0]))
+    assert abs(metrics["loss/total"]) < 1e-4
+    assert metrics["loss/clip_fraction"] == 0.0
+    assert abs(metrics["loss/ppo_kl"]) < 1e-4
+
+
+def fsdp_backend(tiny_model_dir) -> object:
+    """The verl backend on every local GPU, float32, loaded (lr 1e-3: one step moves the tiny model visibly)."""
+    from trainer.backends.torch import OptimizerConfig
+    from trainer.backends.verl import VerlBackend, VerlBackendConfig
+
     gpus = torch.cuda.device_count()
     backend = VerlBackend(
         VerlBackendConfig(
@@ -123,7 +118,4 @@ def test_samples_drawn_at_temperature_0_7_train_at_a_ratio_of_one_on_fsdp_worker
         )
     )
     backend.load()
-    metrics = backend.train_step(TrainBatch.of(samples, [1.0, -1.0]))
-    assert abs(metrics["loss/total"]) < 1e-4
-    assert metrics["loss/clip_fraction"] == 0.0
-    assert abs(metrics["loss/ppo_kl"]) < 1e-4
+    return backend
