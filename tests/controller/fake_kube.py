@@ -30,7 +30,8 @@ class FakeKube:
         self.patches: list[tuple[str, str, str, dict[str, Any]]] = []  # (kind, name, content type, body)
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # shutdown() waits for the serve loop's next poll: 0.5 s by default, paid at every test's exit
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:

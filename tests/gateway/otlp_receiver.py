@@ -91,7 +91,8 @@ class OtlpReceiver:
 
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name="otlp-receiver", daemon=True)
 
     @property
     def endpoint(self) -> str:
