@@ -4,6 +4,11 @@ slots, so some wait for a free one).
 
 Every rollout must reach a terminal state, the recipes' calls must be recorded with token IDs, every graded rollout must
 carry a reward posted with the grader credential, and the crash and the hang must end as `agent` failures.
+
+The SWE tasks are generated from the tiny local project of tests/agents/swe (HARNESSRL_SWE_SOURCE) rather than the
+recipe's default `pypi:xmltodict`: the same generation, harness and grading path without the package index, with 5
+tests to run per bug candidate and per grade instead of ~70 (the sdist path is tested in
+tests/agents/swe/test_generator.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
 from gateway.client import GatewayClient
 from gateway.records import EventKind, FailureKind, RolloutSpec, RolloutState
+from tests.agents.swe.conftest import write_tiny_project
 from tests.controller.support import ScriptRecipe
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, GatewayProcess
 
@@ -36,6 +42,8 @@ def recipes(name: str):
 def swe_store(tmp_path_factory, monkeypatch_module):
     store = tmp_path_factory.mktemp("swe-store")
     monkeypatch_module.setenv("HARNESSRL_SWE_STORE", str(store))
+    source = write_tiny_project(tmp_path_factory.mktemp("swe-src") / "tinymath")
+    monkeypatch_module.setenv("HARNESSRL_SWE_SOURCE", str(source))
     return store
 
 
