@@ -5,9 +5,9 @@ text the harness got, streamed or not; count_tokens counts exactly that prompt."
 
 from __future__ import annotations
 
-import anthropic
+from typing import TYPE_CHECKING
+
 import pytest
-from transformers import AutoTokenizer
 
 from engines.serving.chat_template import render_chat
 from gateway.client import GatewayClient
@@ -16,6 +16,9 @@ from gateway.records import CallStatus
 from tests.gateway.api_support import create_rollouts
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
+
+if TYPE_CHECKING:  # anthropic and transformers are imported where used: collection is paid by every worker
+    import anthropic
 
 TOOLS = [{"name": "Bash", "description": "Run a shell command", "input_schema": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]
@@ -41,10 +44,14 @@ def admin(tmp_path_factory, engine_url):
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 def sdk(created) -> anthropic.Anthropic:
+    import anthropic
+
     return anthropic.Anthropic(base_url=created.base_url.removesuffix("/v1"), api_key=created.api_key, max_retries=0)
 
 

@@ -4,7 +4,8 @@ harness saw it and the engine's token IDs; count_tokens; Anthropic's auth header
 
 from __future__ import annotations
 
-import anthropic
+from typing import TYPE_CHECKING
+
 import httpx
 import orjson
 import pytest
@@ -15,6 +16,9 @@ from gateway.scripted import Script
 from tests.gateway.api_support import create_rollouts
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessScripted
+
+if TYPE_CHECKING:  # the SDK (about 1.5 s of imports) is imported where used: collection is paid by every worker
+    import anthropic
 
 PROMPT_IDS, RESPONSE_IDS = list(range(1000, 1016)), list(range(5000, 5008))
 TOOLS = [{"name": "Bash", "description": "Run a shell command",
@@ -41,6 +45,8 @@ def rollout(admin):
 
 def sdk(created, **kwargs) -> anthropic.Anthropic:
     """The SDK pointed at the rollout (it appends /v1/messages), sending the key as x-api-key."""
+    import anthropic
+
     return anthropic.Anthropic(base_url=created.base_url.removesuffix("/v1"), api_key=created.api_key,
                                max_retries=0, **kwargs)
 
@@ -139,6 +145,8 @@ def test_count_tokens_counts_with_the_engines_tokenizer_and_is_recorded(admin, s
 
 
 def test_bearer_and_anthropic_headers_are_accepted(admin, rollout) -> None:
+    import anthropic
+
     client = anthropic.Anthropic(base_url=rollout.base_url.removesuffix("/v1"), auth_token=rollout.api_key,
                                  max_retries=0, default_headers={"anthropic-beta": "a-2025-01-01,b-2026-02-02",
                                                                  "anthropic-version": "2099-01-01"})
@@ -193,6 +201,8 @@ def test_another_rollouts_key_is_403_and_a_finished_rollout_409(admin, gateway) 
 
 
 def test_the_sdk_raises_its_own_errors(rollout) -> None:
+    import anthropic
+
     with pytest.raises(anthropic.BadRequestError) as refused:
         sdk(rollout).messages.create(model=MODEL, max_tokens=8, messages=ASK, extra_body={"top_k": "many"})
     assert refused.value.body["error"]["type"] == "invalid_request_error" and "top_k" in str(refused.value)

@@ -9,7 +9,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -26,6 +25,14 @@ pytestmark = pytest.mark.slow  # a PostgreSQL server process
 
 GATEWAYS = 2
 ROLLOUTS = 40
+
+
+def connect(url: str):
+    """A psycopg connection to the SQLAlchemy URL `url` (imported here: collection is paid by every worker, and this
+    module is in the slow tier)."""
+    import psycopg
+
+    return psycopg.connect(url.replace("+psycopg", ""))
 
 
 @pytest.mark.parametrize(("url", "expected"), [
@@ -87,7 +94,7 @@ def test_gateways_sharing_one_database_never_claim_a_rollout_twice(shared_stores
 def test_gateways_sharing_one_database_requeue_an_expired_lease_once(shared_stores) -> None:
     async def expire_then_reclaim(stores: list[SqlStore]) -> tuple[list[str], list[list[str]]]:
         await claim_all(stores, 60.0)
-        with psycopg.connect(shared_stores.url.replace("+psycopg", "")) as conn:
+        with connect(shared_stores.url) as conn:
             conn.execute("UPDATE rollouts SET lease_expires_at = 0")  # every lease lost
         reclaimed = await claim_all(stores, 60.0)
         states = [[e.payload["state"] for e in await stores[0].list_events(f"r{i}") if e.kind == EventKind.STATE]
@@ -150,7 +157,7 @@ def test_a_locked_database_gives_503_within_2_s_while_health_and_reads_stay_fast
             (created, other) = create_rollouts(admin, 2, prefix="locked")
             post = lambda: httpx.post(created.base_url + "/chat/completions", json=chat(), timeout=30,  # noqa: E731
                                       headers={"authorization": f"Bearer {created.api_key}"})
-            with psycopg.connect(url.replace("+psycopg", "")) as holder:
+            with connect(url) as holder:
                 holder.execute("LOCK TABLE calls, rollouts, events IN EXCLUSIVE MODE")
                 with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=gateway.url, timeout=30) as probe:
                     probe.get("/health")  # connected before the clock starts (a new client costs 0.1-0.4 s loaded)
@@ -178,7 +185,7 @@ def test_a_write_blocked_by_another_sessions_lock_fails_after_the_lock_timeout_t
     engine = make_engine(url, lock_timeout_s=0.5)
     table = sa.Table("items", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
     table.create(engine)
-    holder = psycopg.connect(url.replace("+psycopg", ""))
+    holder = connect(url)
     try:
         holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
