@@ -11,6 +11,7 @@ import yaml
 
 from agents.swe.harness import command_runner
 from agents.swe.sandbox import GIT_DISABLED_MESSAGE, MAX_OUTPUT_BYTES, SANDBOX_MODE_ENV, ContainerCommands, Sandbox
+from tests.services import process_gone
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -28,13 +29,13 @@ def test_the_environment_is_the_allowlist_and_git_is_the_shim(tmp_path, monkeypa
 
 
 def test_a_command_past_its_limit_is_killed_with_what_it_left_in_the_background(tmp_path):
-    marker = tmp_path / "repo" / "still-running"
+    marker, pid_file = tmp_path / "repo" / "still-running", tmp_path / "repo" / "child.pid"
     runner = commands(tmp_path)
     started = time.monotonic()
-    result = runner.run(f"(sleep 2; touch {marker}) & sleep 30", timeout_s=1)
+    result = runner.run(f"(sleep 5; touch {marker}) & echo $! > {pid_file}; sleep 30", timeout_s=1)
     assert result.timed_out and result.returncode == -9 and time.monotonic() - started < 10
-    time.sleep(2.5)
-    assert not marker.exists()  # the background child died with the command's group
+    # the background child died with the command's group: gone now (not after its 5 s), and it never wrote
+    assert process_gone(int(pid_file.read_text())) and not marker.exists()
 
 
 def test_output_is_capped(tmp_path):
