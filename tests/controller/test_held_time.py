@@ -95,7 +95,7 @@ def test_each_tick_extends_running_attempts_by_the_growth_of_the_gateways_paused
 
 def test_a_local_attempt_whose_deadline_was_extended_finishes_instead_of_timing_out(tmp_path):
     runner = LocalRunner(1, kill_grace_s=0.2)
-    runner.start(local_spec(tmp_path, "import time; time.sleep(2.0)", timeout_s=1.0))
+    runner.start(local_spec(tmp_path, "import time; time.sleep(1.0)", timeout_s=0.5))  # runs past 0.5 s
     runner.extend_deadline("r1", 5.0)
     runner.extend_deadline("unknown", 5.0)  # an attempt that already ended: nothing to do
     [result] = wait_results(runner, 1)

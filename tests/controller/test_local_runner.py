@@ -15,6 +15,7 @@ from controller.runners.harness_sandbox import HarnessSandbox
 from controller.runners.local import LocalRunner
 from tests.sandbox.support import fresh_uid, wait_no_processes
 from tests.sandbox.test_forwarder import Upstream
+from tests.services import wait_for_file
 
 # Starts a grandchild that ignores SIGTERM in a session of its own, then does `then`.
 GRANDCHILD = """
@@ -247,7 +248,9 @@ def test_an_https_or_foreign_base_url_is_refused(tmp_path):
 
 
 def test_a_harness_cannot_kill_or_write_into_another_rollouts_attempt(tmp_path):
-    victim = spec(tmp_path, "import time; time.sleep(3); print('victim done')", rollout_id="victim")
+    # the victim runs until the test lets it finish (a file `go` in its workdir), after the attack ended
+    victim = spec(tmp_path, "import os, time\nopen('started', 'w').write('1')\nwhile not os.path.exists('go'):\n"
+                            "    time.sleep(0.02)\nprint('victim done')", rollout_id="victim")
     attack = (f"import subprocess\n"
               f"try:\n    open({str(victim.workdir / 'planted')!r}, 'w').write('x'); print('planted')\n"
               f"except OSError as e:\n    print('refused', type(e).__name__, flush=True)\n"
@@ -255,9 +258,11 @@ def test_a_harness_cannot_kill_or_write_into_another_rollouts_attempt(tmp_path):
     attacker = spec(tmp_path, attack, rollout_id="attacker")
     runner = LocalRunner(2)
     runner.start(victim)
-    time.sleep(0.5)
+    wait_for_file(victim.workdir / "started")
     runner.start(attacker)
-    results = {r.rollout_id: r for r in wait_results(runner, 2)}
+    results = {r.rollout_id: r for r in wait_results(runner, 1)}
+    (victim.workdir / "go").touch()
+    results |= {r.rollout_id: r for r in wait_results(runner, 1)}
     assert results["victim"].exit_code == 0 and victim.stdout_path.read_text() == "victim done\n"
     assert not (victim.workdir / "planted").exists()
     assert attacker.stdout_path.read_text() == "refused FileNotFoundError\n"  # the other workdir is not there at all
