@@ -3,6 +3,12 @@ prefect.yaml's local deployments and starts a process worker; `prefect deploymen
 runs a tiny SWE training run to Completed, which logs to the MLflow server. A second, long run is in flight when
 Ctrl-C stops everything: it is cancelled first, so the gateway and controller it started stop with it.
 
+The SWE tasks come from the tiny local project of tests/agents/swe (HARNESSRL_SWE_SOURCE, inherited by the worker)
+rather than the recipe's default `pypi:xmltodict`: the same generation and grading path without the package index
+and with a 5-test project to run per bug candidate and per grade (the sdist path is tested in
+tests/agents/swe/test_generator.py). The worker looks for scheduled runs every second (PREFECT_WORKER_QUERY_SECONDS;
+default 10 s), so neither deployment run waits up to 10 s to be picked up.
+
 Measured on 2 cores: services up in about 40 s, the tiny run about 65 s, the stop about 4 s.
 """
 
@@ -20,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.agents.swe.conftest import write_tiny_project
 from tests.gateway.support import free_port
 
 pytestmark = pytest.mark.slow
@@ -104,7 +111,9 @@ def start_long_run(api_url: str, tmp_path: Path, tiny_model_dir: Path, log_path:
 
 def test_services_run_train_swe_default_to_completion_and_log_to_mlflow(tiny_model_dir, tmp_path):
     state_dir, log_path = tmp_path / "services", tmp_path / "services.out"
-    env = {**os.environ, "HARNESSRL_SWE_STORE": str(tmp_path / "swe-store")}  # the worker inherits it
+    env = {**os.environ, "HARNESSRL_SWE_STORE": str(tmp_path / "swe-store"),  # the worker inherits these
+           "HARNESSRL_SWE_SOURCE": str(write_tiny_project(tmp_path / "src" / "tinymath")),
+           "PREFECT_WORKER_QUERY_SECONDS": "1"}
     cmd = [sys.executable, str(ROOT / "deploy" / "services.py"), "start", "--state-dir", str(state_dir),
            "--prefect-port", str(free_port()), "--mlflow-port", str(free_port())]
     started = time.monotonic()
