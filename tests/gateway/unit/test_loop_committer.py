@@ -69,13 +69,22 @@ def test_the_committer_follows_whether_commits_wait_on_io(engine, waits, expecte
     committer.close()
 
 
-def _lock(db: sa.Engine, release_after_s: float) -> threading.Timer:
-    """Another connection takes SQLite's write lock now and releases it after `release_after_s`."""
-    holder = sqlite3.connect(db.url.database, isolation_level=None, check_same_thread=False)
-    holder.execute("BEGIN IMMEDIATE")
-    timer = threading.Timer(release_after_s, lambda: (holder.rollback(), holder.close()))
-    timer.start()
-    return timer
+class _HeldLock:
+    """Another connection takes SQLite's write lock now and releases it after `release_after_s`, or at `release()`
+    (a test done with the lock does not wait out its time)."""
+
+    def __init__(self, db: sa.Engine, release_after_s: float) -> None:
+        self._holder = sqlite3.connect(db.url.database, isolation_level=None, check_same_thread=False)
+        self._holder.execute("BEGIN IMMEDIATE")
+        self._once = threading.Lock()
+        self._timer = threading.Timer(release_after_s, self.release)
+        self._timer.start()
+
+    def release(self) -> None:
+        self._timer.cancel()
+        if self._once.acquire(blocking=False):
+            self._holder.rollback()
+            self._holder.close()
 
 
 async def _ticks_while(awaitable) -> tuple[object, int, float]:
@@ -98,7 +107,7 @@ async def _ticks_while(awaitable) -> tuple[object, int, float]:
 
 def test_a_locked_database_never_blocks_the_loop_and_order_is_kept(engine) -> None:  # noqa: F811
     committer = LoopCommitter(engine, lock_wait_s=2.0)
-    _lock(engine, 0.4)
+    _HeldLock(engine, 0.4)
 
     async def main():
         first = asyncio.ensure_future(committer.run_insert(items, {"id": 1, "v": "first"}))
@@ -115,14 +124,14 @@ def test_a_locked_database_never_blocks_the_loop_and_order_is_kept(engine) -> No
 @pytest.mark.parametrize("kind", [LoopCommitter, GroupCommitter])
 def test_a_lock_held_past_the_deadline_fails_the_write_in_time(engine, kind) -> None:  # noqa: F811
     committer = kind(engine, lock_wait_s=0.5)
-    timer = _lock(engine, 1.2)
+    held = _HeldLock(engine, 1.2)
 
     async def main():
         return await _ticks_while(asyncio.gather(committer.run_insert(items, {"id": 1, "v": "x"}),
                                                  return_exceptions=True))
 
     (error,), ticks, seconds = asyncio.run(main())
-    timer.join()
+    held.release()  # held past the deadline: the write has failed
     committer.close()
     assert is_busy(error) or isinstance(error, StoreBusy), error
     assert 0.4 < seconds < 1.0 and ticks > 20 and stored(engine) == {}
