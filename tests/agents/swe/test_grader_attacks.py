@@ -223,7 +223,7 @@ def test_a_run_past_its_time_limit_is_killed_and_not_tampering(tiny_store, tmp_p
     instance = instances[0]
     repo = _agent_repo(store, instance, tmp_path)
     _edit_source(store, instance, repo, "\nimport time as _time\n_time.sleep(60)\n")
-    grade = grade_patch(store, instance, tree_diff(checkout(store, instance, tmp_path / "base"), repo), timeout_s=3)
+    grade = grade_patch(store, instance, tree_diff(checkout(store, instance, tmp_path / "base"), repo), timeout_s=1)
     assert grade.reward == 0.0 and grade.details["timed_out"] is True and grade.details["tamper"] is False
 
 
