@@ -2,6 +2,8 @@
 through the real loop, consistent difficulty counts, versioned splits that read back, MLflow and Prefect artifacts.
 
 The tiny model cannot fix a bug, so the probes mostly give 0/k: the test checks that the counts add up, not a split.
+Two generated instances (each SWE probe is a harness process and a graded test run: 2 x k of them, not 3 x k) and one
+row of each bad kind: every cleaning step still keeps some rows and drops one.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from tests.agents.swe.conftest import write_tiny_project
 
 pytestmark = pytest.mark.slow
 K = 2
+GOOD = 2  # generated instances; every one that survives cleaning is probed K times
 
 
 def store_with_bad_rows(tmp_path: Path) -> tuple[Path, list[str]]:
-    """A store with 3 generated instances and one of each bad kind: empty statement, missing base, 201 tests."""
+    """A store with GOOD generated instances and one of each bad kind: empty statement, missing base, 201 tests."""
     store = tmp_path / "store"
-    good = generate(str(write_tiny_project(tmp_path / "src" / "tinymath")), store, count=3, seed=0)
-    assert len(good) == 3
+    good = generate(str(write_tiny_project(tmp_path / "src" / "tinymath")), store, count=GOOD, seed=0)
+    assert len(good) == GOOD
     template = good[0]
     bad = [{**template, "instance_id": "bad-empty-statement", "problem_statement": "   "},
            {**template, "instance_id": "bad-no-base", "repo": "harnessrl/local__gone.00000000",
@@ -32,7 +35,7 @@ def store_with_bad_rows(tmp_path: Path) -> tuple[Path, list[str]]:
            {**template, "instance_id": "bad-too-many-tests",
             "PASS_TO_PASS": [f"tests/test_x.py::test_{i}" for i in range(201 - len(template["FAIL_TO_PASS"]))]}]
     write_instances(store, bad)
-    assert len(load_instances(store)) == 6
+    assert len(load_instances(store)) == GOOD + 3
     return store, [instance["instance_id"] for instance in good]
 
 
@@ -60,13 +63,13 @@ def test_prepare_swe_data_on_generated_tasks(prefect_api, tiny_model_dir, tmp_pa
                                splits_store=(tmp_path / "splits").as_uri(), overrides=overrides)
 
     counts = summary["counts"]
-    assert counts["rows_loaded"] == 6
+    assert counts["rows_loaded"] == GOOD + 3
     assert [counts[f"{step}/{key}"] for step in ("drop_empty_statements", "drop_missing_environment",
                                                  "drop_too_many_tests") for key in ("in", "kept", "dropped")] == \
-        [6, 5, 1, 5, 4, 1, 4, 3, 1]
-    assert counts["probe/rollouts"] + K * counts["probe/unfinished_tasks"] == 3 * K
+        [GOOD + 3, GOOD + 2, 1, GOOD + 2, GOOD + 1, 1, GOOD + 1, GOOD, 1]
+    assert counts["probe/rollouts"] + K * counts["probe/unfinished_tasks"] == GOOD * K
     probed = counts["difficulty/probed"]
-    assert probed + counts["probe/unfinished_tasks"] == 3
+    assert probed + counts["probe/unfinished_tasks"] == GOOD
     assert counts["difficulty/solved"] + counts["difficulty/mixed"] + counts["difficulty/unsolved"] == probed
     assert summary["n_train"] + summary["n_val"] + counts["difficulty/solved"] + counts["difficulty/unused"] == probed
     assert summary["n_val"] == min(1, probed - counts["difficulty/solved"])
@@ -74,8 +77,8 @@ def test_prepare_swe_data_on_generated_tasks(prefect_api, tiny_model_dir, tmp_pa
     splits = fetch_splits(directory_store((tmp_path / "splits").as_uri()), summary["splits_uri"], tmp_path / "fetched")
     assert summary["splits_uri"].endswith(f"/swe-smith/{summary['version']}")
     assert (splits.manifest.k, splits.manifest.seed, splits.manifest.version) == (K, 5, summary["version"])
-    assert splits.manifest.steps["drop_missing_environment"] == {"in": 5, "kept": 4, "dropped": 1}
-    assert splits.manifest.steps["probe_difficulty"]["in"] == 3
+    assert splits.manifest.steps["drop_missing_environment"] == {"in": GOOD + 2, "kept": GOOD + 1, "dropped": 1}
+    assert splits.manifest.steps["probe_difficulty"]["in"] == GOOD
     ids = [row["instance_id"] for row in splits.train + splits.val]
     assert len(set(ids)) == len(ids) and set(ids) <= set(good_ids)
     assert all(row["source"] == "swe-smith" and row["fix_patch"] for row in splits.train + splits.val)
