@@ -145,7 +145,7 @@ def run_pipeline(config: RunConfig, params: DataParams, weights: Weights, plan: 
     selected = select_splits(probe.outcomes, params.k, params.n_mixed, params.n_unsolved, params.n_heldout,
                              params.seed, params.pass_threshold, levels or None)
     by_id = {row["instance_id"]: row for row in candidates}
-    fields = manifest_fields(params, steps, probe, selected, weights)
+    fields = manifest_fields(params, steps, probe, selected, weights, config.rollout.task_overrides)
     uri, manifest = write_versioned_splits(plan.run_dir / "splits", splits_store(config, params.splits_store),
                                            [by_id[i] for i in selected.train], [by_id[i] for i in selected.val],
                                            fields)
@@ -218,8 +218,10 @@ def require_probe_environment(environment: str, what: str) -> None:
 
 
 def manifest_fields(params: DataParams, steps: list[StepResult], probe: ProbeResult, selected: DifficultySplit,
-                    weights: Weights) -> dict[str, Any]:
-    """What the manifest records besides the files (the version hashes all of it)."""
+                    weights: Weights, task_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the manifest records besides the files (the version hashes all of it); `task_overrides` are the harness
+    settings the probes ran with (e.g. the SWE harness's `harness_config`): a task's difficulty is its difficulty
+    under them, so the split says which."""
     probed = {"in": len(steps[-1].kept), "kept": len(probe.outcomes),
               "dropped": len(probe.unfinished)}
     return {"name": params.kind, "seed": params.seed, "k": params.k,
@@ -229,7 +231,7 @@ def manifest_fields(params: DataParams, steps: list[StepResult], probe: ProbeRes
             "params": {"model": weights.label, "checkpoint_uri": weights.checkpoint_uri,
                        "policy_version": weights.policy_version, "pass_threshold": params.pass_threshold,
                        "max_tests": params.max_tests, "environment": params.environment, "split": params.split,
-                       "limit": params.limit}}
+                       "limit": params.limit, "probe_task_overrides": dict(task_overrides or {})}}
 
 
 def summary_markdown(params: DataParams, manifest: SplitManifest, uri: str) -> str:

@@ -7,7 +7,8 @@ gateway path); each command of the agent runs in a sandbox of its own inside tha
 only `repo/` writable (see sandbox.py). The harness makes itself non-dumpable so that nothing running as its uid can
 read its memory or environment.
 Task fields: "problem_statement", "store" (hidden from the agent's commands); optional "model" (default "policy"),
-"step_limit" (default 30), "max_tokens" (default 1024), "temperature" (default 1.0), "command_timeout_s" (default 60).
+"step_limit" (default 30), "max_tokens" (default 1024), "temperature" (default 1.0), "command_timeout_s" (default 60),
+"harness_config" (default "mini_textbased", mini-swe-agent's own; "one_command" for small models: harness_configs.py).
 It writes the trajectory to `trajectory.json` next to `repo/`, for humans only: the grader computes the diff itself.
 """
 
@@ -22,13 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from agents.swe.harness_configs import DEFAULT_CONFIG, load_harness_config
 from agents.swe.sandbox import ALLOW_NETWORK_ENV, SANDBOX_MODE_ENV, ContainerCommands, Sandbox
 
 REPO_DIR = "repo"
 TRAJECTORY_FILE = "trajectory.json"
-DEFAULTS = {"model": "policy", "step_limit": 30, "max_tokens": 1024, "temperature": 1.0, "command_timeout_s": 60}
+DEFAULTS = {"model": "policy", "step_limit": 30, "max_tokens": 1024, "temperature": 1.0, "command_timeout_s": 60,
+            "harness_config": DEFAULT_CONFIG}
 
 
 def load_task() -> dict[str, Any]:
@@ -38,9 +39,7 @@ def load_task() -> dict[str, Any]:
 
 def textbased_config() -> dict[str, Any]:
     """mini-swe-agent's own `mini_textbased.yaml` (fenced `mswea_bash_command` actions)."""
-    import minisweagent
-
-    return yaml.safe_load((Path(minisweagent.__file__).parent / "config" / "mini_textbased.yaml").read_text())
+    return load_harness_config(DEFAULT_CONFIG)
 
 
 def build_model(task: dict[str, Any], config: dict[str, Any]):
@@ -101,7 +100,7 @@ def run_agent(task: dict[str, Any], workdir: Path, shim_dir: Path) -> dict[str, 
     """Run mini-swe-agent to its end (submitted, step limit, format errors); returns its exit info."""
     from minisweagent.agents.default import DefaultAgent
 
-    config = textbased_config()
+    config = load_harness_config(task["harness_config"])
     if workdir.resolve().is_relative_to(Path(task["store"]).resolve()):
         raise ValueError(f"working directory {workdir} is inside the task store {task['store']}, which the sandbox "
                          f"hides from the agent; run rollouts in a directory outside the store")

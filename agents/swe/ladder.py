@@ -3,7 +3,8 @@
 One generated bug can be stated at any level; the grader is the same at every level (fresh checkout, FAIL_TO_PASS /
 PASS_TO_PASS), only the statement changes:
 
-  level 0: the file, the line, the exact replacement line and one shell command that makes the change;
+  level 0: the file, the line, the exact replacement line and one shell command that makes the change (a `sed`
+           substitution of the changed words only, short enough for a 135M model to copy);
   level 1: the file, the line (its current text) and the kind of bug;
   level 2: the file, and the failing behaviour (today's statement with the file named);
   level 3: the failing behaviour only (the failing tests and their messages): the generator's original statement.
@@ -95,9 +96,50 @@ def bug_site(file: str, original: str, mutated: str, kind: str) -> BugSite | Non
 
 
 def edit_command(site: BugSite) -> str:
-    """One `sed -i` command that replaces the site's line by the fixed line (quoted for a POSIX shell)."""
+    """One `sed -i` command that makes the site's line the fixed line (quoted for a POSIX shell): a substitution of
+    the changed words only (`12s|==|!=|`: a few tokens for a small model to copy), else of the whole line."""
+    return span_edit_command(site) or line_edit_command(site)
+
+
+def line_edit_command(site: BugSite) -> str:
+    """`sed -i 'Ls|.*|<fixed line>|' file`: the whole line replaced."""
     replacement = site.fixed_line.replace("\\", "\\\\").replace("|", "\\|").replace("&", "\\&")
     return f"sed -i {shlex.quote(f'{site.line}s|.*|{replacement}|')} {shlex.quote(site.file)}"
+
+
+def changed_words(buggy: str, fixed: str) -> tuple[int, str, str]:
+    """Where the two lines differ, widened to whole whitespace-separated words: (start, buggy part, fixed part)."""
+    start = 0
+    while start < min(len(buggy), len(fixed)) and buggy[start] == fixed[start]:
+        start += 1
+    tail = 0
+    while tail < min(len(buggy), len(fixed)) - start and buggy[-1 - tail] == fixed[-1 - tail]:
+        tail += 1
+    while start > 0 and not buggy[start - 1].isspace():
+        start -= 1
+    while tail > 0 and not buggy[len(buggy) - tail].isspace():
+        tail -= 1
+    return start, buggy[start:len(buggy) - tail], fixed[start:len(fixed) - tail]
+
+
+def span_edit_command(site: BugSite) -> str | None:
+    """`sed -i 'Ls|old|new|N' file` replacing the changed words (the Nth occurrence on the line); None when no
+    delimiter is free or the words cannot be matched literally there."""
+    start, old, new = changed_words(site.buggy_line, site.fixed_line)
+    delimiter = next((d for d in "|#/,@%" if d not in old + new), None)
+    if not old or delimiter is None:
+        return None
+    occurrences, at = [], site.buggy_line.find(old)
+    while at >= 0:  # sed's matches: leftmost, non-overlapping
+        occurrences.append(at)
+        at = site.buggy_line.find(old, at + len(old))
+    if start not in occurrences:
+        return None
+    pattern = "".join(f"\\{c}" if c in "\\.*[^$" else c for c in old)
+    replacement = new.replace("\\", "\\\\").replace("&", "\\&")
+    nth = occurrences.index(start) + 1
+    script = f"{site.line}s{delimiter}{pattern}{delimiter}{replacement}{delimiter}{nth if nth > 1 else ''}"
+    return f"sed -i {shlex.quote(script)} {shlex.quote(site.file)}"
 
 
 def ladder_statement(level: int, failing_behaviour: str, file: str, site: BugSite | None) -> str:

@@ -1,8 +1,9 @@
 """Metrics of SWE rollouts beyond the reward: the action-format success rate and the pass rate per ladder level.
 
 The action-format rate is read from the gateway's call records (the harness's own turns as the engine answered them):
-the share of the agent's turns whose answer mini-swe-agent parses as an action, i.e. holds exactly one
-```mswea_bash_command fenced block (its text-based `action_regex`). Side calls and failed calls are not turns.
+the share of the agent's turns whose answer mini-swe-agent parses as an action, i.e. holds exactly one match of the
+`action_regex` of the configuration the rollout ran with (the task's `harness_config`: ```mswea_bash_command fenced
+blocks by default, harness_configs.py). Side calls and failed calls are not turns.
 """
 
 from __future__ import annotations
@@ -10,16 +11,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from agents.swe.harness_configs import DEFAULT_CONFIG, MINI_SWE_AGENT_ACTION_REGEX, action_regex
 from agents.swe.ladder import instance_level
 from gateway.records import CallRecord
 from trainer.rollout_groups import FinishedGroup
 
-ACTION_REGEX = r"```mswea_bash_command\s*\n(.*?)\n```"  # mini-swe-agent's LitellmTextbasedModelConfig.action_regex
+ACTION_REGEX = MINI_SWE_AGENT_ACTION_REGEX  # the default configuration's
 
 
-def action_parsed(text: str | None) -> bool:
-    """Whether mini-swe-agent takes `text` as an action: exactly one fenced `mswea_bash_command` block."""
-    return text is not None and len(re.findall(ACTION_REGEX, text, re.DOTALL)) == 1
+def action_parsed(text: str | None, regex: str = ACTION_REGEX) -> bool:
+    """Whether mini-swe-agent takes `text` as an action: exactly one match of `regex` (default: one fenced
+    `mswea_bash_command` block)."""
+    return text is not None and len(re.findall(regex, text, re.DOTALL)) == 1
+
+
+def group_action_regex(group: FinishedGroup) -> str:
+    """The action regex of the harness configuration the group's rollouts ran with (their task's `harness_config`)."""
+    return action_regex(str(group.task.get("harness_config") or DEFAULT_CONFIG))
 
 
 def agent_turns(group: FinishedGroup) -> list[CallRecord]:
@@ -32,10 +40,10 @@ def agent_turns(group: FinishedGroup) -> list[CallRecord]:
 def action_format_metrics(groups: Iterable[FinishedGroup], prefix: str) -> dict[str, float]:
     """`{prefix}/action_format_rate` (share of turns with a parsed action) and `{prefix}/agent_turns`; no rate
     without turns (e.g. groups fetched without their calls)."""
-    turns = [call for group in groups for call in agent_turns(group)]
+    turns = [(call, group_action_regex(group)) for group in groups for call in agent_turns(group)]
     if not turns:
         return {}
-    parsed = sum(action_parsed(call.response_text) for call in turns)
+    parsed = sum(action_parsed(call.response_text, regex) for call, regex in turns)
     return {f"{prefix}/action_format_rate": parsed / len(turns), f"{prefix}/agent_turns": float(len(turns))}
 
 

@@ -266,7 +266,8 @@ def test_the_gpu_profile_builds_vllm_and_verl_by_configuration_alone(tmp_path):
     assert flags["--gpu-memory-utilization"] == "0.6" and "--enable-sleep-mode" in argv
 
     torch_backend = build_backend(load_run_config("swe-local", {"backend.schedule.layout": "padded"}), plan)
-    assert torch_backend.config.schedule == ScheduleConfig(max_tokens_per_micro_batch=2048, layout="padded")
+    assert torch_backend.config.schedule == ScheduleConfig(num_updates=2, max_tokens_per_micro_batch=2048,
+                                                           layout="padded")
 
 
 def test_a_running_gateway_without_its_admin_token_is_refused_with_the_fix(tmp_path, monkeypatch):

@@ -79,6 +79,7 @@ def test_prepare_swe_data_on_generated_tasks(prefect_api, tiny_model_dir, tmp_pa
     assert (splits.manifest.k, splits.manifest.seed, splits.manifest.version) == (K, 5, summary["version"])
     assert splits.manifest.steps["drop_missing_environment"] == {"in": GOOD + 2, "kept": GOOD + 1, "dropped": 1}
     assert splits.manifest.steps["probe_difficulty"]["in"] == GOOD
+    assert splits.manifest.params["probe_task_overrides"] == overrides["rollout.task_overrides"]  # what probed them
     ids = [row["instance_id"] for row in splits.train + splits.val]
     assert len(set(ids)) == len(ids) and set(ids) <= set(good_ids)
     assert all(row["source"] == "swe-smith" and row["fix_patch"] for row in splits.train + splits.val)

@@ -17,6 +17,7 @@ from agents.swe.ladder import (
     ladder_statement,
     level_counts,
     level_sequence,
+    line_edit_command,
 )
 from agents.swe.recipe import SweRecipe
 
@@ -29,7 +30,7 @@ TEST_TEXT = ("tests/test_mod.py", "test_zero", "assert 0 == -0")
 
 
 @pytest.mark.parametrize("level, reveals, hides", [
-    (0, ["`pkg/mod.py`", "line 2", "    if x <= 0:", "    if x < 0:", "sed -i '2s|.*|    if x < 0:|' pkg/mod.py"],
+    (0, ["`pkg/mod.py`", "line 2", "    if x <= 0:", "    if x < 0:", "sed -i '2s|<=|<|' pkg/mod.py"],
      [*TEST_TEXT, "Something is broken"]),
     (1, ["`pkg/mod.py`", "line 2", "    if x <= 0:", "off by one"], [*TEST_TEXT, "if x < 0", "sed -i"]),
     (2, ["`pkg/mod.py`", *TEST_TEXT], ["line 2", "if x < 0", "if x <= 0", "sed -i"]),
@@ -64,6 +65,24 @@ def test_the_level_0_command_restores_the_line_exactly_in_a_shell(tmp_path, fixe
     original = f"def g(a, b, c, x):\n{fixed}\n    return 1\n"
     mutated = original.replace(fixed, "    return None")
     site = bug_site("m.py", original, mutated, "op_flip")
+    (tmp_path / "m.py").write_text(mutated)
+    subprocess.run(["sh", "-c", edit_command(site)], cwd=tmp_path, check=True)
+    assert (tmp_path / "m.py").read_text() == original
+
+
+@pytest.mark.parametrize("buggy, fixed, command", [
+    ("    if k == c and d:", "    if k != c and d:", "sed -i '2s|==|!=|' m.py"),
+    ("    y = a == b == c", "    y = a == b != c", "sed -i '2s|==|!=|2' m.py"),  # the second match on the line
+    ("    if x:", "    if not x:", "sed -i '2s|x:|not x:|' m.py"),
+    ("    return b, a", "    return a, b", "sed -i '2s|b, a|a, b|' m.py"),
+    ("    return a.b*c[0]$", "    return a.b|c[0]$&\\", None),  # regex and replacement specials, `|` in the fix
+    ("    return x", "return x", None),  # only whitespace changed: the whole line
+])
+def test_the_level_0_command_changes_only_the_changed_words(tmp_path, buggy, fixed, command):
+    original, mutated = f"def g():\n{fixed}\n    pass\n", f"def g():\n{buggy}\n    pass\n"
+    site = bug_site("m.py", original, mutated, "op_flip")
+    assert command is None or edit_command(site) == command
+    assert len(edit_command(site)) < len(line_edit_command(site)) or command is None
     (tmp_path / "m.py").write_text(mutated)
     subprocess.run(["sh", "-c", edit_command(site)], cwd=tmp_path, check=True)
     assert (tmp_path / "m.py").read_text() == original

@@ -56,6 +56,21 @@ def test_format_rate_counts_the_agents_turns_of_the_final_attempt_only():
     assert action_format_metrics([group("g", [1.0], calls=lambda rid: ())], "val") == {}
 
 
+def test_each_group_is_parsed_with_the_regex_of_the_harness_config_it_ran_with():
+    """A ```bash answer is an action under `one_command` and a format error under the default, and the reverse."""
+    answers = {"a": (call("a", 0, response_text=WRONG_FENCE),), "b": (call("b", 0, response_text=GOOD),)}
+    one_command = group("g1", {"a": 0.0, "b": 0.0}, calls=lambda rid: answers[rid],
+                        task={"harness_config": "one_command"})
+    default = group("g2", {"a": 0.0, "b": 0.0}, calls=lambda rid: answers[rid], task={"level": 0})
+    assert action_format_metrics([one_command], "rollout")["rollout/action_format_rate"] == 1 / 2
+    assert action_format_metrics([default], "rollout")["rollout/action_format_rate"] == 1 / 2
+    fenced = {"a": (call("a", 0, response_text=WRONG_FENCE),), "b": (call("b", 0, response_text=WRONG_FENCE),)}
+    assert action_format_metrics([group("g3", {"a": 0.0, "b": 0.0}, calls=lambda rid: fenced[rid],
+                                        task={"harness_config": "one_command"}),
+                                  group("g4", {"a": 0.0, "b": 0.0}, calls=lambda rid: fenced[rid])],
+                                 "rollout") == {"rollout/action_format_rate": 2 / 4, "rollout/agent_turns": 4.0}
+
+
 def test_level_rates_per_task_level_and_nothing_for_tasks_without_one():
     groups = [group("g0", [1.0, 0.0, 1.0, 1.0], task={"level": 0}), group("g1", [0.0, 0.0], task={"level": 1}),
               group("g0b", [0.0, None], task={"level": 0}), group("if", [1.0], task={"id": "x"})]
