@@ -17,12 +17,12 @@ import json
 import re
 import sys
 import time
-from collections import Counter
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mlflow import MlflowClient
+from mlflow.entities import Trace, TraceState
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -95,10 +95,15 @@ def span_count(trace_metadata: dict[str, str]) -> int:
         return 0
 
 
+def _succeeded(trace: Trace) -> bool:
+    """Whether the rollout of `trace` ended OK (a failed or timed-out rollout's trace is in state ERROR)."""
+    return trace.info.state == TraceState.OK
+
+
 def choose(client: MlflowClient, experiment: str) -> Subject:
     """The subject of the screenshots in `experiment`: the rollout trace with the most spans (a SWE episode shows its
-    calls and tools; ties: the larger session, then the longer rollout), its session, and the experiment's two latest
-    runs. ValueError naming what is missing."""
+    calls and tools; ties: the longer rollout), the session with the most members (a whole group; ties: more of them
+    ended OK, then more spans), and the experiment's two latest runs. ValueError naming what is missing."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise ValueError(f"no experiment {experiment!r} at {client.tracking_uri}; pass the name a run logged to")
@@ -107,16 +112,17 @@ def choose(client: MlflowClient, experiment: str) -> Subject:
     if not traces:
         raise ValueError(f"experiment {experiment!r} has no rollout traces (tag {ROLLOUT_TAG}); run training with "
                          "tracing on first")
-    sessions = Counter(t.info.trace_metadata.get(SESSION_METADATA_KEY) for t in traces)
-    shown = max(traces, key=lambda t: (span_count(t.info.trace_metadata),
-                                       sessions[t.info.trace_metadata.get(SESSION_METADATA_KEY)],
-                                       t.info.execution_duration or 0))
-    session = shown.info.trace_metadata.get(SESSION_METADATA_KEY, "")
+    shown = max(traces, key=lambda t: (span_count(t.info.trace_metadata), t.info.execution_duration or 0))
+    members: dict[str, list[Trace]] = {}
+    for trace in traces:
+        members.setdefault(trace.info.trace_metadata.get(SESSION_METADATA_KEY, ""), []).append(trace)
+    session = max(members, key=lambda sid: (len(members[sid]), sum(map(_succeeded, members[sid])),
+                                            sum(span_count(t.info.trace_metadata) for t in members[sid])))
     runs = client.search_runs([found.experiment_id], order_by=["attributes.start_time DESC"], max_results=2)
     return Subject(experiment_id=found.experiment_id, trace_id=shown.info.trace_id,
                    rollout_id=shown.info.tags[ROLLOUT_TAG], session_id=session,
                    traced_rollouts=tuple(sorted(t.info.tags[ROLLOUT_TAG] for t in traces)),
-                   session_size=sum(t.info.trace_metadata.get(SESSION_METADATA_KEY) == session for t in traces),
+                   session_size=len(members[session]),
                    run_names=tuple(r.info.run_name for r in runs))
 
 
@@ -159,10 +165,14 @@ def _capture_charts(page: Page, unfiltered: str, chart_filter: str, expected: li
     return text
 
 
+TRACE_LIST_ROWS = 25
+"""Rows on the trace list's first page (MLflow's default page size): its footer reads "25 of 72" beyond that."""
+
+
 def expected_texts(subject: Subject) -> dict[str, list[str]]:
     """What each page must show before it is captured."""
     count = len(subject.traced_rollouts)
-    return {"traces": [subject.session_id, "Session", "reward", f"{count} of {count}"],
+    return {"traces": ["Session", "reward", f"{min(count, TRACE_LIST_ROWS)} of {count}"],
             "trace": [f"rollout {subject.rollout_id}", "chat 0"],
             "session": [subject.session_id, f"Turn {subject.session_size}"],
             "charts": [*subject.run_names, "loss"]}
