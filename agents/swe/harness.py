@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.swe.harness_configs import DEFAULT_CONFIG, load_harness_config
+from agents.swe.harness_configs import DEFAULT_CONFIG, load_harness_config, workdir_config
 from agents.swe.sandbox import ALLOW_NETWORK_ENV, SANDBOX_MODE_ENV, ContainerCommands, Sandbox
 
 REPO_DIR = "repo"
@@ -100,7 +100,7 @@ def run_agent(task: dict[str, Any], workdir: Path, shim_dir: Path) -> dict[str, 
     """Run mini-swe-agent to its end (submitted, step limit, format errors); returns its exit info."""
     from minisweagent.agents.default import DefaultAgent
 
-    config = load_harness_config(task["harness_config"])
+    config = workdir_config(task["harness_config"], workdir)
     if workdir.resolve().is_relative_to(Path(task["store"]).resolve()):
         raise ValueError(f"working directory {workdir} is inside the task store {task['store']}, which the sandbox "
                          f"hides from the agent; run rollouts in a directory outside the store")

@@ -8,6 +8,8 @@
 Every configuration has mini-swe-agent's schema (`agent`: system_template, instance_template, ...; `model`:
 action_regex, format_error_template, observation_template, ...), so the harness hands it to mini-swe-agent unchanged.
 Nothing here imports mini-swe-agent (its import loads litellm): its own file is found by its package's location.
+The local runner's sandbox binds only the harness's Python files, so the recipe copies the task's configuration into
+the rollout's working directory (`WORKDIR_FILE`, `copy_to_workdir`) and the harness reads it there (`workdir_config`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import yaml
 
 DEFAULT_CONFIG = "mini_textbased"
+WORKDIR_FILE = "harness_config.yaml"  # the task's configuration, next to task.json
 CONFIGS_DIR = Path(__file__).parent / "configs"  # the project's own configurations, `<name>.yaml`
 # mini-swe-agent's LitellmTextbasedModelConfig.action_regex: the regex of a config that names none
 MINI_SWE_AGENT_ACTION_REGEX = r"```mswea_bash_command\s*\n(.*?)\n```"
@@ -52,3 +55,16 @@ def load_harness_config(name: str) -> dict[str, Any]:
 def action_regex(name: str) -> str:
     """The regex with which configuration `name`'s model parses an answer into its action."""
     return load_harness_config(name).get("model", {}).get("action_regex", MINI_SWE_AGENT_ACTION_REGEX)
+
+
+def copy_to_workdir(name: str, workdir: Path) -> Path:
+    """Writes configuration `name` to `workdir/WORKDIR_FILE` (raises naming the choices for an unknown name)."""
+    target = workdir / WORKDIR_FILE
+    target.write_text(config_path(name).read_text())
+    return target
+
+
+def workdir_config(name: str, workdir: Path) -> dict[str, Any]:
+    """The configuration the recipe copied into `workdir`, else configuration `name` read where it lives."""
+    copied = workdir / WORKDIR_FILE
+    return yaml.safe_load(copied.read_text()) if copied.is_file() else load_harness_config(name)

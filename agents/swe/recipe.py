@@ -20,6 +20,7 @@ from typing import Any
 from agents.swe.generator import find_instance, generate_or_reuse
 from agents.swe.grader import checkout, grade_workdir
 from agents.swe.harness import REPO_DIR
+from agents.swe.harness_configs import DEFAULT_CONFIG, copy_to_workdir
 from agents.swe.kube_grading_swe import JobGrading, job_settings_from_env
 from agents.swe.ladder import LadderMix, instance_level
 from controller.recipe import Grade, GradeInput
@@ -62,8 +63,10 @@ class SweRecipe:
         return [sys.executable, "-m", "agents.swe.harness"]
 
     def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
-        """`repo/`: the buggy repository at its base, without .git."""
+        """`repo/`: the buggy repository at its base, without .git; the harness configuration the task names (the
+        harness's sandbox sees only its Python files)."""
         checkout(Path(task["store"]), find_instance(Path(task["store"]), task["id"]), workdir / REPO_DIR)
+        copy_to_workdir(str(task.get("harness_config") or DEFAULT_CONFIG), workdir)
 
     def grade(self, graded: GradeInput) -> Grade:
         """Reward 1.0 iff the agent's diff resolves the instance in a fresh checkout."""

@@ -15,7 +15,7 @@ import pytest
 
 from agents.swe.generator import generate
 from agents.swe.harness import DEFAULTS
-from agents.swe.harness_configs import load_harness_config
+from agents.swe.harness_configs import WORKDIR_FILE, config_path, load_harness_config
 from agents.swe.ladder import LadderMix
 from agents.swe.recipe import SweRecipe, rollout_input
 from agents.swe.sandbox import isolation_problem
@@ -92,7 +92,8 @@ def test_a_bash_fenced_answer_fixes_a_level0_task(tiny_project, tmp_path):
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / TASK_FILE).write_text(json.dumps(task))
-    recipe.prepare_workdir(task, workdir)
+    recipe.prepare_workdir(task, workdir)  # the runner's sandbox binds only Python files: the config is copied
+    assert (workdir / WORKDIR_FILE).read_text() == config_path("one_command").read_text()
     command = statement_command(instance["problem_statement"])
     model = BashFenceModel(f"```bash\n{command}\n```")
     env = {**os.environ, "OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": "rk-test",
