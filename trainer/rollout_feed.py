@@ -13,13 +13,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from gateway.records import CallRecord, Event, FinishedPage, RolloutCreated, RolloutMode, RolloutSpec
+import httpx
+
+from gateway.client import GatewayAPIError
+from gateway.records import CallRecord, Event, FinishedPage, Rollout, RolloutCreated, RolloutMode, RolloutSpec
 from trainer.rollout_groups import FinishedGroup, PendingGroup, graded_tamper
 
 log = logging.getLogger(__name__)
+
+
+def transient_read_error(error: BaseException) -> bool:
+    """Whether a failed read of the gateway may pass on another try: a timeout or broken connection, or a 5xx."""
+    if isinstance(error, GatewayAPIError):
+        return error.status >= 500
+    return isinstance(error, httpx.TransportError | OSError)
 
 
 class FeedClient(Protocol):
@@ -62,8 +72,10 @@ class RolloutFeed:
     """Submits groups and collects complete ones; `next_task` and `open_tasks` are the data position of a resume."""
 
     def __init__(self, client: FeedClient, config: FeedConfig, tasks: Iterator[tuple[int, dict]],
-                 clock: Callable[[], float] = time.monotonic, next_task: int = 0) -> None:
+                 clock: Callable[[], float] = time.monotonic, next_task: int = 0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._client = client
+        self._sleep = sleep
         self.config = config
         self._tasks = tasks
         self._unsent: list[tuple[int, dict]] = []
@@ -131,20 +143,25 @@ class RolloutFeed:
         return self.submit(max(target_in_flight - self.in_flight, 0), policy_version)
 
     def poll(self, wait_s: float) -> int:
-        """Reads finished rollouts (long-polling up to `wait_s`); returns how many groups became complete."""
+        """Reads finished rollouts (long-polling up to `wait_s`); returns how many groups became complete. All or
+        nothing: when a read fails (the page, or a completed group's calls or events), the feed is as it was before
+        the call (same cursor, same pending members), so the next poll reads the same rollouts again."""
         page = self._client.finished(after=self._cursor, limit=500, wait_s=wait_s)
-        self._cursor = page.cursor
-        completed = 0
+        arrived: dict[str, dict[str, Rollout]] = {}
         for rollout in page.rollouts:
             group = self._pending.get(rollout.group_id)
             if group is None or rollout.id not in group.rollout_ids:
                 continue  # another feed's rollout (validation, another run on the same gateway)
-            group.finished[rollout.id] = rollout
-            if group.complete:
-                del self._pending[group.group_id]
-                self._complete.append(self._finish(group))
-                completed += 1
-        return completed
+            arrived.setdefault(group.group_id, {})[rollout.id] = rollout
+        updated = {group_id: replace(self._pending[group_id], finished={**self._pending[group_id].finished, **new})
+                   for group_id, new in arrived.items()}
+        completed = [self._finish(group) for group in updated.values() if group.complete]  # may raise: no change yet
+        self._cursor = page.cursor
+        self._pending.update(updated)
+        for group in completed:
+            del self._pending[group.group_id]
+        self._complete.extend(completed)
+        return len(completed)
 
     def _finish(self, group: PendingGroup) -> FinishedGroup:
         members = tuple(group.finished[rid] for rid in group.rollout_ids)
@@ -156,7 +173,10 @@ class RolloutFeed:
 
     def wait_for(self, groups: int, timeout_s: float, poll_s: float = 5.0,
                  on_poll: Callable[[int], None] | None = None) -> None:
-        """Polls until `groups` complete groups are ready; TimeoutError naming the counts after `timeout_s`."""
+        """Polls until `groups` complete groups are ready; TimeoutError naming the counts after `timeout_s`. A poll
+        that fails on a transient read error (a timeout or lost connection, a gateway 5xx: `transient_read_error`)
+        is logged and tried again after `poll_s` (a busy gateway on a loaded machine is slow, not gone); any other
+        error is raised."""
         deadline = self._clock() + timeout_s
         while self.ready < groups:
             if not self._pending:
@@ -167,7 +187,14 @@ class RolloutFeed:
                 raise TimeoutError(f"{self.ready} of {groups} groups complete after {timeout_s:.0f} s with "
                                    f"{self.in_flight} in flight; is a controller running against this gateway? "
                                    "raise the rollout timeout for slow harnesses")
-            self.poll(min(poll_s, left_s))
+            try:
+                self.poll(min(poll_s, left_s))
+            except Exception as error:
+                if not transient_read_error(error):
+                    raise
+                log.warning("reading finished rollouts failed (%s: %s); trying again in %.0f s",
+                            type(error).__name__, error, min(poll_s, left_s))
+                self._sleep(min(poll_s, max(deadline - self._clock(), 0.0)))
             if on_poll is not None:
                 on_poll(self.ready)
 
