@@ -10,6 +10,7 @@ model name, and a rollout controller process (`controller.cli run`) unless one a
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import subprocess
@@ -34,6 +35,8 @@ from flows.config import EngineSection
 from gateway.client import GatewayClient
 from gateway.config import policy_routing
 from gateway.sampling import SamplingPolicy
+
+log = logging.getLogger(__name__)
 
 CONTROLLER_STOP_GRACE_S = 30.0
 """How long the controller and its harness processes get to exit on SIGTERM before they are killed."""
@@ -121,10 +124,20 @@ class RunProcesses:
         if not self.gateway_url:
             self._start_gateway()
         self.admin = self._stops.enter_context(GatewayClient(self.gateway_url, self.admin_token))
-        self.admin.register_model(self.settings.model_name, self.engine.base_url + "/v1",
-                                  version=self.settings.policy_version, served_name=served_name)
+        self._register_engine(served_name)
         if self.settings.start_controller:
             self._start_controller()
+
+    def _register_engine(self, served_name: str) -> None:
+        """The run's engine becomes its model's only endpoint in the gateway. Other endpoints of the model are what
+        an earlier process of this run left in the gateway's store (a resume finds its dead engine there): left in,
+        the gateway would spread calls over them and rollouts would fail with 502s."""
+        assert self.admin is not None and self.engine is not None
+        name, url = self.settings.model_name, self.engine.base_url + "/v1"
+        for stale in sorted({m.base_url for m in self.admin.list_models() if m.name == name and m.base_url != url}):
+            self.admin.delete_model(name, base_url=stale)
+            log.info("removed the stale endpoint %s of model %s from the gateway", stale, name)
+        self.admin.register_model(name, url, version=self.settings.policy_version, served_name=served_name)
 
     def _engine(self) -> Engine:
         s, e = self.settings, self.settings.engine

@@ -93,6 +93,11 @@ class GatewayClient:
         data = self._call("PATCH", f"/v1/admin/models/{name}", json=ModelVersionPatch(version=version).model_dump())
         return [ModelRecord.model_validate(m) for m in data]
 
+    def delete_model(self, name: str, base_url: str | None = None) -> int:
+        """Unregister a model's endpoints (only `base_url` when given); how many were removed."""
+        params = {"base_url": base_url} if base_url is not None else None
+        return int(self._call("DELETE", f"/v1/admin/models/{name}", params=params)["removed"])
+
     def list_models(self) -> list[ModelRecord]:
         """Registered endpoints."""
         return [ModelRecord.model_validate(m) for m in self._call("GET", "/v1/admin/models")]

@@ -13,6 +13,7 @@ import pytest
 
 from flows.config import EngineSection
 from flows.run_processes import ProcessSettings, RunProcesses
+from gateway.client import GatewayAPIError
 from tests.services import process_gone, wait_for_file
 
 pytestmark = pytest.mark.slow
@@ -46,3 +47,17 @@ def test_stop_ends_the_processes_the_controller_started(tmp_path, tiny_model_dir
     finally:
         if not process_gone(harness):
             os.kill(harness, signal.SIGKILL)
+
+
+def test_a_resumed_run_leaves_only_its_new_engine_registered(tmp_path, tiny_model_dir, engine_url):
+    """The gateway's store outlives the run's processes: the second start (a resume, on the same run directory) finds
+    the endpoints an earlier process registered, and keeps only its own engine (a dead one left in would take part
+    of the calls and fail them with 502s)."""
+    dead = "http://127.0.0.1:9/v1"
+    with RunProcesses(settings(tmp_path, tiny_model_dir, engine_url, start_controller=False)) as first:
+        first.admin.register_model("policy", dead, version=0, served_name="policy")
+        assert {m.base_url for m in first.admin.list_models()} == {dead, f"{engine_url}/v1"}
+    with RunProcesses(settings(tmp_path, tiny_model_dir, engine_url, start_controller=False)) as resumed:
+        assert [m.base_url for m in resumed.admin.list_models()] == [f"{engine_url}/v1"]
+        with pytest.raises(GatewayAPIError, match="404"):
+            resumed.admin.delete_model("policy", base_url=dead)
