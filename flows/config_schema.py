@@ -15,6 +15,7 @@ import difflib
 import functools
 import inspect
 import textwrap
+import threading
 import typing
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -28,12 +29,32 @@ def is_section(annotation: Any) -> bool:
     return isinstance(annotation, type) and (issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation))
 
 
-@functools.cache  # parsed once per class: unknown_key_error walks the sections on every load
+# CPython 3.11's ast module keeps its recursion-depth check per interpreter, not per thread: two threads parsing at
+# once (ours and Prefect's, in a flow run) can fail with "SystemError: AST constructor recursion depth mismatch". Ours
+# parse one at a time and retry that error; loading a config parses nothing (unknown_key_error reads only the keys).
+_PARSE_LOCK = threading.Lock()
+_PARSE_TRIES = 5
+
+
+def _parse_class(klass: type) -> ast.stmt:
+    """The class statement of `klass`'s source."""
+    source = textwrap.dedent(inspect.getsource(klass))
+    with _PARSE_LOCK:
+        for attempt in range(_PARSE_TRIES):
+            try:
+                return ast.parse(source).body[0]
+            except SystemError:
+                if attempt == _PARSE_TRIES - 1:
+                    raise
+    raise AssertionError("unreachable")
+
+
+@functools.cache  # parsed once per class
 def field_docs(cls: type) -> dict[str, str]:
     """The one-line docstrings under a dataclass's fields (`x: int = 0` then `\"\"\"doc\"\"\"`), by field name."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__[:-1]):
-        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0]
+        body = _parse_class(klass)
         statements = body.body if isinstance(body, ast.ClassDef) else []
         for node, after in zip(statements, statements[1:], strict=False):
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
@@ -59,6 +80,14 @@ def section_fields(section: type) -> dict[str, tuple[Any, FieldInfo]]:
     return fields
 
 
+def section_keys(section: type) -> dict[str, Any]:
+    """name -> type of a section's keys, in declaration order (no source parsed: see section_fields for the docs)."""
+    if issubclass(section, BaseModel):
+        return {name: info.annotation for name, info in section.model_fields.items()}
+    hints = typing.get_type_hints(section)
+    return {f.name: hints[f.name] for f in dataclasses.fields(section) if f.init}
+
+
 def options_model(name: str, component: type, run_given: Collection[str]) -> type[BaseModel]:
     """A section (extra keys forbidden) of `component`'s dataclass fields except `run_given` (what the run sets):
     same types, defaults and docs. The component is then `component(**options.model_dump(), **run_given_values)`."""
@@ -78,14 +107,14 @@ def unknown_key_error(section: type, data: Any, where: str = "") -> str | None:
     naming the first unknown key, its section, a close match and the valid keys."""
     if not isinstance(data, Mapping):
         return None
-    fields = section_fields(section)
+    fields = section_keys(section)
     for key, value in data.items():
         if key not in fields:
             place = f"section {where!r}" if where else "the top level of the run config"
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             return f"unknown key {key!r} in {place}: {hint}valid keys: {', '.join(fields)}"
-        annotation = fields[key][0]
+        annotation = fields[key]
         if is_section(annotation):
             error = unknown_key_error(annotation, value, f"{where}.{key}" if where else key)
             if error:

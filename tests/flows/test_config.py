@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from engines.vllm import VLLMConfig
+from flows import config_schema
 from flows.cli import parse_overrides
 from flows.config import PROFILES_DIR, RunConfig, apply_overrides, load_run_config
 from flows.setup import (
@@ -154,6 +155,19 @@ def test_the_settings_reference_in_the_profiles_readme_is_current():
     assert rows["backend.schedule.max_tokens_per_micro_batch"][0] == "`8192`"
     assert all(doc for _, doc in rows.values()), [key for key, (_, doc) in rows.items() if not doc]
     assert {p.name for p in PROFILES_DIR.glob("*.yaml")} <= set(text.split("`")), "every profile is listed"
+
+
+def test_loading_a_config_parses_no_source(monkeypatch):
+    """CPython 3.11's parser is not thread-safe (a Prefect flow run failed with "AST constructor recursion depth
+    mismatch" while its config loaded): a load reads the sections' keys only, never their docstrings' source."""
+    def no_parsing(cls):
+        raise AssertionError(f"field_docs({cls.__name__}) called while loading a config")
+
+    monkeypatch.setattr(config_schema, "field_docs", no_parsing)
+    config = load_run_config("swe-local", {"backend.loss.clip_low": 0.1, "backend.schedule.layout": "padded"})
+    assert config.backend.loss.clip_low == 0.1 and config.backend.schedule.layout == "padded"
+    with pytest.raises(ValidationError, match="unknown key 'clip_lo' in section 'backend.loss'"):
+        load_run_config("swe-local", {"backend.loss.clip_lo": 0.1})
 
 
 def test_recipe_mismatch_and_unknown_profile_are_explained():
