@@ -3,6 +3,11 @@
 Classification needs the tokenizer's text view of the tokens, so it takes an optional
 `decode(token_ids) -> str` (for example `tokenizer.decode`). Without a decoder no text
 can be compared and every failure is classified as "other".
+
+"Merge failure" means every new sample opened after a rollout's first (sampling splits and extra choices apart),
+intended ones included: a harness that compacts its history or starts a subagent opens a new context on purpose, and
+that call is classified "other". Only "retokenization" and "template" are merges that failed while the conversation
+went on.
 """
 
 from __future__ import annotations

@@ -59,7 +59,10 @@ class SampleStats:
     merge_failures_template: int
     """New samples opened because the conversation was rendered differently."""
     merge_failures_other: int
-    """New samples opened for any other reason (or without a decoder)."""
+    """New samples opened for any other reason (or without a decoder). With a decoder: a prompt that does not even
+    start with the text of an open sample's first prompt, a new context, which is also what a harness's intended
+    splits are (a compaction that rewrote the history, a subagent): the multistep recipe's compactions all count
+    here."""
     tokens: int
     """Tokens in all samples."""
     trainable_tokens: int
@@ -67,11 +70,15 @@ class SampleStats:
 
     @property
     def merge_failures(self) -> int:
-        """New samples opened after a rollout's first, all classes together."""
+        """New samples opened after a rollout's first, all classes together: intended splits such as compactions
+        included (class other), so not an error count; the merges that failed although the conversation went on
+        are the retokenization and template classes."""
         return self.merge_failures_retokenization + self.merge_failures_template + self.merge_failures_other
 
     def as_metrics(self) -> dict[str, float]:
-        """Flat metrics, including samples per rollout (mean) and the one-sample share."""
+        """Flat metrics, including samples per rollout (mean: samples over the rollouts passed in that have at least
+        one sample; in a training step every rollout of the batch's groups, zero advantage included) and the
+        one-sample share."""
         with_samples = max(self.rollouts_with_samples, 1)
         metrics = {f"samples/{name}": float(value) for name, value in vars(self).items()}
         metrics["samples/merge_failures"] = float(self.merge_failures)
