@@ -31,6 +31,7 @@ AGENTS_SDK_STAMP := $(AGENTS_SDK_VENV)/.installed
 # The tiny random Llama and SmolLM2 (engines/model_cache.py): `make models` prepares them side by side under make -j.
 MODELS := tiny smollm2-135m-instruct
 VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_verl_sampling.py tests/trainer/test_verl_off_policy.py \
+	tests/trainer/test_verl_recompute.py \
 	tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
 	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 

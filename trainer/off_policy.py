@@ -10,7 +10,10 @@ logprob), the proximal policy the PPO ratio is clipped around, and the policy be
   update, a no-grad forward with the current weights gives the proximal logprobs; the PPO ratio is pi / pi_prox
   and each token's loss is multiplied by the importance weight pi_prox / pi_behav, truncated at `tis_cap`
   (verl's TIS; AReaL drops tokens above its cap instead of truncating them). The weight is per token
-  (`is_level: token`) or the product over the sequence's trainable tokens (`is_level: sequence`).
+  (`is_level: token`) or the product over the sequence's trainable tokens (`is_level: sequence`). Both backends
+  recompute every update's proximal logprobs at the step's starting weights, before its first optimizer update: the
+  torch backend with a no-grad pass over its micro-batches, the verl backend with its workers' forward-only pass
+  (`TrainingWorker.infer_batch`, the recomputation as `old_log_probs`, the recorded logprobs as `rollout_log_probs`).
 - Sequence masks (both modes, verl's rejection sampling `seq_sum_k1` / `seq_mean_k1`): a sequence whose ratio
   product (or geometric mean) of pi_prox / pi_behav lies outside its bounds is left out of the loss. In bypass mode
   the proximal logprobs are the current ones (detached), as verl's bypass mode computes them. verl states its k1

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.backends.verl_batch import FILLER_SAMPLE_INDEX, samples_from_rows, split_point, to_verl_rows
+from trainer.backends.verl_batch import (
+    FILLER_SAMPLE_INDEX,
+    ROLLOUT_LOGPROBS_FIELD,
+    samples_from_rows,
+    split_point,
+    to_verl_rows,
+    with_recomputed_logprobs,
+)
 from trainer.samples import RecordedCall, Sample, build_samples
 from trainer.scheduling import ScheduleConfig, schedule
 
@@ -202,3 +209,69 @@ def test_round_trip_restores_every_sample_and_its_provenance(spec, dp_size, budg
         np.testing.assert_allclose(rows.advantages[r][rows.response_mask[r] == 1], np.float32(expected))
     assert int(rows.response_mask.sum()) == rows.trainable_tokens == sum(s.num_trainable_tokens for s in samples)
     assert float(rows.token_weights.astype(np.float64).sum()) == pytest.approx(1.0, rel=1e-5)
+
+
+def decoupled_fixture():
+    """Three rollouts on two ranks (one filler row): multi-turn (observations inside the response), single-turn."""
+    calls = multi_turn_rollout("a", 0) + [call("b", 0, (50, 51), (52, 53, 54), 5), call("c", 0, (60,), (61,), 5)]
+    samples = build_samples(calls).samples
+    rows = rows_for(samples, [1.0, -1.0, 0.5], dp_size=2)
+    assert (rows.sample_index == FILLER_SAMPLE_INDEX).any()
+    return samples, rows
+
+
+def recomputation_of(rows, off_mask=np.nan):
+    """A recomputation distinct from the recorded logprobs on trainable tokens, `off_mask` everywhere else."""
+    values = -0.5 - 0.01 * np.arange(rows.response_mask.size, dtype=np.float32).reshape(rows.response_mask.shape)
+    return np.where(rows.response_mask == 1, values, off_mask).astype(np.float32)
+
+
+@pytest.mark.parametrize("off_mask", [np.nan, 0.0, 7.0, -np.inf])
+def test_recomputed_rows_carry_the_recomputation_as_old_and_the_recorded_as_rollout_logprobs(off_mask):
+    samples, rows = decoupled_fixture()
+    recomputed = recomputation_of(rows, off_mask)
+    decoupled = with_recomputed_logprobs(rows, recomputed)
+    mask = rows.response_mask == 1
+    np.testing.assert_array_equal(decoupled.old_log_probs[mask], recomputed[mask])
+    assert (decoupled.old_log_probs[~mask] == 0).all()  # masked positions (observations, padding, fillers) are zero
+    assert decoupled.old_log_probs.dtype == np.float32
+    np.testing.assert_array_equal(decoupled.rollout_log_probs, rows.old_log_probs)
+    np.testing.assert_array_equal(decoupled.recorded_log_probs, rows.old_log_probs)
+    fields = decoupled.tensor_fields()
+    assert ROLLOUT_LOGPROBS_FIELD == "rollout_log_probs" and ROLLOUT_LOGPROBS_FIELD not in rows.tensor_fields()
+    np.testing.assert_array_equal(fields[ROLLOUT_LOGPROBS_FIELD], rows.old_log_probs)
+    np.testing.assert_array_equal(fields["old_log_probs"], decoupled.old_log_probs)
+    for name in ("input_ids", "response_mask", "advantages", "token_weights", "policy_versions", "sample_index"):
+        np.testing.assert_array_equal(fields[name], rows.tensor_fields()[name])
+    restored = samples_from_rows(decoupled)  # the samples keep their recorded logprobs
+    for sample in samples:
+        (back,) = [s for s in restored if s.rollout_id == sample.rollout_id]
+        np.testing.assert_array_equal(back.logprobs_T, sample.logprobs_T)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda rows, r: r[:-1], r"shape \(\d+, \d+\) but the update's rows have \d+ rows x \d+ response columns"),
+        (lambda rows, r: r[:, :-1], "response columns"),
+        (lambda rows, r: np.pad(r, ((0, 0), (0, 1))), "response columns"),
+        (lambda rows, r: r.reshape(-1), "response columns"),
+        (
+            lambda rows, r: np.where(rows.response_mask == 1, np.nan, r),
+            r"not finite on \d+ trainable token\(s\), first at row \d+ \(rollout '[abc]'\) response column \d+",
+        ),
+        (lambda rows, r: np.where(rows.response_mask == 1, np.inf, r), r"not finite .*\(rollout '[abc]'\)"),
+    ],
+    ids=["rows", "fewer-columns", "more-columns", "flat", "nan", "inf"],
+)
+def test_recomputation_of_the_wrong_shape_or_not_finite_is_refused_naming_the_mismatch(change, message):
+    _, rows = decoupled_fixture()
+    with pytest.raises(ValueError, match=message):
+        with_recomputed_logprobs(rows, change(rows, recomputation_of(rows, 0.0)))
+
+
+def test_rows_are_recomputed_once():
+    _, rows = decoupled_fixture()
+    decoupled = with_recomputed_logprobs(rows, recomputation_of(rows))
+    with pytest.raises(ValueError, match="already carry recomputed logprobs"):
+        with_recomputed_logprobs(decoupled, recomputation_of(rows))

@@ -7,8 +7,19 @@ loss function it was given per micro-batch, and takes one optimizer step per min
 1. schedules the batch (`trainer.scheduling`, one worker per data-parallel rank, rollout-atomic updates);
 2. for each update, lays its samples out as verl rows with global-denominator token weights
    (`trainer.backends.verl_batch`) and converts them to verl's DataProto, then to its no-padding TensorDict;
-3. sends it as ONE mini-batch (one epoch, no shuffle) to `train_mini_batch`, so verl's optimizer step is exactly our
-   update and the loss (`trainer.backends.verl_loss.actor_loss`, our policy loss from verl's registry) is whole.
+3. with `loss.off_policy.recompute_behaviour` (decoupled PPO), runs verl's forward-only pass (`infer_batch`,
+   `compute_loss=False`, at the rows' temperature) over every update's rows BEFORE the first optimizer update, so
+   every recomputation is at the step's starting weights, as in the torch backend; each update's rows then carry
+   the recomputation as `old_log_probs` (the proximal policy) and the recorded logprobs as `rollout_log_probs`
+   (`trainer.backends.verl_batch.with_recomputed_logprobs`), which `verl_loss` turns into truncated
+   pi_prox / pi_behav weights;
+4. sends each update as ONE mini-batch (one epoch, no shuffle) to `train_mini_batch`, so verl's optimizer step is
+   exactly our update and the loss (`trainer.backends.verl_loss.actor_loss`, our policy loss from verl's registry) is
+   whole.
+
+The `off_policy/lag{k}_...` metrics compare the recorded logprobs with the trainer's at the step's starting weights:
+the recomputation of every update when there is one (measured here, `trainer.off_policy_metrics.OffPolicyMeter`, as
+the torch backend does), else the first update's own forward passes (reported by `actor_loss` on the workers).
 
 verl's actor divides the logits by the `temperature` of the mini-batch's meta_info: it is the temperature the
 update's samples were sampled at (`trainer.backends.verl_batch.verl_temperature`: one per update, no top-k, min-p or
@@ -33,8 +44,9 @@ from storage.files import write_atomic
 from trainer import checkpoints, off_policy_metrics
 from trainer.backends.base import TrainBatch
 from trainer.backends.torch import OptimizerConfig
-from trainer.backends.verl_batch import VerlRows, to_verl_rows, verl_temperature
+from trainer.backends.verl_batch import VerlRows, to_verl_rows, verl_temperature, with_recomputed_logprobs
 from trainer.losses import LossConfig
+from trainer.off_policy_metrics import OffPolicyMeter
 from trainer.scheduling import ScheduleConfig, schedule
 
 VERL_VERSION = "0.9.1"
@@ -93,12 +105,6 @@ class VerlBackendConfig:
                 f"ScheduleConfig.num_workers={self.schedule.num_workers} but verl runs {self.dp_size} data-parallel "
                 f"ranks; use ScheduleConfig(num_workers={self.dp_size})"
             )
-        if self.loss.off_policy.recompute_behaviour:
-            raise ValueError(
-                "LossConfig.off_policy.recompute_behaviour: VerlBackend does not recompute proximal logprobs yet (its "
-                "loss applies them when the batch carries rollout_log_probs); use the torch backend for decoupled PPO, "
-                "or bypass mode with off_policy.seq_mask_* on verl"
-            )
         if self.loss.kl_coef:
             raise ValueError(
                 f"LossConfig.kl_coef={self.loss.kl_coef}: VerlBackend does not run a reference worker yet; use the "
@@ -140,6 +146,52 @@ def build_training_input(rows: VerlRows, *, calculate_entropy: bool) -> Any:
         compute_loss=True,
     )
     return data
+
+
+def build_recompute_input(rows: VerlRows) -> Any:
+    """The TensorDict `TrainingWorker.infer_batch` takes to recompute the rows' logprobs (decoupled PPO): no-padding
+    layout, forward only (`compute_loss=False`), at the temperature the rows' samples were sampled at."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    data = left_right_2_no_padding(build_data_proto(rows).to_tensordict())
+    tu.assign_non_tensor(data, temperature=rows.temperature, calculate_entropy=False, compute_loss=False)
+    return data
+
+
+def recomputed_logprobs(output: Any, data: Any) -> np.ndarray:
+    """[B, R] response-region logprobs from `infer_batch`'s output (`log_probs`, no-padding layout: one sequence per
+    row of `data`, value t the logprob of token t + 1), as verl's trainer converts them (`no_padding_2_padding`)."""
+    import torch
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    log_probs = tu.get(output, "log_probs")
+    if log_probs is None:
+        raise ValueError("infer_batch returned no log_probs; the recomputation needs verl's forward-only output")
+    lengths = [int(n) for n in data["attention_mask"].sum(dim=1).tolist()]
+    got = [int(n) for n in log_probs.offsets().diff().tolist()] if log_probs.is_nested else None
+    if (got is not None and got != lengths) or (got is None and int(log_probs.shape[0]) != sum(lengths)):
+        shown = got if got is not None else f"{int(log_probs.shape[0])} tokens in all"
+        raise ValueError(
+            f"infer_batch returned log_probs for sequences of lengths {shown} but the rows sent have lengths "
+            f"{lengths}; the forward pass must return one value per token of every row, in the rows' order"
+        )
+    return no_padding_2_padding(log_probs, data).detach().to(torch.float32).cpu().numpy()
+
+
+def measure_recomputation(meter: OffPolicyMeter, rows: VerlRows) -> None:
+    """Adds the rows' recomputed (trainer) against recorded (engine) logprobs of every trainable token to `meter`."""
+    import torch
+
+    if rows.rollout_log_probs is None:
+        raise ValueError("the rows carry no recomputation; build them with verl_batch.with_recomputed_logprobs")
+    mask = rows.response_mask == 1
+    meter.add(
+        torch.from_numpy(rows.old_log_probs[mask]),
+        torch.from_numpy(rows.rollout_log_probs[mask]),
+        torch.from_numpy(rows.policy_versions[mask]),
+    )
 
 
 def worker_config(config: VerlBackendConfig) -> Any:
@@ -226,9 +278,8 @@ class VerlBackend:
         verl_temperature(batch.samples)
         started = time.perf_counter()
         plan = schedule(batch.samples, self.config.schedule)
-        per_update = []
-        for update in plan.updates:
-            rows = to_verl_rows(
+        updates = [
+            to_verl_rows(
                 batch.samples,
                 batch.advantages_S,
                 update,
@@ -236,23 +287,35 @@ class VerlBackend:
                 agg_mode=self.config.loss.agg_mode,
                 pad_token_id=self.config.pad_token_id,
             )
-            per_update.append(self._update(rows))
+            for update in plan.updates
+        ]
+        recompute = self.config.loss.off_policy.recompute_behaviour
+        meter = OffPolicyMeter(self._version)
+        if recompute:  # every update's proximal logprobs at the step's starting weights: all before the first update
+            updates = [self._recompute(rows) for rows in updates]
+            for rows in updates:
+                measure_recomputation(meter, rows)
+        per_update = [self._update(rows, measure=not recompute and index == 0) for index, rows in enumerate(updates)]
         elapsed_s = time.perf_counter() - started
         self.step += 1
         self._version += 1
-        raw = {key: value for key, value in per_update[0].items() if key.startswith(off_policy_metrics.PREFIX + "lag")}
-        keys = sorted({key for m in per_update for key in m if not key.startswith(off_policy_metrics.PREFIX + "lag")})
+        lag_prefix = off_policy_metrics.PREFIX + "lag"
+        keys = sorted({key for m in per_update for key in m if not key.startswith(lag_prefix)})
         metrics = {key: float(np.mean([m[key] for m in per_update if key in m])) for key in keys}
         metrics.update(plan.metrics)
-        metrics.update(off_policy_metrics.finish(raw))  # the first update runs at the step's starting weights
-        if raw:
-            trainable = float(sum(sample.num_trainable_tokens for sample in batch.samples))
-            metrics.update(off_policy_metrics.measured_fraction(raw, trainable))
+        trainable = float(sum(sample.num_trainable_tokens for sample in batch.samples))
+        if recompute:
+            metrics.update(meter.metrics(trainable))
+        else:  # the first update runs at the step's starting weights
+            raw = {key: value for key, value in per_update[0].items() if key.startswith(lag_prefix)}
+            metrics.update(off_policy_metrics.finish(raw))
+            if raw:
+                metrics.update(off_policy_metrics.measured_fraction(raw, trainable))
         tokens = sum(sample.num_tokens for sample in batch.samples)
         metrics.update(
             {
                 "train/tokens": float(tokens),
-                "train/trainable_tokens": float(sum(sample.num_trainable_tokens for sample in batch.samples)),
+                "train/trainable_tokens": trainable,
                 "train/step_s": elapsed_s,
                 "train/tokens_per_s": tokens / elapsed_s,
                 "train/policy_version": float(self._version),
@@ -262,14 +325,24 @@ class VerlBackend:
         )
         return metrics
 
-    def _update(self, rows: VerlRows) -> dict[str, float]:
-        """One optimizer update on the workers; verl's metrics reduced to floats."""
+    def _recompute(self, rows: VerlRows) -> VerlRows:
+        """Decoupled PPO: the rows with their logprobs recomputed by the workers' forward-only pass (no update)."""
+        data = build_recompute_input(rows)
+        output = self.workers.infer_batch(data).get()
+        return with_recomputed_logprobs(rows, recomputed_logprobs(output, data))
+
+    def _update(self, rows: VerlRows, *, measure: bool) -> dict[str, float]:
+        """One optimizer update on the workers; verl's metrics reduced to floats.
+
+        `measure`: the workers report the `off_policy/lag` raw statistics of their forward passes (this update runs
+        at the step's starting weights)."""
         from verl.utils import tensordict_utils as tu
 
         from trainer.backends.verl_loss import TRAINER_VERSION_KEY
 
         data = build_training_input(rows, calculate_entropy=bool(self.config.loss.entropy_coef))
-        tu.assign_non_tensor(data, **{TRAINER_VERSION_KEY: self._version})  # the lag of each token (off_policy/)
+        if measure:
+            tu.assign_non_tensor(data, **{TRAINER_VERSION_KEY: self._version})  # the lag of each token (off_policy/)
         output = self.workers.train_mini_batch(data).get()
         self.optimizer_updates += 1
         return {key: _as_float(value) for key, value in tu.get(output, "metrics").items()}

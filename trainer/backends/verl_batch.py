@@ -17,12 +17,17 @@ verl's actor divides every row's logits by one `temperature` (its meta_info) and
 So an update's temperature is the one its samples were sampled at (`Sample.sampling`, recorded by the gateway); samples
 sampled at different temperatures, or with top-k / min-p / top-p filtering, cannot be trained by verl with the right
 logprobs and are refused with the fix: enforce the policy's sampling at the gateway (`sampling.train: enforce`).
+
+Decoupled PPO (`LossConfig.off_policy.recompute_behaviour`): `with_recomputed_logprobs` returns the rows with the
+trainer's recomputation (verl's forward-only pass at the step's starting weights) as `old_log_probs`, the proximal
+logprobs the PPO ratio is clipped around, and the engine's recorded logprobs moved to `rollout_log_probs`
+(`ROLLOUT_LOGPROBS_FIELD`, the field `trainer.backends.verl_loss` reads as the behaviour policy's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,6 +38,9 @@ from trainer.scheduling import UpdatePlan
 
 FILLER_SAMPLE_INDEX = -1
 """`sample_index` of filler rows."""
+ROLLOUT_LOGPROBS_FIELD = "rollout_log_probs"
+"""Batch field of the engine's recorded logprobs when `old_log_probs` holds the trainer's recomputation (verl's name;
+`trainer.backends.verl_loss.ROLLOUT_LOGPROBS_KEY`)."""
 
 SpanTuple = tuple[int, int, int, int]
 """A TrainableSpan as plain ints (start, end, call_seq, policy_version), positions within its sample."""
@@ -55,7 +63,8 @@ class VerlRows:
     response_mask: np.ndarray
     """[B, R] int64, 1 exactly on trainable (sampled) tokens."""
     old_log_probs: np.ndarray
-    """[B, R] float32 rollout logprob of each trainable token, 0 elsewhere."""
+    """[B, R] float32 logprob the PPO ratio is taken against on each trainable token, 0 elsewhere: the rollout's
+    (recorded by the gateway), or the trainer's recomputation when `rollout_log_probs` is set (decoupled PPO)."""
     advantages: np.ndarray
     """[B, R] float32 the row's sample advantage on trainable tokens, 0 elsewhere."""
     token_weights: np.ndarray
@@ -78,11 +87,19 @@ class VerlRows:
     """Trainable tokens in the update (verl's batch_num_tokens)."""
     temperature: float = 1.0
     """The temperature every trainable token was sampled at (verl's meta_info `temperature`)."""
+    rollout_log_probs: np.ndarray | None = None
+    """[B, R] float32 rollout logprob of each trainable token (0 elsewhere) when `old_log_probs` holds the trainer's
+    recomputation (decoupled PPO, `with_recomputed_logprobs`); None otherwise."""
 
     @property
     def num_rows(self) -> int:
         """Rows, fillers included."""
         return int(self.input_ids.shape[0])
+
+    @property
+    def recorded_log_probs(self) -> np.ndarray:
+        """[B, R] the rollout's recorded logprobs (0 off trainable tokens), wherever they are kept."""
+        return self.rollout_log_probs if self.rollout_log_probs is not None else self.old_log_probs
 
     def tensor_fields(self) -> dict[str, np.ndarray]:
         """The per-row numeric fields, by verl's field names (DataProto.batch)."""
@@ -99,7 +116,10 @@ class VerlRows:
             "policy_versions",
             "sample_index",
         )
-        return {name: getattr(self, name) for name in names}
+        fields = {name: getattr(self, name) for name in names}
+        if self.rollout_log_probs is not None:
+            fields[ROLLOUT_LOGPROBS_FIELD] = self.rollout_log_probs
+        return fields
 
     def provenance_fields(self) -> dict[str, np.ndarray]:
         """The per-row object fields (DataProto.non_tensor_batch)."""
@@ -272,6 +292,37 @@ class _Rows:
         )
 
 
+def with_recomputed_logprobs(rows: VerlRows, recomputed: np.ndarray) -> VerlRows:
+    """Decoupled PPO: `rows` whose `old_log_probs` are the trainer's recomputed logprobs (`recomputed`, [B, R] over
+    the response region, e.g. verl's forward-only output through `no_padding_2_padding`; 0 off trainable tokens) and
+    whose `rollout_log_probs` are the recorded ones. ValueError when the shape is not the rows' response region, a
+    trainable token's recomputation is not finite, or the rows already carry a recomputation."""
+    if rows.rollout_log_probs is not None:
+        raise ValueError(
+            "the rows already carry recomputed logprobs (rollout_log_probs is set); recompute from the rows "
+            "to_verl_rows built, once per step"
+        )
+    recomputed = np.asarray(recomputed)
+    expected = rows.response_mask.shape
+    if recomputed.shape != expected:
+        raise ValueError(
+            f"recomputed logprobs have shape {tuple(recomputed.shape)} but the update's rows have "
+            f"{expected[0]} rows x {expected[1]} response columns {tuple(expected)}; the forward pass must return "
+            "one logprob per response-region token of every row (fillers included), in the rows' order"
+        )
+    mask = rows.response_mask == 1
+    bad = np.argwhere(mask & ~np.isfinite(recomputed))
+    if bad.size:
+        row, column = (int(v) for v in bad[0])
+        raise ValueError(
+            f"recomputed logprobs are not finite on {len(bad)} trainable token(s), first at row {row} (rollout "
+            f"{rows.rollout_id[row]!r}) response column {column}: {recomputed[row, column]}; check the model's "
+            "dtype and the rows' temperature"
+        )
+    proximal = np.where(mask, recomputed, 0.0).astype(np.float32)
+    return replace(rows, old_log_probs=proximal, rollout_log_probs=rows.old_log_probs)
+
+
 def _objects(values: Sequence[object]) -> np.ndarray:
     """A 1-D object array (np.array would turn equal-length tuples into a 2-D array)."""
     array = np.empty(len(values), dtype=object)
@@ -280,7 +331,8 @@ def _objects(values: Sequence[object]) -> np.ndarray:
 
 
 def samples_from_rows(rows: VerlRows) -> list[Sample]:
-    """The samples a VerlRows holds (fillers left out), rebuilt from its token fields, provenance and temperature."""
+    """The samples a VerlRows holds (fillers left out), rebuilt from its token fields (the recorded logprobs, also of
+    decoupled rows), provenance and temperature."""
     samples = []
     for row in range(rows.num_rows):
         if int(rows.sample_index[row]) == FILLER_SAMPLE_INDEX:
@@ -290,7 +342,7 @@ def samples_from_rows(rows: VerlRows) -> list[Sample]:
         cut = prompt.shape[0]
         token_ids_T = np.concatenate([prompt, rows.responses[row, :n_response]])
         loss_mask_T = np.concatenate([np.zeros(cut, dtype=bool), rows.response_mask[row, :n_response] == 1])
-        logprobs_T = np.concatenate([np.zeros(cut, np.float32), rows.old_log_probs[row, :n_response]])
+        logprobs_T = np.concatenate([np.zeros(cut, np.float32), rows.recorded_log_probs[row, :n_response]])
         versions_T = np.concatenate([np.full(cut, -1, np.int64), rows.policy_versions[row, :n_response]])
         for array in (token_ids_T, loss_mask_T, logprobs_T, versions_T):
             array.flags.writeable = False

@@ -5,15 +5,16 @@ config, rollout_is_weights). Our policy loss (`POLICY_LOSS_NAME`) takes the toke
 `trainer.backends.verl_batch` (global denominators, so any aggregation mode, rollout-token-mean by default) from its
 `config` (`VerlLossSettings.token_weights`) and returns the weighted token sum computed by
 `trainer.losses.policy_loss`, with our off-policy correction (`LossConfig.off_policy`: sequence masks in bypass mode;
-truncated pi_prox / pi_behav weights when the batch carries `rollout_log_probs` beside recomputed `old_log_probs`).
+truncated pi_prox / pi_behav weights when the batch carries `rollout_log_probs` beside recomputed `old_log_probs`, as
+`VerlBackend` builds it under `recompute_behaviour`).
 `rollout_is_weights` keeps verl's meaning: when a batch holds verl's own rollout-correction weights (verl's
 `compute_rollout_correction_and_add_to_batch` writes `rollout_is_weights` and masks `response_mask`), they multiply
 the token weights, so verl's correction and ours can be combined (use one of them: both would weight twice).
 
 `actor_loss` also reports the `off_policy/...` raw statistics (`trainer.off_policy_metrics`, every lag bucket, SUM/MIN/
 MAX metrics) of the trainer's logprobs against the recorded ones, when the batch carries `policy_versions` and the
-data the trainer's version (`trainer_version`): the backend keeps those of the first update, whose micro-batches run
-at the step's starting weights.
+data the trainer's version (`trainer_version`): in bypass mode the backend sends it with the first update only, whose
+micro-batches run at the step's starting weights (with a recomputation the backend measures that instead).
 
 verl's FSDP engine averages gradients over data-parallel ranks and its metrics over ranks (after summing
 micro-batches), so each rank's loss and additive metric shares are multiplied by dp_size: the reduced values are
@@ -34,6 +35,7 @@ from verl.trainer.ppo.core_algos import get_policy_loss_fn, register_policy_loss
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
+from trainer.backends.verl_batch import ROLLOUT_LOGPROBS_FIELD
 from trainer.losses import LossBatch, LossConfig, kl_penalty_T, policy_loss
 from trainer.off_policy_metrics import aggregation_of, raw_terms
 
@@ -42,7 +44,7 @@ POLICY_LOSS_NAME = "harnessrl_weighted_ppo"
 
 TOKEN_WEIGHTS_KEY = "token_weights"
 """Batch field holding each response token's loss weight."""
-ROLLOUT_LOGPROBS_KEY = "rollout_log_probs"
+ROLLOUT_LOGPROBS_KEY = ROLLOUT_LOGPROBS_FIELD
 """Batch field of the engine's recorded logprobs when `old_log_probs` holds the trainer's recomputation (decoupled)."""
 TRAINER_VERSION_KEY = "trainer_version"
 """Non-tensor data field: the trainer's policy version at the step's start (for the lag of each token)."""
