@@ -48,8 +48,8 @@ EOF
 
 main 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
-if [ "$status" -eq 0 ] && ! grep -qE '\b1 passed' "$LOG"; then
-  echo "pytest exited 0 without '1 passed' (skipped?): counted as a failure" | tee -a "$LOG"
+if [ "$status" -eq 0 ] && { ! grep -qE '\b[1-9][0-9]* passed' "$LOG" || grep -qE '\b[0-9]+ skipped' "$LOG"; }; then
+  echo "pytest exited 0 without every test passed (skipped?): counted as a failure" | tee -a "$LOG"
   status=1
 fi
 if [ "$status" -ne 0 ] && [ -d /tmp/ray/session_latest/logs ]; then

@@ -99,7 +99,36 @@ def test_samples_drawn_at_temperature_0_7_train_at_a_ratio_of_one_on_fsdp_worker
     assert abs(metrics["loss/ppo_kl"]) < 1e-4
 
 
-def fsdp_backend(tiny_model_dir) -> object:
+def test_decoupled_ppo_recomputes_every_update_at_the_starting_weights_on_fsdp_workers(tiny_model_dir, tmp_path):
+    """Issue 14 point 3 on verl: `recompute_behaviour` runs the workers' forward-only pass (`infer_batch`) over both
+    updates' rows before the first update. The recorded logprobs are the base model's own (fp32), so the
+    recomputation matches them (lag-0 mismatch near 0, importance weights near 1, every trainable token measured),
+    and the two updates (one rollout each) move the logprobs by the advantage's sign.
+    Written without a GPU (2026-12-01): not yet run on FSDP workers (deploy/gpu/README.md)."""
+    pytest.importorskip("verl")
+    from transformers import AutoModelForCausalLM
+
+    from trainer.off_policy import OffPolicyConfig
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    calls = [on_policy_call(base, "pos", 0, PROMPT, POSITIVE), on_policy_call(base, "neg", 0, PROMPT, NEGATIVE)]
+    samples = build_samples(calls).samples
+    loss = LossConfig(off_policy=OffPolicyConfig(recompute_behaviour=True, tis_cap=2.0))
+    backend = fsdp_backend(tiny_model_dir, loss=loss, num_updates=2)
+    metrics = backend.train_step(TrainBatch.of(samples, [1.0, -1.0]))
+    assert metrics["train/optimizer_updates"] == 2.0 and backend.policy_version == 1
+    assert metrics["off_policy/lag0_tokens"] == len(POSITIVE) + len(NEGATIVE)
+    assert metrics["off_policy/measured_token_fraction"] == pytest.approx(1.0)
+    assert metrics["off_policy/lag0_abs_diff_max"] < 1e-2  # fp32 on both sides: numeric noise only
+    assert metrics["off_policy/is_weight_mean"] == pytest.approx(1.0, abs=1e-2)
+    assert metrics["off_policy/is_truncated_fraction"] == 0.0
+    path, _ = backend.save_checkpoint(tmp_path)
+    trained = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    assert response_logprob(trained, PROMPT, POSITIVE) > response_logprob(base, PROMPT, POSITIVE)
+    assert response_logprob(trained, PROMPT, NEGATIVE) < response_logprob(base, PROMPT, NEGATIVE)
+
+
+def fsdp_backend(tiny_model_dir, loss: LossConfig | None = None, num_updates: int = 1) -> object:
     """The verl backend on every local GPU, float32, loaded (lr 1e-3: one step moves the tiny model visibly)."""
     from trainer.backends.torch import OptimizerConfig
     from trainer.backends.verl import VerlBackend, VerlBackendConfig
@@ -110,8 +139,8 @@ def fsdp_backend(tiny_model_dir) -> object:
             model_path=Path(tiny_model_dir),
             n_gpus_per_node=gpus,
             optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=1.0),
-            loss=LossConfig(),
-            schedule=ScheduleConfig(num_workers=gpus, max_tokens_per_micro_batch=256),
+            loss=loss if loss is not None else LossConfig(),
+            schedule=ScheduleConfig(num_workers=gpus, num_updates=num_updates, max_tokens_per_micro_batch=256),
             param_dtype="float32",
             gradient_checkpointing=False,
             attn_implementation="flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa",
