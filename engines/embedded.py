@@ -13,6 +13,8 @@ from engines.server_process import ProcessEngine, ServerProcess, free_port, with
 
 MAX_BATCH_SIZE = 16
 """Default of concurrent sequences (the run config's `engine.max_batch_size` takes it)."""
+PREFIX_CACHE_TOKENS = 16384
+"""Default budget of the prefix cache in tokens (about 0.75 GB of KV for SmolLM2-135M; 0: off)."""
 STARTUP_TIMEOUT_S = 300.0
 """Default longest start-up, model load included (the run config's `engine.startup_timeout_s` takes it)."""
 
@@ -27,7 +29,7 @@ class EmbeddedEngine(ProcessEngine):
                  served_model_name: str | None = None, max_batch_size: int = MAX_BATCH_SIZE,
                  startup_timeout_s: float = STARTUP_TIMEOUT_S, request_timeout_s: float = 600.0,
                  log_path: Path | None = None, num_threads: int | None = None,
-                 logprobs_mode: str = "processed") -> None:
+                 logprobs_mode: str = "processed", prefix_cache_tokens: int = PREFIX_CACHE_TOKENS) -> None:
         self.model = str(model)
         self.host = host
         self.port = port or free_port(host)
@@ -40,6 +42,9 @@ class EmbeddedEngine(ProcessEngine):
             raise ValueError(f"logprobs_mode={logprobs_mode!r}; use 'processed' (the distribution each token was "
                              "sampled from) or 'raw' (the model's, before temperature and filtering)")
         self.logprobs_mode = logprobs_mode  # which distribution the reported logprobs are of (serving/sampling.py)
+        if prefix_cache_tokens < 0:
+            raise ValueError(f"prefix_cache_tokens={prefix_cache_tokens}; use 0 (off) or a positive token budget")
+        self.prefix_cache_tokens = prefix_cache_tokens  # finished rows' KV kept for prompts that extend them
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="harnessrl-engine-", suffix=".log")[1])
         self._server = ServerProcess("engine", self.base_url, self.log_path)
 
@@ -52,7 +57,8 @@ class EmbeddedEngine(ProcessEngine):
         """The server's command line."""
         return [sys.executable, "-m", "engines.serving.cli", "serve", "--model", self.model,
                 "--host", self.host, "--port", str(self.port), "--served-model-name", self.served_model_name,
-                "--max-batch-size", str(self.max_batch_size), "--logprobs-mode", self.logprobs_mode]
+                "--max-batch-size", str(self.max_batch_size), "--logprobs-mode", self.logprobs_mode,
+                "--prefix-cache-tokens", str(self.prefix_cache_tokens)]
 
     def start(self) -> None:
         """Launches the server and waits for /health; the error quotes the server log on failure."""
@@ -67,7 +73,7 @@ class EmbeddedEngine(ProcessEngine):
 
     def health(self) -> dict:
         """The /health body: {status, policy_version, asleep, model, running_rows, tool_call_parse_failures,
-        logprobs_mode}."""
+        logprobs_mode, prefix_cache}."""
         return self._call("GET", "/health")
 
     def _call(self, method: str, route: str, json: dict | None = None) -> dict:

@@ -92,6 +92,9 @@ class EngineSection(Section):
                                      "(vLLM: engine.vllm.startup_timeout_s).")
     num_threads: int | None = Field(default=None, ge=1, description="Embedded engine: torch threads (none: one per "
                                     "core; 1 can be faster on a small machine that also runs the harnesses).")
+    prefix_cache_tokens: int = Field(default=embedded.PREFIX_CACHE_TOKENS, ge=0, description="Embedded engine: "
+                                     "finished rows' KV kept (in tokens) for later prompts that start with them; 0: "
+                                     "off.")
     vllm: VLLMOptions = Field(default_factory=VLLMOptions, description="vLLM engine: VLLMConfig.")
 
 

@@ -28,6 +28,8 @@ def serve(
     logprobs_mode: str = typer.Option("processed", help="processed: logprobs of the distribution each token was "
                                       "sampled from (temperature, top-k, min-p, top-p); raw: of the model's raw "
                                       "distribution."),
+    prefix_cache_tokens: int = typer.Option(16384, min=0, help="Tokens of finished rows' KV kept for later prompts "
+                                            "that start with them (an agent's next call); 0: off."),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible API with token ids, logprobs and policy versions."""
     import uvicorn
@@ -41,7 +43,8 @@ def serve(
     logging.basicConfig(level=log_level.upper())
     model_dir = resolve_model(model, models_dir)
     holder = ModelHolder(Path(model_dir))
-    state = EngineState(holder, GenerationScheduler(holder, max_batch_size, logprobs_mode), served_model_name or model)
+    state = EngineState(holder, GenerationScheduler(holder, max_batch_size, logprobs_mode,
+                                                                  prefix_cache_tokens), served_model_name or model)
     uvicorn.run(create_app(state), host=host, port=port, log_level=log_level)
 
 

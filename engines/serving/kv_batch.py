@@ -61,6 +61,31 @@ def prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int) -> tu
 
 
 @torch.inference_mode()
+def prefill_after(model: torch.nn.Module, prompt: list[int],
+                  prefix: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[KVBatch, torch.Tensor]:
+    """One row whose first positions' KV is `prefix` (per layer [1, H, P, D], P < len(prompt)): runs only the rest of
+    the prompt; returns its cache (all len(prompt) positions) and last logits [1, V]."""
+    done = int(prefix[0][0].shape[2])
+    if not 0 < done < len(prompt):
+        raise ValueError(f"prefill_after: a prefix of {done} positions for a prompt of {len(prompt)} tokens; "
+                         "it must leave at least one prompt token to run")
+    cache = _rebuild([(k.clone(), v.clone()) for k, v in prefix])
+    mask_BT = torch.ones((1, len(prompt)), dtype=torch.long)
+    ids_BT = torch.tensor([prompt[done:]], dtype=torch.long)
+    positions_BT = torch.arange(done, len(prompt), dtype=torch.long)[None, :]
+    out = _forward(model, cache, input_ids=ids_BT, attention_mask=mask_BT, position_ids=positions_BT,
+                   logits_to_keep=1)
+    return KVBatch(cache, mask_BT, torch.tensor([len(prompt)], dtype=torch.long)), out.logits[:, -1, :]
+
+
+def row_layers(batch: KVBatch, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One row's cached KV without its left padding (per layer [1, H, T, D], T = its real tokens), copied."""
+    length = int(batch.positions_B[row])
+    return [(k[row:row + 1, :, k.shape[2] - length:].clone(), v[row:row + 1, :, v.shape[2] - length:].clone())
+            for k, v in _cache_layers(batch.cache)]
+
+
+@torch.inference_mode()
 def decode_step(model: torch.nn.Module, batch: KVBatch, next_ids_B: torch.Tensor) -> torch.Tensor:
     """Feeds one token per row, growing the cache in place; returns the next-token logits [B, V]."""
     mask_BT = torch.cat([batch.mask_BT, torch.ones((batch.size, 1), dtype=torch.long)], dim=-1)

@@ -1,8 +1,9 @@
 """The generation thread: continuous batching of concurrent requests over one model.
 
 Requests join the running batch at step boundaries (their prompts are prefilled together and their cache
-merged in), finished rows leave it, and every row keeps its own sampling parameters, generator and stopping
-rules. Weight operations (sleep, wake-up, update) stop admission, wait until the running batch has drained,
+merged in; a prompt that starts with a finished row's tokens reuses that row's cache and prefills only the rest,
+`engines.serving.prefix_cache`), finished rows leave it, and every row keeps its own sampling parameters, generator and
+stopping rules. Weight operations (sleep, wake-up, update) stop admission, wait until the running batch has drained,
 then run, so every response is produced by exactly one policy version.
 """
 
@@ -20,6 +21,7 @@ import torch
 from engines.serving import kv_batch
 from engines.serving.detokenizer import ChoiceText
 from engines.serving.model_holder import ModelHolder
+from engines.serving.prefix_cache import PrefixCache, PrefixHit
 from engines.serving.sampling import (
     LOGPROBS_MODES,
     REPORTED_LOGPROB_FLOOR,
@@ -121,6 +123,8 @@ class _Row:
     text: ChoiceText
     generated: int = 0
     next_token: int = -1
+    tokens: list[int] = field(default_factory=list)
+    """Generated token ids so far."""
 
 
 @dataclass(eq=False)
@@ -135,7 +139,7 @@ class GenerationScheduler:
     """Runs generation on a dedicated thread; thread-safe `submit` and `control`."""
 
     def __init__(self, holder: ModelHolder, max_batch_size: int = 16,
-                 logprobs_mode: LogprobsMode = "processed") -> None:
+                 logprobs_mode: LogprobsMode = "processed", prefix_cache_tokens: int = 0) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size}; it must be at least 1")
         if logprobs_mode not in LOGPROBS_MODES:
@@ -144,6 +148,8 @@ class GenerationScheduler:
         self.max_batch_size = max_batch_size
         self.logprobs_mode: LogprobsMode = logprobs_mode
         """Which distribution reported logprobs are of (engines.serving.sampling)."""
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        """Finished rows' KV, reused by prompts that extend them (0 tokens: off)."""
         self._lock = threading.Condition()
         self._pending: collections.deque[GenerationRequest] = collections.deque()
         self._controls: collections.deque[_Control] = collections.deque()
@@ -203,6 +209,7 @@ class GenerationScheduler:
         while self._controls and not self._rows:
             with self._lock:
                 control = self._controls.popleft()
+            self.prefix_cache.clear()  # sleep, wake-up and updates change or drop the weights the KV came from
             try:
                 control.future.set_result(control.action())
             except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
@@ -236,14 +243,29 @@ class GenerationScheduler:
         requests = self._take_admissible()
         if not requests:
             return
-        new_rows = [self._new_row(request, choice)
-                    for request in requests for choice in range(request.params.n)]
         for request in requests:
             request.emit(Admitted(self.holder.policy_version))
+        self.prefix_cache.sync_version(self.holder.policy_version)
+        hits = {id(request): self.prefix_cache.lookup(request.prompt_ids) for request in requests}
+        cold = [request for request in requests if hits[id(request)] is None]
+        warm = [request for request in requests if hits[id(request)] is not None]
+        for group in ([cold] if cold else []) + [[request] for request in warm]:
+            self._join(group, hits[id(group[0])])
+
+    def _join(self, requests: list[GenerationRequest], hit: PrefixHit | None) -> None:
+        """Prefills `requests` (together, or one request after its cached prefix) and merges their rows in."""
+        new_rows = [self._new_row(request, choice)
+                    for request in requests for choice in range(request.params.n)]
         try:
             prompts = [row.request.prompt_ids for row in new_rows]
-            batch, logits_BV = kv_batch.prefill(self.holder.model, prompts, self.holder.pad_token_id)
-            keep = self._emit_tokens(new_rows, logits_BV, [len(r.request.prompt_ids) for r in new_rows])
+            if hit is None:
+                batch, logits_BV = kv_batch.prefill(self.holder.model, prompts, self.holder.pad_token_id)
+            else:
+                batch, logits_BV = kv_batch.prefill_after(self.holder.model, prompts[0], hit.layers)
+                if len(prompts) > 1:  # n choices of one request: the same cache for each
+                    batch = kv_batch.select(batch, [0] * len(prompts))
+                    logits_BV = logits_BV.repeat(len(prompts), 1)
+            keep = self._emit_tokens(new_rows, logits_BV, [len(r.request.prompt_ids) for r in new_rows], batch)
         except Exception as exc:  # noqa: BLE001 - a failed prefill fails the joining requests only
             logger.exception("prefill failed")
             for request in requests:
@@ -253,6 +275,11 @@ class GenerationScheduler:
         if survivors is not None:
             self._batch = kv_batch.merge(self._batch, survivors)
             self._rows.extend(new_rows[i] for i in keep)
+
+    def _keep_finished(self, batch: kv_batch.KVBatch, b: int, row: _Row) -> None:
+        """Stores finished row `b`'s cache (its prompt and every generated token but the last) for later prompts."""
+        if self.prefix_cache.enabled:
+            self.prefix_cache.store(row.request.prompt_ids + row.tokens[:-1], kv_batch.row_layers(batch, b))
 
     def _new_row(self, request: GenerationRequest, choice: int) -> _Row:
         params = request.params
@@ -270,13 +297,15 @@ class GenerationScheduler:
                 return
         next_ids_B = torch.tensor([row.next_token for row in self._rows], dtype=torch.long)
         logits_BV = kv_batch.decode_step(self.holder.model, self._batch, next_ids_B)
-        keep = self._emit_tokens(self._rows, logits_BV, self._batch.positions_B.tolist())
+        keep = self._emit_tokens(self._rows, logits_BV, self._batch.positions_B.tolist(), self._batch)
         if len(keep) < len(self._rows):
             self._batch = kv_batch.select(self._batch, keep)
             self._rows = [self._rows[i] for i in keep]
 
-    def _emit_tokens(self, rows: list[_Row], logits_BV: torch.Tensor, lengths_B: list[int]) -> list[int]:
-        """Samples one token per row, emits it, and returns the indices of rows that continue."""
+    def _emit_tokens(self, rows: list[_Row], logits_BV: torch.Tensor, lengths_B: list[int],
+                     batch: kv_batch.KVBatch) -> list[int]:
+        """Samples one token per row, emits it, and returns the indices of rows that continue; a finished row's
+        cache is stored before its last token is emitted (the harness's next call may follow at once)."""
         tokens_B, logprobs_BV = sample_step(logits_BV, [r.request.params.sampling for r in rows],
                                             [r.generator for r in rows], self.logprobs_mode)
         logprobs_BV = logprobs_BV.clamp_min(REPORTED_LOGPROB_FLOOR)
@@ -289,6 +318,8 @@ class GenerationScheduler:
             k = row.request.params.top_logprobs
             top = tuple(zip(top_ids_BK[b, :k].tolist(), top_values_BK[b, :k].tolist(), strict=True))
             finish, reason = self._advance(row, token, lengths_B[b] + 1)
+            if finish is not None:
+                self._keep_finished(batch, b, row)
             row.request.emit(TokenEvent(row.choice, token, float(chosen_B[b]), top,
                                         row.text.take_delta(final=finish is not None), finish, reason))
             if finish is None:
@@ -300,6 +331,7 @@ class GenerationScheduler:
         """Records `token` in the row; returns (finish_reason, stop_reason) if the row is done."""
         params = row.request.params
         row.generated += 1
+        row.tokens.append(token)
         if token in self.holder.eos_token_ids and not params.ignore_eos:
             if params.include_stop_str:
                 row.text.append(token)

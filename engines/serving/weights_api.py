@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 from fastapi import APIRouter, Depends
@@ -10,6 +11,7 @@ from fastapi.responses import Response
 
 from engines.serving.model_holder import WeightsError
 from engines.serving.openai_api import json_response
+from engines.serving.prefix_cache import PrefixCache
 from engines.serving.protocol import RequestError, UpdateWeightsRequest
 from engines.serving.state import EngineState, engine_state
 
@@ -17,14 +19,22 @@ router = APIRouter()
 
 
 def health_body(state: EngineState) -> dict[str, object]:
-    """{status, policy_version, asleep, model, running_rows, tool_call_parse_failures, logprobs_mode} as /health
-    reports it (`logprobs_mode`: processed or raw, which distribution the reported logprobs are of)."""
+    """{status, policy_version, asleep, model, running_rows, tool_call_parse_failures, logprobs_mode, prefix_cache}
+    as /health reports it (`logprobs_mode`: processed or raw, which distribution the reported logprobs are of;
+    `prefix_cache`: its budget, holdings and counters, engines.serving.prefix_cache)."""
     holder = state.holder
     return {"status": "asleep" if holder.asleep else "ok", "policy_version": holder.policy_version,
             "asleep": holder.asleep, "model": state.served_model_name,
             "running_rows": state.scheduler.running_rows,
             "tool_call_parse_failures": state.tool_call_parse_failures,
-            "logprobs_mode": state.scheduler.logprobs_mode}
+            "logprobs_mode": state.scheduler.logprobs_mode,
+            "prefix_cache": prefix_cache_body(state.scheduler.prefix_cache)}
+
+
+def prefix_cache_body(cache: PrefixCache) -> dict[str, int]:
+    """The prefix cache's budget, holdings and counters."""
+    return {"max_tokens": cache.max_tokens, "entries": len(cache), "cached_tokens": cache.cached_tokens,
+            **dataclasses.asdict(cache.stats)}
 
 
 @router.get("/health")
