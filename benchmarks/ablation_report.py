@@ -5,8 +5,9 @@ Lightning v1.0 report's 38.2 / 35.0 / 33.1.
     .venv/bin/python benchmarks/ablation_report.py --ablation NAME [--experiment ablation] [--tracking-uri URI]
 
 Reads the runs of the MLflow experiment tagged `ablation=NAME` (flow `ablation`, flows/ablation.py): per run its
-`arm` and `seed` tags and the last value of `val/reward_mean` (the validation after the last iteration); writes
-benchmarks/ablation.md (or --out) and prints it.
+`arm` and `seed` tags, the last value of `val/reward_mean` (the validation after the last iteration) and its wall time
+(MLflow's start and end time: processes, training, validation, uploads); writes benchmarks/ablation.md (or --out)
+and prints it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from flows.ablation_plan import REPORT_ARMS
 
 FINAL_METRIC = "val/reward_mean"
 DEFAULT_OUT = Path(__file__).resolve().parent / "ablation.md"
-FULL_RUN = ("nice -n 10 .venv/bin/python -m flows.ablation --name ablation-full   # 3 arms x 5 seeds, profile "
-            "ablation-local\n.venv/bin/python benchmarks/ablation_report.py --ablation ablation-full")
+FULL_RUN = (".venv/bin/python -m flows.ablation --name ablation-full   # 3 arms x 5 seeds, profile ablation-local\n"
+            ".venv/bin/python benchmarks/ablation_report.py --ablation ablation-full")
 """The commands of the full ablation and its report."""
 REFERENCE = {arm.name: arm.reference for arm in REPORT_ARMS}
 """The report's step-128 SWE numbers (%) by arm name."""
@@ -75,8 +76,9 @@ def interval_text(interval: Interval) -> str:
     return f"[{fmt(interval.low)}, {fmt(interval.high)}]"
 
 
-def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, float]]) -> str:
-    """The markdown report from {arm: {seed: final validation reward}}."""
+def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, float]],
+           wall_s: Mapping[str, Mapping[int, float]] | None = None) -> str:
+    """The markdown report from {arm: {seed: final validation reward}} (and {arm: {seed: run wall time in s}})."""
     arms = arm_order(list(finals))
     seeds = sorted({seed for per_seed in finals.values() for seed in per_seed})
     lines = [f"# Ablation `{ablation}`: final validation reward by arm", "",
@@ -107,11 +109,27 @@ def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, flo
     lines += ["", "Per seed:", "", "| seed | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
     for seed in seeds:
         lines.append(f"| {seed} | " + " | ".join(fmt(finals[arm].get(seed, math.nan)) for arm in arms) + " |")
+    if wall_s:
+        lines += wall_time_lines(arms, seeds, wall_s)
     return "\n".join(lines) + "\n"
 
 
-def read_finals(tracking_uri: str, experiment: str, ablation: str) -> dict[str, dict[int, float]]:
-    """{arm: {seed: last val/reward_mean}} of the ablation's runs (runs without the metric are left out, named)."""
+def wall_time_lines(arms: Sequence[str], seeds: Sequence[int], wall_s: Mapping[str, Mapping[int, float]]) -> list[str]:
+    """The wall time of every run (s) and of all of them together (min)."""
+    total_s = sum(value for per_seed in wall_s.values() for value in per_seed.values())
+    count = sum(len(per_seed) for per_seed in wall_s.values())
+    lines = ["", f"Wall time per run (s; {count} runs, {total_s / 60:.1f} min in all, run after run):", "",
+             "| seed | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+    for seed in seeds:
+        lines.append(f"| {seed} | " + " | ".join(fmt(wall_s.get(arm, {}).get(seed, math.nan), 0) for arm in arms)
+                     + " |")
+    return lines
+
+
+def read_finals(tracking_uri: str, experiment: str,
+                ablation: str) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
+    """{arm: {seed: last val/reward_mean}} and {arm: {seed: wall time in s}} of the ablation's finished runs (runs
+    without the metric are left out, named)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -121,16 +139,20 @@ def read_finals(tracking_uri: str, experiment: str, ablation: str) -> dict[str, 
     runs = client.search_runs([found.experiment_id],
                               f"tags.ablation = '{ablation}' and tags.ablation_role = 'arm-run'", max_results=1000)
     finals: dict[str, dict[int, float]] = {}
+    wall_s: dict[str, dict[int, float]] = {}
     for run in runs:
         history = client.get_metric_history(run.info.run_id, FINAL_METRIC)
         if not history:
             print(f"run {run.info.run_name} ({run.info.status}) has no {FINAL_METRIC}: left out")
             continue
         last = max(history, key=lambda point: (point.step, point.timestamp))
-        finals.setdefault(run.data.tags["arm"], {})[int(run.data.tags["seed"])] = last.value
+        arm, seed = run.data.tags["arm"], int(run.data.tags["seed"])
+        finals.setdefault(arm, {})[seed] = last.value
+        if run.info.end_time:
+            wall_s.setdefault(arm, {})[seed] = (run.info.end_time - run.info.start_time) / 1000.0
     if not finals:
         raise SystemExit(f"no finished run of ablation {ablation!r} in experiment {experiment!r}")
-    return finals
+    return finals, wall_s
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -143,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     uri = args.tracking_uri or load_run_config("ablation-local").tracking_uri()
-    report = render(args.ablation, args.experiment, read_finals(uri, args.experiment, args.ablation))
+    finals, wall_s = read_finals(uri, args.experiment, args.ablation)
+    report = render(args.ablation, args.experiment, finals, wall_s)
     args.out.write_text(report)
     print(report)
 

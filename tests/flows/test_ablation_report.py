@@ -59,3 +59,12 @@ def test_render_shows_means_intervals_differences_and_the_report_numbers():
     assert "| rollout-adv+rollout-token-mean - sample-adv+token-mean | 3 | 0.067 |" in text and "| +3.2 |" in text
     assert "| rollout-adv+rollout-token-mean - rollout-adv+token-mean | 2 | 0.150 |" in text and "| +5.1 |" in text
     assert "| 2 | 0.700 | 0.700 |  |" in text  # seed 2 of the third arm is missing
+
+
+def test_render_adds_each_runs_wall_time_and_the_total():
+    finals = {"rollout-adv+rollout-token-mean": {0: 0.5, 1: 0.6}, "sample-adv+token-mean": {0: 0.4}}
+    wall_s = {"rollout-adv+rollout-token-mean": {0: 400.4, 1: 380.0}, "sample-adv+token-mean": {0: 419.6}}
+    text = render("abl", "ablation", finals, wall_s)
+    assert "Wall time per run (s; 3 runs, 20.0 min in all, run after run):" in text
+    assert "| 0 | 400 | 420 |" in text and "| 1 | 380 |  |" in text
+    assert "Wall time" not in render("abl", "ablation", finals)
