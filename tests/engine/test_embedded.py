@@ -36,6 +36,11 @@ def test_command_line_carries_the_settings(tiny_model_dir: Path) -> None:
     assert command[command.index("--served-model-name") + 1] == "x"
     assert command[command.index("--max-batch-size") + 1] == "4"
     assert engine.base_url == "http://127.0.0.1:9999"
+    assert command[command.index("--prefix-cache-tokens") + 1] == "16384"
+    off = EmbeddedEngine(tiny_model_dir, prefix_cache_tokens=0).command()
+    assert off[off.index("--prefix-cache-tokens") + 1] == "0"
+    with pytest.raises(ValueError, match="prefix_cache_tokens=-1"):
+        EmbeddedEngine(tiny_model_dir, prefix_cache_tokens=-1)
 
 
 @pytest.mark.slow

@@ -211,6 +211,11 @@ def test_run_name_plan_and_services_from_config(tmp_path):
     from engines.embedded import EmbeddedEngine
 
     assert EmbeddedEngine("/m", num_threads=threads).environment()["OMP_NUM_THREADS"] == "1"
+    from flows.run_processes import RunProcesses
+
+    for overrides, budget in (({}, "16384"), ({"engine.prefix_cache_tokens": 0}, "0")):
+        command = RunProcesses(process_settings(load_run_config("if-local", overrides), plan))._engine().command()
+        assert command[command.index("--prefix-cache-tokens") + 1] == budget
 
 
 def test_a_flow_names_its_run_and_serves_a_checkpoint_version(tmp_path):
