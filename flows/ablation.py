@@ -5,8 +5,11 @@ validation set is `generate(val_tasks, VAL_SEED)`, the same for every run. One t
 out so that the training flow's split keeps exactly that validation set (`arrange_for_split`). Every run lands in
 the experiment `tracking.experiment`, tagged `ablation`, `arm`, `seed` and nested under an umbrella run named after
 the ablation (`mlflow.parentRunId`), so the MLflow UI compares them side by side; `benchmarks/ablation_report.py`
-turns them into the table with confidence intervals. Runs go seed by seed; a failed run is reported and the others
-continue; starting the flow again with the same `name` resumes each run from its last checkpoint.
+turns them into the table with confidence intervals. Runs go seed by seed, each in a process of its own (flow
+`ablation-run`, `python -m flows.ablation --run-config`): one process training 15 runs in turn grew by about 2.7 GB
+per SmolLM2 run (11 GB after four) until it would have run out of memory, and a run that crashes its process must not
+end the others. A failed run is reported and the others continue; starting the flow again with the same `name`
+resumes each run from its last checkpoint.
 
 Default arms: the Agent Lightning v1.0 report's three (`flows.ablation_plan.REPORT_ARMS`); other arms (an lr sweep
 with an lr = 0 control) are the `arms` parameter: `[{"name": "lr0", "overrides": {"backend.optimizer.lr": 0.0}}]`.
@@ -15,6 +18,9 @@ with an lr = 0 control) are the `arms` parameter: `[{"name": "lr0", "overrides":
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,8 +40,9 @@ from flows.ablation_plan import (
     plan_runs,
     seed_data_overrides,
 )
-from flows.config import RunConfig, load_run_config
+from flows.config import PROJECT_ROOT, RunConfig, load_run_config
 from flows.train import train
+from storage.files import write_atomic
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 
 PARENT_RUN_TAG = "mlflow.parentRunId"
@@ -101,13 +108,22 @@ def write_seed_tasks(config: RunConfig, ablation_name: str, seeds: Sequence[int]
 
 def run_one(profile: str | Path, run: PlannedRun, ablation_name: str, umbrella_id: str, experiment: str,
             tracking_uri: str) -> dict[str, Any]:
-    """Trains one arm-seed and tags its MLflow run; an error is printed and returned, not raised."""
+    """Trains one arm-seed in its own process and tags its MLflow run; an error is printed and returned, not
+    raised."""
     print(f"ablation {ablation_name}: arm {run.arm.name}, seed {run.seed} (run {run.name})")
     started_s, error, summary = time.perf_counter(), None, {}
-    try:
-        summary = train(load_run_config(profile, run.overrides))
-    except Exception as failure:  # noqa: BLE001 - one failed run must not end the others; reported at the end
-        error = f"{type(failure).__name__}: {failure}"
+    config = load_run_config(profile, run.overrides)
+    folder = config.resolve(config.work_dir) / ablation_name
+    config_path = folder / f"{run.name}.run.json"  # what the run's process loads, as this process did
+    write_atomic(config_path, json.dumps({"profile": str(profile), "overrides": dict(run.overrides)}, indent=2))
+    summary_path = folder / f"{run.name}.summary.json"
+    summary_path.unlink(missing_ok=True)
+    done = subprocess.run([sys.executable, "-m", "flows.ablation", "--run-config", str(config_path), "--summary",
+                           str(summary_path)], cwd=PROJECT_ROOT, env=run_environment(), check=False)
+    if done.returncode == 0 and summary_path.is_file():
+        summary = json.loads(summary_path.read_text())
+    else:
+        error = f"the run's process exited with code {done.returncode} (its output is above)"
         print(f"run {run.name} failed: {error}")
     tags = {"ablation": ablation_name, "arm": run.arm.name, "seed": str(run.seed), PARENT_RUN_TAG: umbrella_id,
             "ablation_role": "arm-run"}
@@ -116,6 +132,33 @@ def run_one(profile: str | Path, run: PlannedRun, ablation_name: str, umbrella_i
         tag_run(tracking_uri, run_id, tags)
     return {"name": run.name, "arm": run.arm.name, "seed": run.seed, "mlflow_run_id": run_id, "error": error,
             "wall_s": round(time.perf_counter() - started_s, 1)}
+
+
+def run_environment() -> dict[str, str]:
+    """This process's environment, with the Prefect API it uses (a temporary server's too, so a run's process does
+    not start another one)."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = dict(os.environ)
+    url = PREFECT_API_URL.value()
+    if not url:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        server = SubprocessASGIServer()  # the temporary server of this process, when it started one
+        url = server.api_url if server.server_process is not None else None
+    if url:
+        env["PREFECT_API_URL"] = url
+    return env
+
+
+@flow(name="ablation-run", log_prints=True)
+def ablation_run(config_path: str, summary_path: str) -> dict[str, Any]:
+    """One arm-seed: trains the profile and overrides at `config_path` (JSON: {profile, overrides}) and writes its
+    summary to `summary_path`."""
+    spec = json.loads(Path(config_path).read_text())
+    summary = train(load_run_config(spec["profile"], spec["overrides"]))
+    write_atomic(Path(summary_path), json.dumps(summary, default=str))
+    return summary
 
 
 def find_run_id(tracking_uri: str, experiment: str, run_name: str) -> str | None:
@@ -140,7 +183,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     """`python -m flows.ablation [--name N] [--seeds 0 1 2] [--arms arms.json] [--profile P] [--set key=value]`:
     the flow in this process (Prefect starts a temporary server for it), with `harnessrl train`'s environment."""
     import argparse
-    import os
 
     from flows.cli import PREFECT_DEFAULTS, parse_overrides
 
@@ -150,10 +192,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(DEFAULT_SEEDS)}")
     parser.add_argument("--arms", type=Path, default=None, help="a JSON list of {name, overrides, reference}")
     parser.add_argument("--set", dest="set_", action="append", default=[], help="key.path=value (repeatable)")
+    parser.add_argument("--run-config", type=Path, default=None, help="(internal) train one run: a JSON file of "
+                        "{profile, overrides}")
+    parser.add_argument("--summary", type=Path, default=None, help="(internal) where --run-config writes its summary")
     args = parser.parse_args(argv)
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("PREFECT_HOME", str(Path(".prefect").resolve()))
+    if args.run_config is not None:
+        if args.summary is None:
+            parser.error("--run-config needs --summary")
+        ablation_run(str(args.run_config), str(args.summary))
+        return
     arms = json.loads(args.arms.read_text()) if args.arms else None
     ablation(args.profile, arms=arms, seeds=args.seeds, overrides=parse_overrides(args.set_), name=args.name)
 

@@ -44,6 +44,7 @@ def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(pre
     sources = {r.data.params["data.source"] for r in children}
     assert len(sources) == 1, "every arm of a seed trains on the same task file"
 
-    finals = read_finals(uri, "ablation", "abl-test")
+    finals, wall_s = read_finals(uri, "ablation", "abl-test")
     assert set(finals) == {a.name for a in REPORT_ARMS} and all(set(v) == {3} for v in finals.values())
-    assert "(one seed: no interval)" in render("abl-test", "ablation", finals)
+    assert set(wall_s) == set(finals) and all(0 < s < 3600 for v in wall_s.values() for s in v.values())
+    assert "(one seed: no interval)" in render("abl-test", "ablation", finals, wall_s)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agents.multistep.tasks import generate
@@ -9,6 +11,7 @@ from agents.task_data import split_rows
 from flows.ablation_plan import (
     REPORT_ARMS,
     Arm,
+    PlannedRun,
     arrange_for_split,
     parse_arms,
     plan_runs,
@@ -84,3 +87,32 @@ def test_every_seed_file_loads_through_the_training_flow_into_its_tasks_and_the_
     assert [r["id"] for r in train0] == [r["id"] for r in generate(6, 0)]
     assert [r["id"] for r in train1] == [r["id"] for r in generate(6, 1)]
     assert train0[0]["steps"] == generate(6, 0)[0]["steps"], "nested fields survive the task file"
+
+
+def test_a_run_is_a_process_of_its_own_and_its_crash_is_an_outcome(tmp_path, monkeypatch):
+    """Each arm-seed trains in `python -m flows.ablation --run-config` (one process for 15 SmolLM2 runs grew by
+    about 2.7 GB a run); the process gets the run's profile and overrides, and a crash is reported, not raised."""
+    import json
+    import subprocess
+
+    from flows import ablation
+
+    calls = []
+
+    def crashed(command, **kwargs):
+        calls.append((command, kwargs))
+        return subprocess.CompletedProcess(command, 137)
+
+    monkeypatch.setattr(ablation.subprocess, "run", crashed)
+    run = PlannedRun(REPORT_ARMS[0], 2, "abl-x-s2", {"work_dir": str(tmp_path), "data.seed": 2})
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:4999/api"}):
+        outcome = ablation.run_one("ablation-local", run, "abl-x", "umbrella", "ablation",
+                                   f"sqlite:///{tmp_path}/m.db")
+    assert outcome["error"] == "the run's process exited with code 137 (its output is above)"
+    assert (outcome["arm"], outcome["seed"], outcome["mlflow_run_id"]) == (REPORT_ARMS[0].name, 2, None)
+    command, kwargs = calls[0]
+    assert command[1:4] == ["-m", "flows.ablation", "--run-config"] and command[5] == "--summary"
+    assert json.loads(Path(command[4]).read_text()) == {"profile": "ablation-local", "overrides": run.overrides}
+    assert kwargs["env"]["PREFECT_API_URL"] == "http://127.0.0.1:4999/api"  # the parent's: the run starts no other
