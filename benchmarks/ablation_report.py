@@ -6,8 +6,9 @@ Lightning v1.0 report's 38.2 / 35.0 / 33.1.
 
 Reads the runs of the MLflow experiment tagged `ablation=NAME` (flow `ablation`, flows/ablation.py): per run its
 `arm` and `seed` tags, the last value of `val/reward_mean` (the validation after the last iteration) and its wall time
-(MLflow's start and end time: processes, training, validation, uploads); writes benchmarks/ablation.md (or --out)
-and prints it.
+(MLflow's start and end time: processes, training, validation, uploads); prints the report and writes it into
+benchmarks/ablation.md (or --out) between the page's report markers (the rest of the page stays), or as the whole
+file when it has none.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from flows.ablation_plan import REPORT_ARMS
 
 FINAL_METRIC = "val/reward_mean"
 DEFAULT_OUT = Path(__file__).resolve().parent / "ablation.md"
+START, END = "<!-- ablation-report:start -->", "<!-- ablation-report:end -->"
+"""The markers of the generated part of the page."""
 FULL_RUN = (".venv/bin/python -m flows.ablation --name ablation-full   # 3 arms x 5 seeds, profile ablation-local\n"
             ".venv/bin/python benchmarks/ablation_report.py --ablation ablation-full")
 """The commands of the full ablation and its report."""
@@ -126,6 +129,17 @@ def wall_time_lines(arms: Sequence[str], seeds: Sequence[int], wall_s: Mapping[s
     return lines
 
 
+def with_report(page: str | None, report: str) -> str:
+    """`page` with the part between its report markers replaced by `report`; the report alone (marked) without
+    markers or page."""
+    marked = f"{START}\n{report}{END}\n"
+    if not page or START not in page or END not in page:
+        return marked
+    before, rest = page.split(START, 1)
+    after = rest.split(END, 1)[1].lstrip("\n")
+    return before + marked + ("\n" + after if after else "")
+
+
 def read_finals(tracking_uri: str, experiment: str,
                 ablation: str) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
     """{arm: {seed: last val/reward_mean}} and {arm: {seed: wall time in s}} of the ablation's finished runs (runs
@@ -167,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     uri = args.tracking_uri or load_run_config("ablation-local").tracking_uri()
     finals, wall_s = read_finals(uri, args.experiment, args.ablation)
     report = render(args.ablation, args.experiment, finals, wall_s)
-    args.out.write_text(report)
+    args.out.write_text(with_report(args.out.read_text() if args.out.is_file() else None, report))
     print(report)
 
 

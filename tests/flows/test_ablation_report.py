@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.ablation_report import arm_order, paired_differences, render, t_interval
+from benchmarks.ablation_report import END, START, arm_order, paired_differences, render, t_interval, with_report
 
 T_975_DF2 = 4.302652729749462  # Student t quantile 0.975 with 2 degrees of freedom (tables: 4.303)
 T_975_DF4 = 2.7764451051977934  # ... with 4 degrees of freedom (tables: 2.776)
@@ -68,3 +68,13 @@ def test_render_adds_each_runs_wall_time_and_the_total():
     assert "Wall time per run (s; 3 runs, 20.0 min in all, run after run):" in text
     assert "| 0 | 400 | 420 |" in text and "| 1 | 380 |  |" in text
     assert "Wall time" not in render("abl", "ablation", finals)
+
+
+def test_the_report_replaces_only_the_marked_part_of_the_page():
+    page = f"# Title\n\nDesign.\n\n{START}\nold table\n{END}\n\n## Measured\n\nHistory.\n"
+    updated = with_report(page, "new table\n")
+    assert updated == f"# Title\n\nDesign.\n\n{START}\nnew table\n{END}\n\n## Measured\n\nHistory.\n"
+    assert with_report(updated, "new table\n") == updated
+    assert with_report(updated, "newer\n").count(START) == 1 and "History." in with_report(updated, "newer\n")
+    assert with_report("no markers here\n", "table\n") == f"{START}\ntable\n{END}\n"
+    assert with_report(None, "table\n") == f"{START}\ntable\n{END}\n"
