@@ -7,9 +7,11 @@ tier), so what the store keeps and refuses is checked on both.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from gateway.client import GatewayClient
+from gateway.client import GatewayAPIError, GatewayClient
 from gateway.scripted import Script
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN
 from tests.inprocess import InProcessGateway, InProcessScripted
@@ -45,11 +47,24 @@ def scripted():
     upstream.stop()
 
 
+def register_retrying_busy(admin: GatewayClient, base_url: str, attempts: int = 5) -> None:
+    """Registers the scripted upstream, retrying the gateway's 503 store_unavailable as it advises (a busy database
+    under load: a PostgreSQL store once stayed locked past the write's 0.75 s budget at module set-up)."""
+    for attempt in range(attempts):
+        try:
+            admin.register_model("policy", base_url, version=3)
+            return
+        except GatewayAPIError as error:
+            if error.status != 503 or attempt == attempts - 1:
+                raise
+            time.sleep(1.0)
+
+
 @pytest.fixture(scope="module")
 def gateway(store_url, scripted):
     gw = InProcessGateway(db_url=store_url).start()
     with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
-        admin.register_model("policy", scripted.base_url, version=3)
+        register_retrying_busy(admin, scripted.base_url)
     yield gw
     gw.stop()
 
