@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from engines.embedded import PREFIX_CACHE_TOKENS
+
 app = typer.Typer(help="The embedded CPU inference engine.", no_args_is_help=True, add_completion=False)
 
 
@@ -28,8 +30,8 @@ def serve(
     logprobs_mode: str = typer.Option("processed", help="processed: logprobs of the distribution each token was "
                                       "sampled from (temperature, top-k, min-p, top-p); raw: of the model's raw "
                                       "distribution."),
-    prefix_cache_tokens: int = typer.Option(16384, min=0, help="Tokens of finished rows' KV kept for later prompts "
-                                            "that start with them (an agent's next call); 0: off."),
+    prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, min=0, help="Tokens of finished rows' KV kept "
+                                            "for later prompts that start with them (an agent's next call); 0: off."),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible API with token ids, logprobs and policy versions."""
     import uvicorn

@@ -121,7 +121,6 @@ class _Row:
     choice: int
     generator: torch.Generator
     text: ChoiceText
-    generated: int = 0
     next_token: int = -1
     tokens: list[int] = field(default_factory=list)
     """Generated token ids so far."""
@@ -330,7 +329,6 @@ class GenerationScheduler:
     def _advance(self, row: _Row, token: int, total_len: int) -> tuple[str | None, str | int | None]:
         """Records `token` in the row; returns (finish_reason, stop_reason) if the row is done."""
         params = row.request.params
-        row.generated += 1
         row.tokens.append(token)
         if token in self.holder.eos_token_ids and not params.ignore_eos:
             if params.include_stop_str:
@@ -343,7 +341,7 @@ class GenerationScheduler:
         stop = row.text.append(token)
         if stop is not None:
             return "stop", stop
-        if row.generated >= params.max_tokens or total_len >= self.holder.max_model_len:
+        if len(row.tokens) >= params.max_tokens or total_len >= self.holder.max_model_len:
             return "length", None
         return None, None
 
