@@ -38,11 +38,10 @@ _PARSE_TRIES = 5
 
 def _parse_class(klass: type) -> ast.stmt:
     """The class statement of `klass`'s source."""
-    source = textwrap.dedent(inspect.getsource(klass))
     with _PARSE_LOCK:
         for attempt in range(_PARSE_TRIES):
-            try:
-                return ast.parse(source).body[0]
+            try:  # inspect.getsource parses the class's module too
+                return ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0]
             except SystemError:
                 if attempt == _PARSE_TRIES - 1:
                     raise

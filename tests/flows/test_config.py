@@ -317,3 +317,38 @@ def test_the_started_gateway_gets_the_runs_sampling_policy(tmp_path):
     assert (chosen.sampling.train, chosen.sampling.temperature) == ("record", 0.7)
     with pytest.raises(ValueError, match="gateway.sampling"):
         load_run_config("if-local", {"gateway.sampling.train": "ignore"})
+
+
+def test_field_docs_retries_the_parsers_thread_error_and_gives_up_after_its_tries(monkeypatch):
+    """The docs of a section still read when another thread's parse made ours fail once (CPython 3.11)."""
+    import ast
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Knobs:
+        depth: int = 1
+        """How deep."""
+
+    real_parse, failures = ast.parse, [1]
+
+    def flaky(source, *args, **kwargs):
+        if failures:
+            failures.pop()
+            raise SystemError("AST constructor recursion depth mismatch (before=69, after=75)")
+        return real_parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(config_schema.ast, "parse", flaky)
+    assert config_schema.field_docs(Knobs) == {"depth": "How deep."}
+
+    def broken(source, *args, **kwargs):
+        raise SystemError("AST constructor recursion depth mismatch")
+
+    monkeypatch.setattr(config_schema.ast, "parse", broken)
+
+    @dataclasses.dataclass
+    class Other:
+        width: int = 2
+        """How wide."""
+
+    with pytest.raises(SystemError):
+        config_schema.field_docs(Other)
