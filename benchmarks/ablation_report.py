@@ -7,8 +7,8 @@ Lightning v1.0 report's 38.2 / 35.0 / 33.1.
 Reads the runs of the MLflow experiment tagged `ablation=NAME` (flow `ablation`, flows/ablation.py): per run its
 `arm` and `seed` tags, the last value of `val/reward_mean` (the validation after the last iteration) and its wall time
 (MLflow's start and end time: processes, training, validation, uploads); prints the report and writes it into
-benchmarks/ablation.md (or --out) between the page's report markers (the rest of the page stays), or as the whole
-file when it has none.
+benchmarks/ablation.md (or --out) between the page's report markers (the rest of the page stays; a page without
+them gets the report appended).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scipy import stats
 
@@ -129,21 +130,21 @@ def wall_time_lines(arms: Sequence[str], seeds: Sequence[int], wall_s: Mapping[s
     return lines
 
 
-def with_report(page: str | None, report: str) -> str:
-    """`page` with the part between its report markers replaced by `report`; the report alone (marked) without
-    markers or page."""
-    marked = f"{START}\n{report}{END}\n"
-    if not page or START not in page or END not in page:
+def with_report(page: str | None, report: str, start: str = START, end: str = END) -> str:
+    """`page` with the part between its report markers (`start`, `end`) replaced by `report`; a page without them
+    gets the marked report appended (never lost); no page: the marked report alone."""
+    marked = f"{start}\n{report}{end}\n"
+    if not page:
         return marked
-    before, rest = page.split(START, 1)
-    after = rest.split(END, 1)[1].lstrip("\n")
+    if start not in page or end not in page:
+        return page.rstrip("\n") + "\n\n" + marked
+    before, rest = page.split(start, 1)
+    after = rest.split(end, 1)[1].lstrip("\n")
     return before + marked + ("\n" + after if after else "")
 
 
-def read_finals(tracking_uri: str, experiment: str,
-                ablation: str) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
-    """{arm: {seed: last val/reward_mean}} and {arm: {seed: wall time in s}} of the ablation's finished runs (runs
-    without the metric are left out, named)."""
+def ablation_runs(tracking_uri: str, experiment: str, ablation: str) -> tuple[Any, list[Any]]:
+    """An MLflow client and the arm runs (tag `ablation_role=arm-run`) of the ablation `ablation` in `experiment`."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -152,6 +153,14 @@ def read_finals(tracking_uri: str, experiment: str,
         raise SystemExit(f"no MLflow experiment {experiment!r} at {tracking_uri}; pass --experiment/--tracking-uri")
     runs = client.search_runs([found.experiment_id],
                               f"tags.ablation = '{ablation}' and tags.ablation_role = 'arm-run'", max_results=1000)
+    return client, list(runs)
+
+
+def read_finals(tracking_uri: str, experiment: str,
+                ablation: str) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
+    """{arm: {seed: last val/reward_mean}} and {arm: {seed: wall time in s}} of the ablation's finished runs (runs
+    without the metric are left out, named)."""
+    client, runs = ablation_runs(tracking_uri, experiment, ablation)
     finals: dict[str, dict[int, float]] = {}
     wall_s: dict[str, dict[int, float]] = {}
     for run in runs:

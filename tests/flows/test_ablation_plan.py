@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,13 @@ from flows.ablation_plan import (
     run_name,
     seed_data_overrides,
 )
-from flows.config import load_run_config
+from flows.config import PROFILES_DIR, load_run_config
+
+
+def test_the_instruction_following_lr_sweep_arms_load_on_their_profile_with_an_lr_0_control():
+    arms = parse_arms(json.loads((PROFILES_DIR / "if-lr-arms.json").read_text()))
+    rates = [load_run_config("if-local", dict(arm.overrides)).backend.optimizer.lr for arm in arms]
+    assert [arm.name for arm in arms] == ["lr0", "lr3e-5", "lr1e-4"] and rates == [0.0, 3e-5, 1e-4]
 
 
 def test_report_arms_are_the_three_of_the_report_and_load_on_the_profile():

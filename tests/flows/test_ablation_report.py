@@ -76,5 +76,5 @@ def test_the_report_replaces_only_the_marked_part_of_the_page():
     assert updated == f"# Title\n\nDesign.\n\n{START}\nnew table\n{END}\n\n## Measured\n\nHistory.\n"
     assert with_report(updated, "new table\n") == updated
     assert with_report(updated, "newer\n").count(START) == 1 and "History." in with_report(updated, "newer\n")
-    assert with_report("no markers here\n", "table\n") == f"{START}\ntable\n{END}\n"
+    assert with_report("no markers here\n", "table\n") == f"no markers here\n\n{START}\ntable\n{END}\n"
     assert with_report(None, "table\n") == f"{START}\ntable\n{END}\n"

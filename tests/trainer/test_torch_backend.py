@@ -164,6 +164,18 @@ def test_resume_from_checkpoint_gives_an_identical_next_step(tiny_model_dir, mix
     assert got["loss/total"] == expected["loss/total"] and resumed.policy_version == 2
 
 
+def test_lr_zero_is_a_control_the_step_runs_and_no_weight_changes(tiny_model_dir, mixed_batch):
+    """An lr sweep's control arm: the loss and gradients are computed, AdamW's decoupled weight decay is scaled by
+    the lr too, so not one weight moves; a negative lr is refused."""
+    backend = make_backend(tiny_model_dir, lr=0.0, weight_decay=0.1)
+    before = [p.detach().clone() for p in backend.model.parameters()]
+    metrics = backend.train_step(mixed_batch)
+    assert metrics["train/grad_norm"] > 1e-3 and backend.policy_version == 1
+    assert all(torch.equal(a, b) for a, b in zip(backend.model.parameters(), before, strict=True))
+    with pytest.raises(ValueError, match="lr >= 0"):
+        OptimizerConfig(lr=-1e-6)
+
+
 def layer_weights(backend: TorchBackend) -> list[torch.Tensor]:
     return [p.detach().clone() for name, p in backend.model.named_parameters() if "layers" in name]
 

@@ -45,7 +45,7 @@ class OptimizerConfig:
     """AdamW, gradient clipping and warm-up."""
 
     lr: float = 1e-6
-    """Peak learning rate."""
+    """Peak learning rate (0: the loop runs and updates nothing, the control of a learning-rate sweep)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW moment decay rates."""
     eps: float = 1e-8
@@ -58,10 +58,11 @@ class OptimizerConfig:
     """Optimizer updates of linear warm-up from lr / warmup_updates to lr."""
 
     def __post_init__(self) -> None:
-        if self.lr <= 0 or self.eps <= 0 or self.weight_decay < 0 or self.warmup_updates < 0:
+        if self.lr < 0 or self.eps <= 0 or self.weight_decay < 0 or self.warmup_updates < 0:
             raise ValueError(
                 f"OptimizerConfig lr={self.lr}, eps={self.eps}, weight_decay={self.weight_decay}, "
-                f"warmup_updates={self.warmup_updates}: use lr > 0, eps > 0, weight_decay >= 0, warmup >= 0"
+                f"warmup_updates={self.warmup_updates}: use lr >= 0 (0: a control that never changes the weights), eps > 0, "
+                "weight_decay >= 0, warmup >= 0"
             )
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ValueError(f"OptimizerConfig.max_grad_norm={self.max_grad_norm}: use a positive value or None")
