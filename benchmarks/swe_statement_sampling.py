@@ -1,10 +1,12 @@
 """How a small model answers the bottom of the SWE difficulty ladder, per statement wording: the share of answers the
-`one_command` harness parses as an action, and the share whose action is exactly the statement's fixing command.
+`one_command` harness parses as an action, the share whose action is exactly the statement's command, and the share
+whose action fixes the bug (run in the agent's command sandbox on a copy of the buggy file: afterwards the file is the
+fixed one, byte for byte).
 
     .venv/bin/python benchmarks/swe_statement_sampling.py [--store ~/.cache/harnessrl/swe] [--samples 32] \
         [--temperature 0.5] [--max-tokens 64] [--wordings ladder fenced command-first]
 
-Samples the model directly (transformers, no engine, no harness, no sandbox: nothing it writes is run) on every
+Samples the model directly (transformers, no engine, no harness; an action runs only in the sandbox) on every
 single-line bug of the task store (`make train` generates it), with the harness's system prompt and the statement as
 the user turn under the model's chat template, at the gateway's temperature with top-p 1 and no top-k (as the
 gateway enforces). The bug site comes from each instance's patch, so every wording states the same bugs.
@@ -13,16 +15,18 @@ gateway enforces). The bug site comes from each instance's patch, so every wordi
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from agents.swe.generator import base_path, load_instances
 from agents.swe.harness_configs import action_regex, load_harness_config
 from agents.swe.ladder import BugSite, edit_command, ladder_statement
-from agents.swe.run_metrics import action_parsed
+from agents.swe.sandbox import Sandbox
 
 HARNESS_CONFIG = "one_command"
 HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
@@ -62,10 +66,35 @@ WORDINGS: dict[str, Callable[[BugSite], str]] = {
 """Statement wordings by name: the ladder's level 0 as the generator writes it, and variants to compare."""
 
 
-def exact_command(answer: str, site: BugSite, regex: str) -> bool:
-    """Whether the answer's one action is the statement's command (surrounding whitespace ignored)."""
+def exact_command(action: str | None, site: BugSite) -> bool:
+    """Whether the action is the statement's command (surrounding whitespace ignored)."""
+    return action is not None and action.strip() == edit_command(site)
+
+
+def buggy_text(fixed_text: str, site: BugSite) -> str:
+    """The file as the task's repository holds it: the fixed file with the site's line made buggy."""
+    lines = fixed_text.split("\n")
+    if lines[site.line - 1] != site.fixed_line:
+        raise ValueError(f"{site.file}:{site.line} is not {site.fixed_line!r} in the base; the store changed")
+    lines[site.line - 1] = site.buggy_line
+    return "\n".join(lines)
+
+
+def fixes(action: str, site: BugSite, fixed_text: str, timeout_s: float = 10.0) -> bool:
+    """Whether running `action` (in the agent's sandbox, on a directory holding only the buggy file) leaves exactly the
+    fixed file."""
+    with tempfile.TemporaryDirectory(prefix="harnessrl-fixcheck-") as scratch:
+        repo, target = Path(scratch) / "repo", Path(scratch) / "repo" / site.file
+        target.parent.mkdir(parents=True)
+        target.write_text(buggy_text(fixed_text, site), encoding="utf-8")
+        Sandbox(cwd=repo, shim_dir=Path(scratch) / "shim").run(action, timeout_s)
+        return target.is_file() and target.read_text(encoding="utf-8", errors="replace") == fixed_text
+
+
+def the_action(answer: str, regex: str) -> str | None:
+    """The answer's one action (None unless exactly one)."""
     found = re.findall(regex, answer, re.DOTALL)
-    return len(found) == 1 and found[0].strip() == edit_command(site)
+    return found[0] if len(found) == 1 else None
 
 
 def wilson(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
@@ -92,6 +121,45 @@ def sample_answers(model, tokenizer, system: str, statement: str, samples: int, 
     return tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
 
 
+@dataclass(frozen=True)
+class Bug:
+    """One single-line bug of the store: its site and the fixed file's text (the base's)."""
+
+    site: BugSite
+    fixed_text: str
+
+
+def store_bugs(store: Path, limit: int | None) -> list[Bug]:
+    """The store's single-line bugs (the first `limit`), with their base files."""
+    bugs = []
+    for row in load_instances(store):
+        site = site_from_patch(row["patch"])
+        if site is not None:
+            bugs.append(Bug(site, (base_path(store, row) / site.file).read_text(encoding="utf-8")))
+    return bugs[:limit]
+
+
+def rate_cells(count: int, total: int) -> str:
+    low, high = wilson(count, total)
+    return f"{count / total:.3f} | [{low:.3f}, {high:.3f}]"
+
+
+def measure(wording: str, bugs: Sequence[Bug], generate: Callable[[str], list[str]], regex: str, show: int) -> str:
+    """The table row of one wording: answers, parsed / exact / fixing rates with Wilson intervals, seconds."""
+    started_s, parsed, exact, fixing, total = time.perf_counter(), 0, 0, 0, 0
+    for index, bug in enumerate(bugs):
+        answers = generate(WORDINGS[wording](bug.site))
+        if index == 0 and show:
+            print("\n".join(f"--- {wording} answer {i}:\n{answer}" for i, answer in enumerate(answers[:show])))
+        actions = [the_action(answer, regex) for answer in answers]
+        parsed += sum(action is not None for action in actions)
+        exact += sum(exact_command(action, bug.site) for action in actions)
+        fixing += sum(action is not None and fixes(action, bug.site, bug.fixed_text) for action in actions)
+        total += len(answers)
+    return (f"| {wording} | {total} | {rate_cells(parsed, total)} | {rate_cells(exact, total)} | "
+            f"{rate_cells(fixing, total)} | {time.perf_counter() - started_s:.0f} |")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -106,32 +174,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--wordings", nargs="+", default=list(WORDINGS), choices=list(WORDINGS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bugs", type=int, default=None, help="only the first this many bugs")
+    parser.add_argument("--show", type=int, default=0, help="print this many answers of the first bug per wording")
     args = parser.parse_args(argv)
-    rows = [json.loads(line) for line in (args.store / "instances.jsonl").read_text().splitlines() if line.strip()]
-    sites = {row["instance_id"]: site for row in rows if (site := site_from_patch(row["patch"])) is not None}
-    if not sites:
+    bugs = store_bugs(args.store, args.bugs)
+    if not bugs:
         raise SystemExit(f"no single-line bug in {args.store}/instances.jsonl: run `make train` once to generate them")
     path = resolve_model(args.model)
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
     system = load_harness_config(HARNESS_CONFIG)["agent"]["system_template"]
-    regex = action_regex(HARNESS_CONFIG)
-    print(f"{len(sites)} single-line bugs, {args.samples} answers each, T {args.temperature}, top-p 1, no top-k, "
+    print(f"{len(bugs)} single-line bugs, {args.samples} answers each, T {args.temperature}, top-p 1, no top-k, "
           f"at most {args.max_tokens} new tokens; model {args.model}")
-    print("| wording | answers | parsed action | 95% CI | exact fixing command | 95% CI | s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| wording | answers | parsed action | 95% CI | exact command | 95% CI | fixes the bug | 95% CI | s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for wording in args.wordings:
         torch.manual_seed(args.seed)
-        started_s, parsed, exact, total = time.perf_counter(), 0, 0, 0
-        for site in sites.values():
-            answers = sample_answers(model, tokenizer, system, WORDINGS[wording](site), args.samples,
-                                     args.temperature, args.max_tokens)
-            parsed += sum(action_parsed(answer, regex) for answer in answers)
-            exact += sum(exact_command(answer, site, regex) for answer in answers)
-            total += len(answers)
-        p_low, p_high = wilson(parsed, total)
-        e_low, e_high = wilson(exact, total)
-        print(f"| {wording} | {total} | {parsed / total:.3f} | [{p_low:.3f}, {p_high:.3f}] | {exact / total:.3f} | "
-              f"[{e_low:.3f}, {e_high:.3f}] | {time.perf_counter() - started_s:.0f} |", flush=True)
+        print(measure(wording, bugs, lambda statement: sample_answers(
+            model, tokenizer, system, statement, args.samples, args.temperature, args.max_tokens),
+            action_regex(HARNESS_CONFIG), args.show), flush=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,15 @@ import pytest
 from agents.swe.generator import bug_patch
 from agents.swe.harness_configs import action_regex
 from agents.swe.ladder import bug_site, edit_command, ladder_statement
-from benchmarks.swe_statement_sampling import WORDINGS, exact_command, site_from_patch, wilson
+from benchmarks.swe_statement_sampling import (
+    WORDINGS,
+    buggy_text,
+    exact_command,
+    fixes,
+    site_from_patch,
+    the_action,
+    wilson,
+)
 
 ORIGINAL = "def f(a, b):\n\n    if a == b:\n        return 1\n\n    return 2\n"
 CASES = [  # (mutated source, kind)
@@ -45,11 +53,26 @@ def test_only_an_answer_whose_one_action_is_the_statements_command_counts_as_exa
     site = site_from_patch(bug_patch("pkg/mod.py", ORIGINAL, CASES[0][0]))
     regex = action_regex("one_command")
     command = edit_command(site)
-    assert exact_command(f"Here:\n```bash\n{command}\n```", site, regex)
-    assert exact_command(f"```\n  {command}  \n```", site, regex)
-    assert not exact_command(f"```bash\n{command.replace('3s', '4s')}\n```", site, regex)
-    assert not exact_command(f"```bash\n{command}\n```\n```bash\nls\n```", site, regex)  # two actions
-    assert not exact_command(command, site, regex)  # no fence: not an action
+
+    def exact(answer: str) -> bool:
+        return exact_command(the_action(answer, regex), site)
+
+    assert exact(f"Here:\n```bash\n{command}\n```") and exact(f"```\n  {command}  \n```")
+    assert not exact(f"```bash\n{command.replace('3s', '4s')}\n```")
+    assert not exact(f"```bash\n{command}\n```\n```bash\nls\n```")  # two actions
+    assert not exact(command)  # no fence: not an action
+
+
+def test_an_action_fixes_the_bug_only_when_it_leaves_exactly_the_fixed_file():
+    site = site_from_patch(bug_patch("pkg/mod.py", ORIGINAL, CASES[0][0]))
+    assert buggy_text(ORIGINAL, site) == CASES[0][0]
+    assert fixes(edit_command(site), site, ORIGINAL)
+    assert fixes("sed -i '3s/!=/==/' pkg/mod.py", site, ORIGINAL)  # another command, the same file
+    assert not fixes("sed -i '3s/!=/<=/' pkg/mod.py", site, ORIGINAL)
+    assert not fixes(f"{edit_command(site)} && echo '# done' >> pkg/mod.py", site, ORIGINAL)  # more than the fix
+    assert not fixes("rm pkg/mod.py", site, ORIGINAL) and not fixes("ls", site, ORIGINAL)
+    with pytest.raises(ValueError, match="the store changed"):
+        buggy_text(ORIGINAL.replace("a == b", "a is b"), site)
 
 
 def test_wilson_interval():
