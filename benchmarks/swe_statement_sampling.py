@@ -4,11 +4,12 @@ whose action fixes the bug (run in the agent's command sandbox on a copy of the 
 fixed one, byte for byte).
 
     .venv/bin/python benchmarks/swe_statement_sampling.py [--store ~/.cache/harnessrl/swe] [--samples 32] \
-        [--temperature 0.5] [--max-tokens 64] [--wordings ladder fenced command-first]
+        [--temperature 0.5] [--max-tokens 64] [--wordings ladder fenced command-first run-only] \
+        [--systems harness one-shot] [--bugs N] [--show N]
 
 Samples the model directly (transformers, no engine, no harness; an action runs only in the sandbox) on every
-single-line bug of the task store (`make train` generates it), with the harness's system prompt and the statement as
-the user turn under the model's chat template, at the gateway's temperature with top-p 1 and no top-k (as the
+single-line bug of the task store (`make train` generates it), with a system prompt (the harness's, or a variant) and
+the statement as the user turn under the model's chat template, at the gateway's temperature with top-p 1 and no top-k (as the
 gateway enforces). The bug site comes from each instance's patch, so every wording states the same bugs.
 """
 
@@ -62,8 +63,17 @@ WORDINGS: dict[str, Callable[[BugSite], str]] = {
         f"```\n{edit_command(site)}\n```", f"```bash\n{edit_command(site)}\n```"),
     "command-first": lambda site: (f"Fix the bug on line {site.line} of `{site.file}` with this command:\n\n"
                                    f"```bash\n{edit_command(site)}\n```"),
+    "run-only": lambda site: f"Run this command:\n\n```bash\n{edit_command(site)}\n```",
 }
 """Statement wordings by name: the ladder's level 0 as the generator writes it, and variants to compare."""
+
+SYSTEMS: dict[str, str | None] = {
+    "harness": None,  # the one_command configuration's own system prompt
+    "one-shot": ("You fix bugs by running one shell command. Reply with only the command, in a ```bash code block.\n\n"
+                 "Example task: Run this command:\n\n```bash\nsed -i '12s|==|!=|' main.py\n```\n\n"
+                 "Example reply:\n\n```bash\nsed -i '12s|==|!=|' main.py\n```"),
+}
+"""System prompts by name: the harness configuration's, and variants to compare."""
 
 
 def exact_command(action: str | None, site: BugSite) -> bool:
@@ -173,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--temperature", type=float, default=0.5)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--wordings", nargs="+", default=list(WORDINGS), choices=list(WORDINGS))
+    parser.add_argument("--systems", nargs="+", default=["harness"], choices=list(SYSTEMS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bugs", type=int, default=None, help="only the first this many bugs")
     parser.add_argument("--show", type=int, default=0, help="print this many answers of the first bug per wording")
@@ -182,16 +193,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"no single-line bug in {args.store}/instances.jsonl: run `make train` once to generate them")
     path = resolve_model(args.model)
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
-    system = load_harness_config(HARNESS_CONFIG)["agent"]["system_template"]
     print(f"{len(bugs)} single-line bugs, {args.samples} answers each, T {args.temperature}, top-p 1, no top-k, "
           f"at most {args.max_tokens} new tokens; model {args.model}")
-    print("| wording | answers | parsed action | 95% CI | exact command | 95% CI | fixes the bug | 95% CI | s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for wording in args.wordings:
-        torch.manual_seed(args.seed)
-        print(measure(wording, bugs, lambda statement: sample_answers(
-            model, tokenizer, system, statement, args.samples, args.temperature, args.max_tokens),
-            action_regex(HARNESS_CONFIG), args.show), flush=True)
+    print("| system | wording | answers | parsed action | 95% CI | exact command | 95% CI | fixes the bug | 95% CI "
+          "| s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.systems:
+        system = SYSTEMS[name] or load_harness_config(HARNESS_CONFIG)["agent"]["system_template"]
+        for wording in args.wordings:
+            torch.manual_seed(args.seed)
+            print(f"| {name} " + measure(wording, bugs, lambda statement, system=system: sample_answers(
+                model, tokenizer, system, statement, args.samples, args.temperature, args.max_tokens),
+                action_regex(HARNESS_CONFIG), args.show), flush=True)
 
 
 if __name__ == "__main__":
