@@ -8,9 +8,9 @@ fixed one, byte for byte).
         [--systems harness one-shot] [--bugs N] [--show N]
 
 Samples the model directly (transformers, no engine, no harness; an action runs only in the sandbox) on every
-single-line bug of the task store (`make train` generates it), with a system prompt (the harness's, or a variant) and
-the statement as the user turn under the model's chat template, at the gateway's temperature with top-p 1 and no top-k (as the
-gateway enforces). The bug site comes from each instance's patch, so every wording states the same bugs.
+single-line bug of the task store (`make train` generates it), with a system prompt (the harness's, or a variant)
+and the statement as the user turn under the model's chat template, at the gateway's temperature with top-p 1 and no
+top-k (as the gateway enforces). The bug site comes from each instance's patch, so every wording states the same bugs.
 """
 
 from __future__ import annotations
