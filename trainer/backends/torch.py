@@ -61,8 +61,8 @@ class OptimizerConfig:
         if self.lr < 0 or self.eps <= 0 or self.weight_decay < 0 or self.warmup_updates < 0:
             raise ValueError(
                 f"OptimizerConfig lr={self.lr}, eps={self.eps}, weight_decay={self.weight_decay}, "
-                f"warmup_updates={self.warmup_updates}: use lr >= 0 (0: a control that never changes the weights), eps > 0, "
-                "weight_decay >= 0, warmup >= 0"
+                f"warmup_updates={self.warmup_updates}: use lr >= 0 (0: a control that never changes the weights), "
+                "eps > 0, weight_decay >= 0, warmup >= 0"
             )
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ValueError(f"OptimizerConfig.max_grad_norm={self.max_grad_norm}: use a positive value or None")
