@@ -24,9 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from scipy import stats
+
 from agents.swe.generator import base_path, load_instances
 from agents.swe.harness_configs import action_regex, load_harness_config
 from agents.swe.ladder import BugSite, edit_command, ladder_statement
+from agents.swe.run_metrics import parsed_action
 from agents.swe.sandbox import Sandbox
 
 HARNESS_CONFIG = "one_command"
@@ -101,20 +104,12 @@ def fixes(action: str, site: BugSite, fixed_text: str, timeout_s: float = 10.0) 
         return target.is_file() and target.read_text(encoding="utf-8", errors="replace") == fixed_text
 
 
-def the_action(answer: str, regex: str) -> str | None:
-    """The answer's one action (None unless exactly one)."""
-    found = re.findall(regex, answer, re.DOTALL)
-    return found[0] if len(found) == 1 else None
-
-
-def wilson(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a proportion."""
+def wilson(successes: int, total: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion (scipy's binomial test)."""
     if total == 0:
         return math.nan, math.nan
-    p = successes / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return centre - half, centre + half
+    interval = stats.binomtest(successes, total).proportion_ci(confidence, method="wilson")
+    return float(interval.low), float(interval.high)
 
 
 def sample_answers(model, tokenizer, system: str, statement: str, samples: int, temperature: float,
@@ -161,7 +156,7 @@ def measure(wording: str, bugs: Sequence[Bug], generate: Callable[[str], list[st
         answers = generate(WORDINGS[wording](bug.site))
         if index == 0 and show:
             print("\n".join(f"--- {wording} answer {i}:\n{answer}" for i, answer in enumerate(answers[:show])))
-        actions = [the_action(answer, regex) for answer in answers]
+        actions = [parsed_action(answer, regex) for answer in answers]
         parsed += sum(action is not None for action in actions)
         exact += sum(exact_command(action, bug.site) for action in actions)
         fixing += sum(action is not None and fixes(action, bug.site, bug.fixed_text) for action in actions)

@@ -10,13 +10,13 @@ import pytest
 from agents.swe.generator import bug_patch
 from agents.swe.harness_configs import action_regex
 from agents.swe.ladder import bug_site, edit_command, ladder_statement
+from agents.swe.run_metrics import parsed_action
 from benchmarks.swe_statement_sampling import (
     WORDINGS,
     buggy_text,
     exact_command,
     fixes,
     site_from_patch,
-    the_action,
     wilson,
 )
 
@@ -55,7 +55,7 @@ def test_only_an_answer_whose_one_action_is_the_statements_command_counts_as_exa
     command = edit_command(site)
 
     def exact(answer: str) -> bool:
-        return exact_command(the_action(answer, regex), site)
+        return exact_command(parsed_action(answer, regex), site)
 
     assert exact(f"Here:\n```bash\n{command}\n```") and exact(f"```\n  {command}  \n```")
     assert not exact(f"```bash\n{command.replace('3s', '4s')}\n```")

@@ -19,10 +19,16 @@ from trainer.rollout_groups import FinishedGroup
 ACTION_REGEX = MINI_SWE_AGENT_ACTION_REGEX  # the default configuration's
 
 
+def parsed_action(text: str | None, regex: str = ACTION_REGEX) -> str | None:
+    """The action mini-swe-agent takes from `text`: the one match of `regex` (default: one fenced
+    `mswea_bash_command` block); None with no match or several."""
+    found = [] if text is None else re.findall(regex, text, re.DOTALL)
+    return found[0] if len(found) == 1 else None
+
+
 def action_parsed(text: str | None, regex: str = ACTION_REGEX) -> bool:
-    """Whether mini-swe-agent takes `text` as an action: exactly one match of `regex` (default: one fenced
-    `mswea_bash_command` block)."""
-    return text is not None and len(re.findall(regex, text, re.DOTALL)) == 1
+    """Whether mini-swe-agent takes `text` as an action (`parsed_action`)."""
+    return parsed_action(text, regex) is not None
 
 
 def group_action_regex(group: FinishedGroup) -> str:
