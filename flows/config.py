@@ -197,6 +197,10 @@ class RunConfig(Section):
         if self.backend.schedule.num_workers != 1:
             raise ValueError(f"backend.schedule.num_workers={self.backend.schedule.num_workers}: the backend sets it "
                              "(torch: 1; verl: backend.verl.n_gpus_per_node x backend.verl.nnodes); leave it out")
+        if self.algorithm.advantage.format_reward and self.recipe != "swe":
+            raise ValueError(f"algorithm.advantage.format_reward={self.algorithm.advantage.format_reward} with recipe "
+                             f"{self.recipe!r}: the format term reads mini-swe-agent's action format (recipe swe "
+                             "only); set it to 0")
         if self.backend.verl.temperature is not None:
             raise ValueError("backend.verl.temperature is removed: verl trains at the temperature the calls were "
                              "sampled at (recorded by the gateway); set gateway sampling.temperature instead")

@@ -19,7 +19,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm.auto import trange
 
 from agents.swe.datasets import default_store
-from agents.swe.run_metrics import level_metrics, swe_rollout_metrics
+from agents.swe.run_metrics import level_metrics, rollout_format_shares, swe_rollout_metrics
 from agents.swe.splits import split_store_root
 from agents.task_data import split_rows
 from engines.model_cache import resolve_model
@@ -155,7 +155,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
         groups, rollout_s, sampling = draw_batch(config, feed, version, f"iteration {iteration}")
         processes.check_alive()
         prepared, split = build_batch(groups, version, r.max_version_lag, config.algorithm.advantage,
-                                         config.algorithm.samples, r.pass_threshold, decode)
+                                      config.algorithm.samples, r.pass_threshold, decode,
+                                      rollout_format_shares if config.algorithm.advantage.format_reward else None)
         metrics = {**prepared.metrics, **split.as_metrics(), **sampling, "time/rollout_s": rollout_s,
                    "train/policy_version": float(version), "train/iteration": float(iteration),
                    **swe_rollout_metrics(groups, r.pass_threshold, "rollout", mini_swe_agent=config.recipe == "swe")}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from prefect import task
@@ -39,10 +39,14 @@ def token_decoder(model_dir: Path) -> Decode:
 @task(name="build-batch", cache_policy=NO_CACHE, persist_result=False)
 def build_batch(groups: Sequence[FinishedGroup], policy_version: int, max_version_lag: int,
                 advantage: AdvantageConfig, limits: SampleLimits, pass_threshold: float,
-                decode: Decode | None = None) -> tuple[PreparedStep, StalenessSplit]:
-    """Drops too-stale rollouts, then builds samples and advantages of the rest."""
+                decode: Decode | None = None,
+                format_shares: Callable[[Sequence[FinishedGroup]], Mapping[str, float]] | None = None,
+                ) -> tuple[PreparedStep, StalenessSplit]:
+    """Drops too-stale rollouts, then builds samples and advantages of the rest (`format_shares` reads the kept
+    groups' shares of turns in the harness's action format, for `advantage.format_reward`)."""
     split = drop_stale(groups, policy_version, max_version_lag)
-    return prepare_step(split.kept, advantage, limits, pass_threshold, decode), split
+    shares = format_shares(split.kept) if format_shares is not None else None
+    return prepare_step(split.kept, advantage, limits, pass_threshold, decode, shares), split
 
 
 @task(name="update-policy", cache_policy=NO_CACHE, persist_result=False)

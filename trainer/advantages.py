@@ -64,8 +64,14 @@ class AdvantageConfig:
     """The soft punishment's buffer: the last this many tokens before overlong_max_tokens."""
     overlong_penalty_factor: float = 1.0
     """The soft punishment's largest penalty."""
+    format_reward: float = 0.0
+    """Training-only format term (0: off): a graded rollout's reward + format_reward x the share of its agent turns
+    whose answer the harness parses as an action, as the recipe reads it from the gateway's call records
+    (trainer.format_reward; the swe recipe with mini-swe-agent); validation rewards stay unshaped."""
 
     def __post_init__(self) -> None:
+        if not self.format_reward >= 0:
+            raise ValueError(f"AdvantageConfig.format_reward={self.format_reward}: use 0 (off) or a positive weight")
         if self.estimator not in ("grpo", "rloo", "reinforce_pp_baseline"):
             raise ValueError(
                 f"AdvantageConfig.estimator={self.estimator!r}: use 'grpo', 'rloo' or 'reinforce_pp_baseline'"

@@ -7,7 +7,7 @@ training on zero advantages.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from gateway.records import Rollout
 from trainer.advantages import AdvantageConfig, RolloutOutcome, sample_advantages
 from trainer.backends.base import TrainBatch
+from trainer.format_reward import add_format_reward
 from trainer.overlong import penalize_overlong
 from trainer.recorded import recorded_calls
 from trainer.rollout_groups import FinishedGroup
@@ -56,16 +57,20 @@ def reward_metrics(rollouts: Sequence[Rollout], pass_threshold: float, prefix: s
 
 
 def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, limits: SampleLimits,
-                 pass_threshold: float = 1.0, decode: Callable[[Sequence[int]], str] | None = None) -> PreparedStep:
-    """Samples and advantages of `groups` (rollout level by default); every kept rollout is in the batch."""
+                 pass_threshold: float = 1.0, decode: Callable[[Sequence[int]], str] | None = None,
+                 format_shares: Mapping[str, float] | None = None) -> PreparedStep:
+    """Samples and advantages of `groups` (rollout level by default); every kept rollout is in the batch.
+    `format_shares` (rollout id -> share of its turns in the harness's action format) feed the optional format term
+    (`advantage.format_reward`)."""
     rollouts = [r for group in groups for r in group.rollouts]
     calls = [c for group in groups for r in group.rollouts for c in recorded_calls(r, group.calls.get(r.id, ()))]
     built = build_samples(calls, limits=limits, decode=decode)
     rollout_ids = [sample.rollout_id for sample in built.samples]
     outcomes, overlong = penalize_overlong([outcome_of(r) for r in rollouts], calls, advantage)
+    outcomes, formats = add_format_reward(outcomes, format_shares, advantage)
     advantages = sample_advantages(rollout_ids, outcomes, advantage)
     metrics = {**reward_metrics(rollouts, pass_threshold, "rollout"), **built.stats.as_metrics(),
-               **advantages.metrics, **overlong, "rollout/groups": float(len(groups))}
+               **advantages.metrics, **overlong, **formats, "rollout/groups": float(len(groups))}
     signal_S = advantages.keep_S & (advantages.advantages_S != 0.0)
     metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))
     if not signal_S.any():

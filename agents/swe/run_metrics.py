@@ -53,6 +53,20 @@ def action_format_metrics(groups: Iterable[FinishedGroup], prefix: str) -> dict[
     return {f"{prefix}/action_format_rate": parsed / len(turns), f"{prefix}/agent_turns": float(len(turns))}
 
 
+def rollout_format_shares(groups: Iterable[FinishedGroup]) -> dict[str, float]:
+    """Per rollout of `groups`: the share of its agent turns with a parsed action (the training format term's
+    input, trainer.format_reward); 0 for a rollout without a turn."""
+    shares: dict[str, float] = {}
+    for group in groups:
+        regex = group_action_regex(group)
+        turns: dict[str, list[bool]] = {rollout.id: [] for rollout in group.rollouts}
+        for call in agent_turns(group):
+            turns[call.rollout_id].append(action_parsed(call.response_text, regex))
+        shares.update({rollout_id: sum(parsed) / len(parsed) if parsed else 0.0
+                       for rollout_id, parsed in turns.items()})
+    return shares
+
+
 def level_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:
     """Per ladder level of the groups' tasks: `{prefix}/level{L}/pass_rate`, `/reward_mean` and `/rollouts`
     (graded rollouts only); nothing for tasks without a level (other recipes)."""

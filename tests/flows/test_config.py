@@ -124,6 +124,8 @@ BAD_VALUES = [  # (overrides, what the error names)
     ({"backend.optimizer.lr": -1}, "OptimizerConfig lr=-1"),
     ({"algorithm.advantage.level": "token"}, "algorithm.advantage.level"),
     ({"backend.verl.temperature": 0.7}, "backend.verl.temperature is removed"),
+    ({"algorithm.advantage.format_reward": -0.1}, "AdvantageConfig.format_reward=-0.1"),
+    ({"algorithm.advantage.format_reward": 0.2}, "format_reward=0.2 with recipe 'instruction_following'"),
 ]
 
 

@@ -14,6 +14,7 @@ from agents.swe.run_metrics import (
     action_format_metrics,
     action_parsed,
     level_metrics,
+    rollout_format_shares,
     swe_rollout_metrics,
 )
 from agents.task_data import split_rows
@@ -54,6 +55,21 @@ def test_format_rate_counts_the_agents_turns_of_the_final_attempt_only():
     assert action_format_metrics(groups, "rollout") == {"rollout/action_format_rate": 2 / 4,
                                                         "rollout/agent_turns": 4.0}
     assert action_format_metrics([group("g", [1.0], calls=lambda rid: ())], "val") == {}
+
+
+def test_format_shares_per_rollout_count_its_final_attempts_turns_with_its_configs_regex():
+    conversation = {
+        "a": (call("a", 0, response_text=GOOD), call("a", 1, response_text=TWO_ACTIONS),
+              call("a", 2, response_text=GOOD), call("a", 3, response_text=NO_FENCE)),
+        "b": (call("b", 0, response_text=GOOD, attempt=0), call("b", 1, response_text=GOOD, side=True),
+              call("b", 2, response_text=NO_FENCE)),
+        "c": (),  # failed before its first call: no turn, share 0
+    }
+    one_command = {"d": (call("d", 0, response_text=WRONG_FENCE),), "e": (call("e", 0, response_text=GOOD),)}
+    groups = [group("g", {"a": 0.0, "b": 0.0, "c": None}, calls=lambda rid: conversation[rid]),
+              group("h", {"d": 0.0, "e": 0.0}, calls=lambda rid: one_command[rid],
+                    task={"harness_config": "one_command"})]
+    assert rollout_format_shares(groups) == {"a": 2 / 4, "b": 0.0, "c": 0.0, "d": 1.0, "e": 0.0}
 
 
 def test_each_group_is_parsed_with_the_regex_of_the_harness_config_it_ran_with():
