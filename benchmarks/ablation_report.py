@@ -81,8 +81,9 @@ def interval_text(interval: Interval) -> str:
 
 
 def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, float]],
-           wall_s: Mapping[str, Mapping[int, float]] | None = None) -> str:
-    """The markdown report from {arm: {seed: final validation reward}} (and {arm: {seed: run wall time in s}})."""
+           wall_s: Mapping[str, Mapping[int, float]] | None = None, flow_s: Sequence[float] = ()) -> str:
+    """The markdown report from {arm: {seed: final validation reward}} (and {arm: {seed: run wall time in s}}, and
+    the wall time of each invocation of the flow in s)."""
     arms = arm_order(list(finals))
     seeds = sorted({seed for per_seed in finals.values() for seed in per_seed})
     lines = [f"# Ablation `{ablation}`: final validation reward by arm", "",
@@ -115,7 +116,18 @@ def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, flo
         lines.append(f"| {seed} | " + " | ".join(fmt(finals[arm].get(seed, math.nan)) for arm in arms) + " |")
     if wall_s:
         lines += wall_time_lines(arms, seeds, wall_s)
+    if flow_s:
+        lines += ["", flow_time_line(flow_s)]
     return "\n".join(lines) + "\n"
+
+
+def flow_time_line(flow_s: Sequence[float]) -> str:
+    """The flow's own wall time (its umbrella runs: the runs' start-up and the gaps between runs included)."""
+    if len(flow_s) == 1:
+        return f"The flow, start to end (its umbrella run, the gaps between runs included): {flow_s[0] / 60:.1f} min."
+    each = ", ".join(f"{value / 60:.1f}" for value in flow_s)
+    return (f"The flow ran in {len(flow_s)} invocations (umbrella runs, the gaps between runs included): {each} min, "
+            f"{sum(flow_s) / 60:.1f} min in all.")
 
 
 def wall_time_lines(arms: Sequence[str], seeds: Sequence[int], wall_s: Mapping[str, Mapping[int, float]]) -> list[str]:
@@ -178,6 +190,21 @@ def read_finals(tracking_uri: str, experiment: str,
     return finals, wall_s
 
 
+def flow_wall_s(tracking_uri: str, experiment: str, ablation: str) -> list[float]:
+    """Start-to-end wall time (s) of each finished invocation of the ablation's flow (its umbrella runs), oldest
+    first."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    runs = client.search_runs([found.experiment_id],
+                              f"tags.ablation = '{ablation}' and tags.ablation_role = 'umbrella'", max_results=100)
+    finished = sorted((run for run in runs if run.info.end_time), key=lambda run: run.info.start_time)
+    return [(run.info.end_time - run.info.start_time) / 1000.0 for run in finished]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from flows.config import DEFAULT_TRACKING_URI, load_run_config
 
@@ -189,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     uri = args.tracking_uri or load_run_config("ablation-local").tracking_uri()
     finals, wall_s = read_finals(uri, args.experiment, args.ablation)
-    report = render(args.ablation, args.experiment, finals, wall_s)
+    report = render(args.ablation, args.experiment, finals, wall_s, flow_wall_s(uri, args.experiment, args.ablation))
     args.out.write_text(with_report(args.out.read_text() if args.out.is_file() else None, report))
     print(report)
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(prefect_api, tiny_model_dir, tmp_path):
     from mlflow import MlflowClient
 
-    from benchmarks.ablation_report import read_finals, render
+    from benchmarks.ablation_report import flow_wall_s, read_finals, render
     from flows.ablation import ablation
     from flows.ablation_plan import REPORT_ARMS
 
@@ -52,3 +52,5 @@ def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(pre
     assert set(finals) == {a.name for a in arms} and all(set(v) == {3} for v in finals.values())
     assert set(wall_s) == set(finals) and all(0 < s < 3600 for v in wall_s.values() for s in v.values())
     assert "(one seed: no interval)" in render("abl-test", "ablation", finals, wall_s)
+    (flow,) = flow_wall_s(uri, "ablation", "abl-test")  # the umbrella run spans both runs and the gap between them
+    assert sum(wall_s[a.name][3] for a in arms) < flow < 3600

@@ -68,6 +68,17 @@ def test_render_adds_each_runs_wall_time_and_the_total():
     assert "Wall time per run (s; 3 runs, 20.0 min in all, run after run):" in text
     assert "| 0 | 400 | 420 |" in text and "| 1 | 380 |  |" in text
     assert "Wall time" not in render("abl", "ablation", finals)
+    assert "umbrella" not in text
+
+
+@pytest.mark.parametrize(("flow_s", "line"), [
+    ([6570.0], "The flow, start to end (its umbrella run, the gaps between runs included): 109.5 min."),
+    ([3000.0, 1230.0], "The flow ran in 2 invocations (umbrella runs, the gaps between runs included): 50.0, 20.5 "
+                       "min, 70.5 min in all."),
+])
+def test_render_adds_the_flows_own_wall_time(flow_s, line):
+    finals = {"rollout-adv+rollout-token-mean": {0: 0.5}}
+    assert line in render("abl", "ablation", finals, {"rollout-adv+rollout-token-mean": {0: 400.0}}, flow_s)
 
 
 def test_the_report_replaces_only_the_marked_part_of_the_page():
