@@ -155,8 +155,10 @@ def with_report(page: str | None, report: str, start: str = START, end: str = EN
     return before + marked + ("\n" + after if after else "")
 
 
-def ablation_runs(tracking_uri: str, experiment: str, ablation: str) -> tuple[Any, list[Any]]:
-    """An MLflow client and the arm runs (tag `ablation_role=arm-run`) of the ablation `ablation` in `experiment`."""
+def ablation_runs(tracking_uri: str, experiment: str, ablation: str,
+                  role: str = "arm-run") -> tuple[Any, list[Any]]:
+    """An MLflow client and the runs of the ablation `ablation` in `experiment` with tag `ablation_role=role` (the
+    arm runs; "umbrella": the flow's own runs, one per invocation)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -164,7 +166,7 @@ def ablation_runs(tracking_uri: str, experiment: str, ablation: str) -> tuple[An
     if found is None:
         raise SystemExit(f"no MLflow experiment {experiment!r} at {tracking_uri}; pass --experiment/--tracking-uri")
     runs = client.search_runs([found.experiment_id],
-                              f"tags.ablation = '{ablation}' and tags.ablation_role = 'arm-run'", max_results=1000)
+                              f"tags.ablation = '{ablation}' and tags.ablation_role = '{role}'", max_results=1000)
     return client, list(runs)
 
 
@@ -193,14 +195,7 @@ def read_finals(tracking_uri: str, experiment: str,
 def flow_wall_s(tracking_uri: str, experiment: str, ablation: str) -> list[float]:
     """Start-to-end wall time (s) of each finished invocation of the ablation's flow (its umbrella runs), oldest
     first."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        return []
-    runs = client.search_runs([found.experiment_id],
-                              f"tags.ablation = '{ablation}' and tags.ablation_role = 'umbrella'", max_results=100)
+    _, runs = ablation_runs(tracking_uri, experiment, ablation, role="umbrella")
     finished = sorted((run for run in runs if run.info.end_time), key=lambda run: run.info.start_time)
     return [(run.info.end_time - run.info.start_time) / 1000.0 for run in finished]
 

@@ -43,28 +43,30 @@ def agent_turns(group: FinishedGroup) -> list[CallRecord]:
             if call.attempt == attempts.get(rollout_id) and not call.side and call.status == "ok"]
 
 
+def parsed_turns(group: FinishedGroup) -> dict[str, list[bool]]:
+    """Per rollout of `group` (every member, turns or not): whether each of its agent turns holds a parsed action,
+    with the regex of the harness configuration the group ran with."""
+    regex = group_action_regex(group)
+    turns: dict[str, list[bool]] = {rollout.id: [] for rollout in group.rollouts}
+    for call in agent_turns(group):
+        turns.setdefault(call.rollout_id, []).append(action_parsed(call.response_text, regex))
+    return turns
+
+
 def action_format_metrics(groups: Iterable[FinishedGroup], prefix: str) -> dict[str, float]:
     """`{prefix}/action_format_rate` (share of turns with a parsed action) and `{prefix}/agent_turns`; no rate
     without turns (e.g. groups fetched without their calls)."""
-    turns = [(call, group_action_regex(group)) for group in groups for call in agent_turns(group)]
+    turns = [parsed for group in groups for per_rollout in parsed_turns(group).values() for parsed in per_rollout]
     if not turns:
         return {}
-    parsed = sum(action_parsed(call.response_text, regex) for call, regex in turns)
-    return {f"{prefix}/action_format_rate": parsed / len(turns), f"{prefix}/agent_turns": float(len(turns))}
+    return {f"{prefix}/action_format_rate": sum(turns) / len(turns), f"{prefix}/agent_turns": float(len(turns))}
 
 
 def rollout_format_shares(groups: Iterable[FinishedGroup]) -> dict[str, float]:
     """Per rollout of `groups`: the share of its agent turns with a parsed action (the training format term's
     input, trainer.format_reward); 0 for a rollout without a turn."""
-    shares: dict[str, float] = {}
-    for group in groups:
-        regex = group_action_regex(group)
-        turns: dict[str, list[bool]] = {rollout.id: [] for rollout in group.rollouts}
-        for call in agent_turns(group):
-            turns[call.rollout_id].append(action_parsed(call.response_text, regex))
-        shares.update({rollout_id: sum(parsed) / len(parsed) if parsed else 0.0
-                       for rollout_id, parsed in turns.items()})
-    return shares
+    return {rollout_id: sum(parsed) / len(parsed) if parsed else 0.0
+            for group in groups for rollout_id, parsed in parsed_turns(group).items()}
 
 
 def level_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:
