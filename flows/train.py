@@ -19,7 +19,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm.auto import trange
 
 from agents.swe.datasets import default_store
-from agents.swe.run_metrics import level_metrics, rollout_format_shares, swe_rollout_metrics
+from agents.swe.run_metrics import rollout_format_shares, swe_rollout_metrics
 from agents.swe.splits import split_store_root
 from agents.task_data import split_rows
 from engines.model_cache import resolve_model
@@ -221,11 +221,12 @@ def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: Rollou
 
 def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, tracker: Tracker, val_rows: list[dict],
              iteration: int, policy_version: int) -> dict[str, float]:
-    """The held-out tasks in val mode under the current policy: val/ metrics (and the rollouts as traces)."""
-    r = config.rollout
+    """The held-out tasks in val mode under the current policy: val/ metrics (with mini-swe-agent, the action-format
+    rate on the same tasks every time) and the rollouts as traces."""
+    r, swe = config.rollout, config.recipe == "swe"
     metrics, groups = run_validation(processes.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
                                      policy_version, r.wait_timeout_s, r.pass_threshold, r.max_attempts,
-                                     r.task_overrides or None)
+                                     r.task_overrides or None, fetch_calls=swe)
     if config.tracking.traces.validation == "all":
         log_rollout_traces(tracker, processes.admin, groups, config.recipe, iteration)
-    return {**metrics, **level_metrics(groups, r.pass_threshold, "val")}
+    return {**metrics, **swe_rollout_metrics(groups, r.pass_threshold, "val", mini_swe_agent=swe)}

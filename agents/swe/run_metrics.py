@@ -88,9 +88,23 @@ def level_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix
     return metrics
 
 
+def level_format_metrics(groups: Sequence[FinishedGroup], prefix: str) -> dict[str, float]:
+    """Per ladder level of the groups' tasks: `{prefix}/level{L}/action_format_rate` and `/agent_turns`, so that a
+    change in the rate can be told apart from a change in the batch's mix of levels; nothing for tasks without one."""
+    by_level: dict[int, list[FinishedGroup]] = {}
+    for group in groups:
+        if group.task.get("level") is not None:
+            by_level.setdefault(instance_level(group.task), []).append(group)
+    metrics: dict[str, float] = {}
+    for level, members in sorted(by_level.items()):
+        metrics.update(action_format_metrics(members, f"{prefix}/level{level}"))
+    return metrics
+
+
 def swe_rollout_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str, *,
                         mini_swe_agent: bool) -> dict[str, float]:
     """The per-level rates of a batch (or validation pass) of groups and, when mini-swe-agent was the harness, its
-    action-format rate."""
-    formats = action_format_metrics(groups, prefix) if mini_swe_agent else {}
+    action-format rate, overall and per level."""
+    formats = {**action_format_metrics(groups, prefix), **level_format_metrics(groups, prefix)} if mini_swe_agent \
+        else {}
     return {**formats, **level_metrics(groups, pass_threshold, prefix)}

@@ -13,6 +13,7 @@ from agents.swe.run_metrics import (
     ACTION_REGEX,
     action_format_metrics,
     action_parsed,
+    level_format_metrics,
     level_metrics,
     rollout_format_shares,
     swe_rollout_metrics,
@@ -106,3 +107,25 @@ def test_validation_rows_are_drawn_from_every_level_in_proportion():
     assert split_rows(rows, 4, seed=0, stratify="level") == (train, val)
     plain = [{"id": f"t{i}"} for i in range(16)]
     assert split_rows(plain, 4, seed=3, stratify="level") == split_rows(plain, 4, seed=3)  # one stratum: as before
+
+
+def test_format_rate_per_level_separates_the_rate_from_the_mix_of_levels():
+    """Two batches with the same per-level rates but different mixes: the overall rate moves, the per-level ones not."""
+    answers = {"good": (call("good", 0, response_text=GOOD),), "bad": (call("bad", 0, response_text=NO_FENCE),)}
+
+    def batch(level3_groups: int) -> list:
+        level0 = [group(f"a{i}", {"good": 0.0, "bad": 0.0}, calls=lambda rid: answers[rid], task={"level": 0})
+                  for i in range(2)]  # rate 1/2
+        level3 = [group(f"b{i}", {"bad": 0.0}, calls=lambda rid: answers[rid], task={"level": 3})
+                  for i in range(level3_groups)]  # rate 0
+        return level0 + level3 + [group("x", {"good": 0.0}, calls=lambda rid: answers[rid])]  # no level
+
+    for level3_groups, overall in [(0, 3 / 5), (4, 3 / 9)]:
+        metrics = swe_rollout_metrics(batch(level3_groups), 1.0, "rollout", mini_swe_agent=True)
+        assert metrics["rollout/action_format_rate"] == overall
+        assert metrics["rollout/level0/action_format_rate"] == 1 / 2
+        assert metrics["rollout/level0/agent_turns"] == 4.0
+    assert level_format_metrics(batch(4), "val") == {
+        "val/level0/action_format_rate": 1 / 2, "val/level0/agent_turns": 4.0,
+        "val/level3/action_format_rate": 0.0, "val/level3/agent_turns": 4.0}
+    assert level_format_metrics(batch(0)[-1:], "val") == {}  # tasks without a level: nothing
