@@ -69,17 +69,22 @@ def rollout_format_shares(groups: Iterable[FinishedGroup]) -> dict[str, float]:
             for group in groups for rollout_id, parsed in parsed_turns(group).items()}
 
 
+def groups_by_level(groups: Iterable[FinishedGroup]) -> dict[int, list[FinishedGroup]]:
+    """The groups by the ladder level of their task, levels in ascending order; tasks without a level (other
+    recipes) are left out."""
+    by_level: dict[int, list[FinishedGroup]] = {}
+    for group in groups:
+        if group.task.get("level") is not None:
+            by_level.setdefault(instance_level(group.task), []).append(group)
+    return dict(sorted(by_level.items()))
+
+
 def level_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:
     """Per ladder level of the groups' tasks: `{prefix}/level{L}/pass_rate`, `/reward_mean` and `/rollouts`
     (graded rollouts only); nothing for tasks without a level (other recipes)."""
-    rewards: dict[int, list[float]] = {}
-    for group in groups:
-        if group.task.get("level") is None:
-            continue
-        level = instance_level(group.task)
-        rewards.setdefault(level, []).extend(r.reward for r in group.rollouts if r.reward is not None)
     metrics: dict[str, float] = {}
-    for level, values in sorted(rewards.items()):
+    for level, members in groups_by_level(groups).items():
+        values = [r.reward for group in members for r in group.rollouts if r.reward is not None]
         name = f"{prefix}/level{level}"
         metrics[f"{name}/rollouts"] = float(len(values))
         if values:
@@ -91,12 +96,8 @@ def level_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix
 def level_format_metrics(groups: Sequence[FinishedGroup], prefix: str) -> dict[str, float]:
     """Per ladder level of the groups' tasks: `{prefix}/level{L}/action_format_rate` and `/agent_turns`, so that a
     change in the rate can be told apart from a change in the batch's mix of levels; nothing for tasks without one."""
-    by_level: dict[int, list[FinishedGroup]] = {}
-    for group in groups:
-        if group.task.get("level") is not None:
-            by_level.setdefault(instance_level(group.task), []).append(group)
     metrics: dict[str, float] = {}
-    for level, members in sorted(by_level.items()):
+    for level, members in groups_by_level(groups).items():
         metrics.update(action_format_metrics(members, f"{prefix}/level{level}"))
     return metrics
 
