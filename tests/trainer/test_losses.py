@@ -256,3 +256,17 @@ def test_approx_kl_k3_estimates_kl_of_the_sampling_policy_to_the_current_one(log
     metrics = policy_loss(torch.tensor([-1.0 + log_ratio], dtype=torch.float64), batch, LossConfig()).metrics
     assert metrics["loss/approx_kl_k3"] == pytest.approx(k3, abs=1e-9)
     assert metrics["loss/ppo_kl"] == pytest.approx(-log_ratio, abs=1e-9)
+
+
+def test_approx_kl_k3_is_accurate_and_never_negative_in_float32_at_small_log_ratios():
+    """At lag 0 the log-ratios are engine-trainer noise (~1e-3): exp(x) - x - 1 in float32 loses the x^2/2 to
+    rounding (a sum of noise, negative tokens, a mean of -0.0 logged); expm1(x) - x keeps it."""
+    gen = torch.Generator().manual_seed(0)
+    log_ratio_T = (torch.randn(4096, generator=gen, dtype=torch.float64) * 1e-3).float()
+    share_T = torch.full((4096,), 1.0 / 4096)
+    batch = LossBatch(old_logprobs_T=torch.full((4096,), -1.0), advantages_T=torch.ones(4096),
+                      weights_T=share_T, token_share_T=share_T)
+    metrics = policy_loss(-1.0 + log_ratio_T, batch, LossConfig()).metrics
+    exact = float(((torch.expm1(log_ratio_T.double()) - log_ratio_T.double()) * share_T.double()).sum())
+    assert metrics["loss/approx_kl_k3"] > 0.0
+    assert metrics["loss/approx_kl_k3"] == pytest.approx(exact, rel=1e-3)
