@@ -3,17 +3,21 @@ validated step with a 95% t-interval over seeds, its change from the step-0 base
 control arm (both paired by seed), and the approx KL of every step.
 
     .venv/bin/python benchmarks/curve_report.py --ablation NAME --experiment learning-if --control lr0 \
-        [--tracking-uri URI] [--out benchmarks/learning_if.md]
+        [--tracking-uri URI] [--out benchmarks/learning_if.md] [--save-data benchmarks/data/NAME.json]
+    .venv/bin/python benchmarks/curve_report.py --ablation NAME --load-data benchmarks/data/NAME.json ...
+
 
 Reads the arm runs of the ablation (flow `ablation`, tags `ablation`, `arm`, `seed`): per run the history of
 `val/reward_mean` (step 0 is the validation before any update; the flow logs it when `algorithm.val_every` > 0),
 `rollout/reward_mean` and `loss/approx_kl_k3`; prints the report and writes it into --out between the page's
-curve-report markers (the rest of the page stays).
+curve-report markers (the rest of the page stays). --save-data keeps the curves the report was made from (every
+seed's value at every step) as JSON beside the page; --load-data renders from such a file instead of MLflow.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -138,6 +142,19 @@ def read_curves(tracking_uri: str, experiment: str, ablation: str) -> Curves:
     return curves
 
 
+def curves_to_json(curves: Curves) -> str:
+    """The curves as JSON (keys become strings: arm -> seed -> metric -> step -> value)."""
+    return json.dumps(curves, indent=1, sort_keys=True) + "\n"
+
+
+def curves_from_json(text: str) -> Curves:
+    """Curves written by curves_to_json, with integer seeds and steps again."""
+    return {arm: {int(seed): {metric: {int(step): float(value) for step, value in points.items()}
+                              for metric, points in metrics.items()}
+                  for seed, metrics in per_seed.items()}
+            for arm, per_seed in json.loads(text).items()}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from flows.config import DEFAULT_TRACKING_URI, load_run_config
 
@@ -148,9 +165,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--val-tasks", type=int, default=None, help="validation rollouts per point (for the text)")
     parser.add_argument("--tracking-uri", default=None, help=f"default: the profile's ({DEFAULT_TRACKING_URI})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--save-data", type=Path, default=None, help="also write the curves as JSON here")
+    parser.add_argument("--load-data", type=Path, default=None, help="render from this JSON instead of MLflow")
     args = parser.parse_args(argv)
-    uri = args.tracking_uri or load_run_config("if-local").tracking_uri()
-    curves = read_curves(uri, args.experiment, args.ablation)
+    if args.load_data is not None:
+        curves = curves_from_json(args.load_data.read_text())
+    else:
+        uri = args.tracking_uri or load_run_config("if-local").tracking_uri()
+        curves = read_curves(uri, args.experiment, args.ablation)
+    if args.save_data is not None:
+        args.save_data.parent.mkdir(parents=True, exist_ok=True)
+        args.save_data.write_text(curves_to_json(curves))
     report = render(args.ablation, args.experiment, curves, args.control, args.val_tasks)
     args.out.write_text(with_report(args.out.read_text() if args.out.is_file() else None, report, START, END))
     print(report)

@@ -7,7 +7,20 @@ import math
 import pytest
 
 from benchmarks.ablation_report import t_interval
-from benchmarks.curve_report import BATCH, END, KL, START, VAL, by_step, final_step, render, with_report
+from benchmarks.curve_report import (
+    BATCH,
+    END,
+    KL,
+    START,
+    VAL,
+    by_step,
+    curves_from_json,
+    curves_to_json,
+    final_step,
+    main,
+    render,
+    with_report,
+)
 
 T_975_DF2 = 4.302652729749462  # Student t quantile 0.975 with 2 degrees of freedom
 
@@ -67,3 +80,12 @@ def test_the_report_goes_between_its_own_markers_and_keeps_the_page():
     updated = with_report(page, "new\n", START, END)
     assert updated == f"# IF\n\nHistory.\n\n{START}\nnew\n{END}\n\n## Earlier\n"
     assert "ablation-report" not in updated
+
+
+def test_the_curves_round_trip_through_json_and_the_report_renders_from_the_file(tmp_path, capsys):
+    assert curves_from_json(curves_to_json(CURVES)) == CURVES
+    data, page = tmp_path / "curve.json", tmp_path / "page.md"
+    data.write_text(curves_to_json(CURVES))
+    main(["--ablation", "curve", "--load-data", str(data), "--control", "lr0", "--val-tasks", "64", "--out", str(page)])
+    assert render("curve", "learning-if", CURVES, control="lr0", val_tasks=64) in page.read_text()
+    assert "| lr1e-4 | 3 |" in capsys.readouterr().out
