@@ -82,7 +82,7 @@ $(HARNESSES_STAMP): agents/cli_harness/binaries.py agents/cli_harness/install.py
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" -n 2 $(PYTEST_ARGS)
 
-# --compile-bytecode (on the last install: uv compiles the whole site-packages, about 30 s on 2 cores): the harnesses
+# --compile-bytecode (on the last install: uv compiles the whole site-packages: 36.5k files, 91 CPU s): the harnesses
 # run in a sandbox that binds the venv read-only, so without it every harness process compiles what it imports again
 # (mini-swe-agent's litellm: 9 CPU s an import instead of 4.5; 2026-12-03).
 $(STAMP): pyproject.toml deploy/constraints.txt $(UV)
