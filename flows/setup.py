@@ -142,10 +142,13 @@ def feed_config(config: RunConfig, plan: RunPlan) -> FeedConfig:
                       task_overrides=r.task_overrides or None)
 
 
-def in_flight_target(config: RunConfig) -> int:
-    """Groups kept in flight: one batch for the sync schedule, `max_inflight_groups` for the async one."""
+def in_flight_target(config: RunConfig, groups_still_needed: int | None = None) -> int:
+    """Groups kept in flight: one batch for the sync schedule, `max_inflight_groups` for the async one; never more
+    than `groups_still_needed` (what the run's remaining draws take beyond the groups already complete), so the last
+    iterations start no group that no iteration will train on (nor spend the CPU of its harnesses)."""
     r = config.rollout
-    return r.batch_groups if r.schedule == "sync" else r.max_inflight_groups
+    target = r.batch_groups if r.schedule == "sync" else r.max_inflight_groups
+    return target if groups_still_needed is None else max(min(target, groups_still_needed), 0)
 
 
 def task_stream(rows: Sequence[dict], start: int, reopen: Sequence[int] = ()) -> Iterator[tuple[int, dict]]:

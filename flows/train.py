@@ -152,7 +152,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
     last_update: UpdateResult | None = None  # an update not uploaded yet
     for index in trange(plan.state.iteration, total, desc=f"train {plan.name}", unit="it"):
         iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
-        groups, rollout_s, sampling = draw_batch(config, feed, version, f"iteration {iteration}")
+        groups, rollout_s, sampling = draw_batch(config, feed, version, f"iteration {iteration}",
+                                                 iterations_left=total - index)
         processes.check_alive()
         prepared, split = build_batch(groups, version, r.max_version_lag, config.algorithm.advantage,
                                       config.algorithm.samples, r.pass_threshold, decode,
@@ -189,14 +190,16 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
         upload(plan, store, tracker, feed, last_update, summary["iterations"], summary)
 
 
-def draw_batch(config: RunConfig, feed: RolloutFeed, version: int,
-               label: str) -> tuple[list[FinishedGroup], float, dict[str, float]]:
+def draw_batch(config: RunConfig, feed: RolloutFeed, version: int, label: str,
+               iterations_left: int = 1) -> tuple[list[FinishedGroup], float, dict[str, float]]:
     """The iteration's complete groups, the wait in s and dynamic-sampling metrics: `rollout.batch_groups` groups, or
-    with `algorithm.dynamic_sampling` as many draws as it takes (up to max_draws) to hold that many with signal."""
+    with `algorithm.dynamic_sampling` as many draws as it takes (up to max_draws) to hold that many with signal.
+    `iterations_left` (this one included) caps what is kept in flight at what the run still takes."""
     r, waited_s = config.rollout, [0.0]
 
     def draw(groups: int) -> list[FinishedGroup]:
-        fill_in_flight(feed, in_flight_target(config), version)
+        still_needed = groups + (iterations_left - 1) * r.batch_groups - feed.ready
+        fill_in_flight(feed, in_flight_target(config, still_needed), version)
         got, wait_s = collect_groups(feed, groups, r.wait_timeout_s, label)
         waited_s[0] += wait_s
         return got

@@ -185,6 +185,9 @@ def test_async_needs_more_in_flight_than_a_batch():
     sync = load_run_config("if-local", {"rollout.max_inflight_groups": 2, "rollout.schedule": "sync"})
     assert in_flight_target(sync) == sync.rollout.batch_groups
     assert in_flight_target(load_run_config("if-local")) == 6
+    assert in_flight_target(load_run_config("if-local"), groups_still_needed=5) == 5
+    assert in_flight_target(load_run_config("if-local"), groups_still_needed=-1) == 0
+    assert in_flight_target(sync, groups_still_needed=9) == sync.rollout.batch_groups
 
 
 def test_tracking_uri_precedence(monkeypatch):
