@@ -19,10 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from benchmarks.ablation_report import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the project's packages
+
+from benchmarks.ablation_report import (  # noqa: E402
     ablation_runs,
     fmt,
     interval_text,
