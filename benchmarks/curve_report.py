@@ -6,7 +6,6 @@ control arm (both paired by seed), and the approx KL of every step.
         [--tracking-uri URI] [--out benchmarks/learning_if.md] [--save-data benchmarks/data/NAME.json]
     .venv/bin/python benchmarks/curve_report.py --ablation NAME --load-data benchmarks/data/NAME.json ...
 
-
 Reads the arm runs of the ablation (flow `ablation`, tags `ablation`, `arm`, `seed`): per run the history of
 `val/reward_mean` (step 0 is the validation before any update; the flow logs it when `algorithm.val_every` > 0),
 `rollout/reward_mean` and `loss/approx_kl_k3`; prints the report and writes it into --out between the page's

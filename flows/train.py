@@ -190,8 +190,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
         upload(plan, store, tracker, feed, last_update, summary["iterations"], summary)
 
 
-def draw_batch(config: RunConfig, feed: RolloutFeed, version: int, label: str,
-               iterations_left: int = 1) -> tuple[list[FinishedGroup], float, dict[str, float]]:
+def draw_batch(config: RunConfig, feed: RolloutFeed, version: int, label: str, *,
+               iterations_left: int) -> tuple[list[FinishedGroup], float, dict[str, float]]:
     """The iteration's complete groups, the wait in s and dynamic-sampling metrics: `rollout.batch_groups` groups, or
     with `algorithm.dynamic_sampling` as many draws as it takes (up to max_draws) to hold that many with signal.
     `iterations_left` (this one included) caps what is kept in flight at what the run still takes."""

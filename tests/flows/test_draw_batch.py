@@ -35,13 +35,14 @@ def config(**dynamic) -> RunConfig:
 
 def test_without_dynamic_sampling_one_draw_takes_the_batch_flat_groups_included(monkeypatch):
     asked = queued(monkeypatch, [group("a", [1.0, 1.0]), group("b", [1.0, 0.0]), group("c", [0.0, 1.0])])
-    groups, waited_s, metrics = train.draw_batch(config(), feed=FEED, version=0, label="it 1")
+    groups, waited_s, metrics = train.draw_batch(config(), feed=FEED, version=0, label="it 1", iterations_left=1)
     assert [g.group_id for g in groups] == ["a", "b"] and asked == [2] and waited_s == 1.5 and metrics == {}
 
 
 def test_dynamic_sampling_draws_again_for_flat_groups_and_sums_the_waits(monkeypatch):
     asked = queued(monkeypatch, [group("a", [1.0, 1.0]), group("b", [1.0, 0.0]), group("c", [0.0, 1.0])])
-    groups, waited_s, metrics = train.draw_batch(config(enabled=True), feed=FEED, version=0, label="it 1")
+    groups, waited_s, metrics = train.draw_batch(config(enabled=True), feed=FEED, version=0, label="it 1",
+                                                 iterations_left=1)
     assert [g.group_id for g in groups] == ["b", "c"] and asked == [2, 1] and waited_s == 3.0
     assert metrics["dynamic_sampling/groups_dropped"] == 1.0 and metrics["dynamic_sampling/draws"] == 2.0
 
