@@ -4,18 +4,20 @@ whose action fixes the bug (run in the agent's command sandbox on a copy of the 
 fixed one, byte for byte).
 
     .venv/bin/python benchmarks/swe_statement_sampling.py [--store ~/.cache/harnessrl/swe] [--samples 32] \
-        [--temperature 0.5] [--max-tokens 64] [--wordings ladder fenced command-first run-only] \
-        [--systems harness one-shot] [--bugs N] [--show N]
+        [--temperature 0.35] [--max-tokens 64] [--wordings ladder previous command-first ...] \
+        [--systems harness five-line ...] [--instances harness bare] [--bugs N] [--show N]
 
 Samples the model directly (transformers, no engine, no harness; an action runs only in the sandbox) on every
 single-line bug of the task store (`make train` generates it), with a system prompt (the harness's, or a variant)
-and the statement as the user turn under the model's chat template, at the gateway's temperature with top-p 1 and no
-top-k (as the gateway enforces). The bug site comes from each instance's patch, so every wording states the same bugs.
+and the statement in the user turn (the harness's instance template, or bare) under the model's chat template, at
+the gateway's temperature with top-p 1 and no top-k (as the gateway enforces). The bug site comes from each
+instance's patch, so every wording states the same bugs.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import re
 import tempfile
@@ -60,9 +62,17 @@ def site_from_patch(patch: str) -> BugSite | None:
     return BugSite(file=file, line=line, buggy_line=added[0], fixed_line=removed[0], kind="")
 
 
+def previous_statement(site: BugSite) -> str:
+    """The ladder's level-0 statement until 2026-12-05: the line, its replacement, the command in a bare fence."""
+    return (f"The file `{site.file}` has a bug on line {site.line}, which reads:\n\n```\n{site.buggy_line}\n```\n\n"
+            f"Replace that line by exactly this line:\n\n```\n{site.fixed_line}\n```\n\n"
+            f"This command makes the change:\n\n```\n{edit_command(site)}\n```\n\nRun it, then submit.")
+
+
 WORDINGS: dict[str, Callable[[BugSite], str]] = {
     "ladder": lambda site: ladder_statement(0, "", site.file, site),
-    "fenced": lambda site: ladder_statement(0, "", site.file, site).replace(
+    "previous": previous_statement,
+    "previous-fenced": lambda site: previous_statement(site).replace(
         f"```\n{edit_command(site)}\n```", f"```bash\n{edit_command(site)}\n```"),
     "command-first": lambda site: (f"Fix the bug on line {site.line} of `{site.file}` with this command:\n\n"
                                    f"```bash\n{edit_command(site)}\n```"),
@@ -70,13 +80,20 @@ WORDINGS: dict[str, Callable[[BugSite], str]] = {
 }
 """Statement wordings by name: the ladder's level 0 as the generator writes it, and variants to compare."""
 
+EXAMPLE = "```bash\nsed -i '12s|==|!=|' main.py\n```"
 SYSTEMS: dict[str, str | None] = {
     "harness": None,  # the one_command configuration's own system prompt
-    "one-shot": ("You fix bugs by running one shell command. Reply with only the command, in a ```bash code block.\n\n"
-                 "Example task: Run this command:\n\n```bash\nsed -i '12s|==|!=|' main.py\n```\n\n"
-                 "Example reply:\n\n```bash\nsed -i '12s|==|!=|' main.py\n```"),
+    "five-line": f"You fix bugs by running one shell command.\nReply with the command in a ```bash code block, like "
+                 f"this:\n\n{EXAMPLE}\n",  # the configuration's prompt until 2026-12-05
+    "one-shot-short": ("You fix bugs by running one shell command. Reply with only the command, in a ```bash code "
+                       f"block.\n\nExample task: Line 12 of `main.py` has a bug. This command fixes it:\n\n{EXAMPLE}"
+                       f"\n\nReply with only that command, in a ```bash code block.\n\nExample reply:\n\n{EXAMPLE}"),
 }
 """System prompts by name: the harness configuration's, and variants to compare."""
+
+INSTANCES = {"harness": None, "bare": "{{task}}"}
+"""User-turn templates by name: the configuration's instance template (the statement, then the reply format), or the
+statement alone (the configuration's template until 2026-12-05)."""
 
 
 def exact_command(action: str | None, site: BugSite) -> bool:
@@ -112,11 +129,20 @@ def wilson(successes: int, total: int, confidence: float = 0.95) -> tuple[float,
     return float(interval.low), float(interval.high)
 
 
-def sample_answers(model, tokenizer, system: str, statement: str, samples: int, temperature: float,
+def user_turn(statement: str, instance: str = "harness") -> str:
+    """The user turn: template `instance` (INSTANCES) with the statement as the task, rendered with Jinja as
+    mini-swe-agent renders it."""
+    from jinja2 import StrictUndefined, Template
+
+    template = INSTANCES[instance] or load_harness_config(HARNESS_CONFIG)["agent"]["instance_template"]
+    return Template(template, undefined=StrictUndefined).render(task=statement)
+
+
+def sample_answers(model, tokenizer, system: str, user: str, samples: int, temperature: float,
                    max_tokens: int) -> list[str]:
     import torch
 
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": statement}]
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
     ids = ids if isinstance(ids, torch.Tensor) else ids["input_ids"]
     with torch.no_grad():
@@ -175,10 +201,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--store", type=Path, default=Path("~/.cache/harnessrl/swe").expanduser())
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--samples", type=int, default=32)
-    parser.add_argument("--temperature", type=float, default=0.5)
+    parser.add_argument("--temperature", type=float, default=0.35)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--wordings", nargs="+", default=list(WORDINGS), choices=list(WORDINGS))
     parser.add_argument("--systems", nargs="+", default=["harness"], choices=list(SYSTEMS))
+    parser.add_argument("--instances", nargs="+", default=["harness"], choices=list(INSTANCES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bugs", type=int, default=None, help="only the first this many bugs")
     parser.add_argument("--show", type=int, default=0, help="print this many answers of the first bug per wording")
@@ -190,16 +217,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
     print(f"{len(bugs)} single-line bugs, {args.samples} answers each, T {args.temperature}, top-p 1, no top-k, "
           f"at most {args.max_tokens} new tokens; model {args.model}")
-    print("| system | wording | answers | parsed action | 95% CI | exact command | 95% CI | fixes the bug | 95% CI "
-          "| s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.systems:
+    print("| system | user turn | wording | answers | parsed action | 95% CI | exact command | 95% CI | fixes the bug "
+          "| 95% CI | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, instance in itertools.product(args.systems, args.instances):
         system = SYSTEMS[name] or load_harness_config(HARNESS_CONFIG)["agent"]["system_template"]
         for wording in args.wordings:
             torch.manual_seed(args.seed)
-            print(f"| {name} " + measure(wording, bugs, lambda statement, system=system: sample_answers(
-                model, tokenizer, system, statement, args.samples, args.temperature, args.max_tokens),
-                action_regex(HARNESS_CONFIG), args.show), flush=True)
+            print(f"| {name} | {instance} " + measure(wording, bugs, lambda statement, system=system, instance=instance:
+                  sample_answers(model, tokenizer, system, user_turn(statement, instance), args.samples,
+                                 args.temperature, args.max_tokens), action_regex(HARNESS_CONFIG), args.show),
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from benchmarks.swe_statement_sampling import (
     exact_command,
     fixes,
     site_from_patch,
+    user_turn,
     wilson,
 )
 
@@ -45,8 +46,15 @@ def test_a_patch_of_two_lines_or_two_files_has_no_site():
 def test_the_ladder_wording_is_the_generators_level_0_statement_and_the_others_carry_its_command():
     site = site_from_patch(bug_patch("pkg/mod.py", ORIGINAL, CASES[0][0]))
     assert WORDINGS["ladder"](site) == ladder_statement(0, "", "pkg/mod.py", site)
-    for wording in ("fenced", "command-first"):
+    for wording in ("previous-fenced", "command-first", "run-only"):
         assert f"```bash\n{edit_command(site)}\n```" in WORDINGS[wording](site)
+    assert f"```\n{edit_command(site)}\n```" in WORDINGS["previous"](site)
+
+
+def test_the_user_turn_is_what_the_harness_sends_the_statement_then_its_reply_format():
+    statement = "Line 3 of `m.py` has a bug. {{ not jinja in a task }}"
+    assert user_turn(statement, "bare") == statement
+    assert user_turn(statement) == f"{statement}\n\nReply with only that command, in a ```bash code block."
 
 
 def test_only_an_answer_whose_one_action_is_the_statements_command_counts_as_exact():

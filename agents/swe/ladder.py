@@ -3,8 +3,9 @@
 One generated bug can be stated at any level; the grader is the same at every level (fresh checkout, FAIL_TO_PASS /
 PASS_TO_PASS), only the statement changes:
 
-  level 0: the file, the line, the exact replacement line and one shell command that makes the change (a `sed`
-           substitution of the changed words only, short enough for a 135M model to copy);
+  level 0: the line, the file and one shell command that makes the change (a `sed` substitution of the changed words
+           only), in two sentences a 135M model copies from (benchmarks/make_train.md: the wording moved its rate
+           of fixes from 2% to 30%);
   level 1: the file, the line (its current text) and the kind of bug;
   level 2: the file, and the failing behaviour (today's statement with the file named);
   level 3: the failing behaviour only (the failing tests and their messages): the generator's original statement.
@@ -153,12 +154,12 @@ def ladder_statement(level: int, failing_behaviour: str, file: str, site: BugSit
         return f"The bug is in `{file}`.\n\n{failing_behaviour}"
     if site is None:
         raise ValueError(f"level {level} names one line: it needs a bug that changes exactly one line of {file}")
-    where = f"The file `{site.file}` has a bug on line {site.line}, which reads:\n\n```\n{site.buggy_line}\n```\n\n"
-    if level == 1:
-        return (f"{where}The bug: {KIND_DESCRIPTIONS.get(site.kind, site.kind)}. Fix that line (keep its "
-                "indentation), then submit.")
-    return (f"{where}Replace that line by exactly this line:\n\n```\n{site.fixed_line}\n```\n\n"
-            f"This command makes the change:\n\n```\n{edit_command(site)}\n```\n\nRun it, then submit.")
+    if level == 0:
+        return (f"Line {site.line} of `{site.file}` has a bug. This command fixes it:\n\n"
+                f"```bash\n{edit_command(site)}\n```")
+    return (f"The file `{site.file}` has a bug on line {site.line}, which reads:\n\n```\n{site.buggy_line}\n```\n\n"
+            f"The bug: {KIND_DESCRIPTIONS.get(site.kind, site.kind)}. Fix that line (keep its indentation), then "
+            "submit.")
 
 
 def instance_level(instance: dict) -> int:

@@ -30,8 +30,8 @@ TEST_TEXT = ("tests/test_mod.py", "test_zero", "assert 0 == -0")
 
 
 @pytest.mark.parametrize("level, reveals, hides", [
-    (0, ["`pkg/mod.py`", "line 2", "    if x <= 0:", "    if x < 0:", "sed -i '2s|<=|<|' pkg/mod.py"],
-     [*TEST_TEXT, "Something is broken"]),
+    (0, ["`pkg/mod.py`", "Line 2", "```bash\nsed -i '2s|<=|<|' pkg/mod.py\n```"],
+     [*TEST_TEXT, "Something is broken", "if x <= 0", "if x < 0"]),
     (1, ["`pkg/mod.py`", "line 2", "    if x <= 0:", "off by one"], [*TEST_TEXT, "if x < 0", "sed -i"]),
     (2, ["`pkg/mod.py`", *TEST_TEXT], ["line 2", "if x < 0", "if x <= 0", "sed -i"]),
     (3, [*TEST_TEXT], ["pkg/mod.py", "line 2", "if x < 0", "if x <= 0", "sed -i"]),

@@ -54,7 +54,7 @@ class BashFenceModel:
 
 def statement_command(statement: str) -> str:
     """The one command a level-0 statement gives (its last fenced block)."""
-    return statement.split("This command makes the change:\n\n```\n")[1].split("\n```")[0]
+    return statement.split("This command fixes it:\n\n```bash\n")[1].split("\n```")[0]
 
 
 class RecordingClient:
@@ -107,6 +107,7 @@ def test_a_bash_fenced_answer_fixes_a_level0_task(tiny_project, tmp_path):
     messages = model.requests[0]["messages"]
     assert len(model.requests) == 1 and [m["role"] for m in messages] == ["system", "user"]
     assert messages[0]["content"].strip() == load_harness_config("one_command")["agent"]["system_template"].strip()
-    assert messages[1]["content"].strip() == instance["problem_statement"].strip()
+    assert messages[1]["content"].strip() == (f"{instance['problem_statement'].strip()}\n\n"
+                                              "Reply with only that command, in a ```bash code block.")
     grade = recipe.grade(GradeInput(task=task, workdir=workdir, calls=[], exit_code=0))
     assert grade.reward == 1.0 and grade.details["resolved"] is True
