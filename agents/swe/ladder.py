@@ -4,8 +4,8 @@ One generated bug can be stated at any level; the grader is the same at every le
 PASS_TO_PASS), only the statement changes:
 
   level 0: the line, the file and one shell command that makes the change (a `sed` substitution of the changed words
-           only), in two sentences a 135M model copies from (benchmarks/make_train.md: with the one_command
-           prompt of the same day, SmolLM2-135M's answers fixed 1% of the bugs before this wording, 33% with it);
+           only), in two sentences a 135M model copies from (benchmarks/make_train.md: with this statement and the
+           one_command prompt of 2026-12-05, 33% of SmolLM2-135M's answers fix the bug at T 0.35; before, 1%);
   level 1: the file, the line (its current text) and the kind of bug;
   level 2: the file, and the failing behaviour (today's statement with the file named);
   level 3: the failing behaviour only (the failing tests and their messages): the generator's original statement.
