@@ -8,7 +8,10 @@ and a working directory. It knows nothing else of harnessrl.
 
 Grading happens after the harness exited, in the controller's process (or a fresh sandbox), never inside the harness:
 the grader reads the task, the harness's working directory and the rollout's recorded calls, and returns a `Grade`.
-The controller posts it with the grader credential.
+The controller posts it with the grader credential. The working directory is hostile input: before the grader runs,
+the controller surveys it without following links (`sandbox.hostile_tree`), and a tree past the recipe's caps, with a
+link out of it or a name no report can carry is the agent's failure (reward 0); a grader reads files in it only
+through `sandbox.hostile_tree.read_file` or in a sandbox of its own, never by following a path as it stands.
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ from typing import Any, Protocol
 from gateway.records import CallRecord
 
 TASK_FILE = "task.json"
+
+
+class GraderInfraError(RuntimeError):
+    """A grader's own failure that the policy cannot cause (its store or cluster unreachable, its sandbox not
+    buildable): the rollout fails as `infra`. Any other exception a grader raises is the agent's failure (reward 0),
+    since a grader reads what the policy wrote and a crash on that input is the policy's doing."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,9 @@ class Recipe(Protocol):
         ...
 
     def grade(self, graded: GradeInput) -> Grade:
-        """Score a finished attempt."""
+        """Score a finished attempt. Raise GraderInfraError for the grader's own infrastructure failures; anything
+        else raised counts as the agent's failure. Optional attribute `tree_limits` (sandbox.hostile_tree.TreeLimits):
+        the caps the working directory must stay within before this is called (default TreeLimits())."""
         ...
 
 

@@ -1,5 +1,10 @@
 """Report an ended attempt: classify it, grade it in this process, post the reward as the grader, set the state.
 
+What the policy left is hostile input: the working directory is surveyed first (no link followed, caps checked before
+any content is read; `sandbox.hostile_tree`), a grader's exception is the agent's failure unless it is the grader's
+own infrastructure (`GraderInfraError`, `SandboxError`), and the details are made safe before they are posted
+(`reward_details`), so no content the agent controls can turn its attempt into an infrastructure failure.
+
 Both writes name the attempt and this controller's lease, so the gateway refuses them (409) once the attempt is no
 longer current or the lease was lost; nothing is then reported.
 """
@@ -10,12 +15,16 @@ import logging
 
 from controller.attempt import Attempt
 from controller.outcomes import Outcome, classify, settle
-from controller.recipe import GradeInput
+from controller.recipe import Grade, GradeInput, GraderInfraError
+from controller.reward_details import safe_details, safe_text
 from controller.runners.base import RunResult
-from gateway.client import GatewayClient
+from gateway.client import GatewayAPIError, GatewayClient
 from gateway.records import FailureKind, RolloutState
+from sandbox import SandboxError
+from sandbox.hostile_tree import TreeLimits, TreeProblem, survey_tree
 
 log = logging.getLogger("harnessrl.controller")
+GRADER_INFRA_ERRORS = (GraderInfraError, SandboxError)  # what a grader may fail on without the policy's doing
 
 
 def report_attempt(attempt: Attempt, result: RunResult, admin: GatewayClient, grader: GatewayClient,
@@ -42,16 +51,59 @@ def report_attempt(attempt: Attempt, result: RunResult, admin: GatewayClient, gr
 
 def _grade(attempt: Attempt, result: RunResult, calls: list, grader: GatewayClient, outcome: Outcome,
            controller_id: str) -> tuple[Outcome, bool]:
-    """Run the grader and post its reward; a grader that raises fails the rollout, not retried: (outcome, retryable)."""
+    """Survey the working directory, run the grader and post its reward: (outcome, retryable). A refused tree or a
+    grader that raises on what the agent left is the agent's failure (reward 0 posted); a GraderInfraError or a
+    sandbox that cannot be built fails the rollout as infra, not retried."""
+    rollout_id, recipe = attempt.rollout.id, attempt.recipe
+    survey = survey_tree(attempt.spec.workdir, getattr(recipe, "tree_limits", TreeLimits()))
+    if survey.problem is not None:
+        grade, error = refused_grade(survey.problem)
+        _post(grader, attempt, grade, controller_id)
+        return Outcome(RolloutState.FAILED, FailureKind.AGENT, f"{_where(attempt)}: {error}", graded=True), True
     graded = GradeInput(task=dict(attempt.spec.task), workdir=attempt.spec.workdir, calls=calls,
                         exit_code=result.exit_code)
     try:
-        grade = attempt.recipe.grade(graded)
-    except Exception as exc:  # noqa: BLE001 - any grader bug becomes a failed rollout, not a dead controller
-        log.exception("grader of recipe %s raised on rollout %s", attempt.recipe.name, attempt.rollout.id)
+        grade = recipe.grade(graded)
+    except GRADER_INFRA_ERRORS as exc:
+        log.exception("grader of recipe %s failed on its own infrastructure for rollout %s", recipe.name, rollout_id)
         return Outcome(RolloutState.FAILED, FailureKind.INFRA,
-                       f"grader of recipe {attempt.recipe.name!r} raised {type(exc).__name__}: {exc}; "
-                       "fix the grader (the harness is not re-run for a grader error)", graded=False), False
-    grader.post_reward(attempt.rollout.id, grade.reward, grade.details, attempt=attempt.rollout.attempt,
-                       controller_id=controller_id)
+                       f"grader of recipe {recipe.name!r} failed: {type(exc).__name__}: {exc}; fix what it names "
+                       "(the harness is not re-run for a grader error)", graded=False), False
+    except Exception as exc:  # noqa: BLE001 - a grader crash on what the agent left is the agent's failure
+        log.warning("grader of recipe %s raised on rollout %s: %s: %s", recipe.name, rollout_id,
+                    type(exc).__name__, safe_text(str(exc), 500))
+        error = f"the grader raised {type(exc).__name__} on what the attempt left: {safe_text(str(exc), 2000)}"
+        _post(grader, attempt, Grade(0.0, {"error": error, "grader_error": type(exc).__name__}), controller_id)
+        return Outcome(RolloutState.FAILED, FailureKind.AGENT, f"{_where(attempt)}: {error}", graded=True), True
+    _post(grader, attempt, grade, controller_id)
     return outcome, True
+
+
+def refused_grade(problem: TreeProblem) -> tuple[Grade, str]:
+    """Reward 0 for a working directory refused before grading, with the reason (and `tamper` for a way out)."""
+    if problem.kind == "tamper":
+        return (Grade(0.0, {"resolved": False, "tamper": True, "tamper_reasons": [problem.reason]}),
+                f"tamper: {problem.reason}")
+    details = {"resolved": False, "error": problem.reason, **({"cap": problem.cap} if problem.cap else {})}
+    return Grade(0.0, details), f"working directory refused: {problem.reason}"
+
+
+def _where(attempt: Attempt) -> str:
+    return f"attempt {attempt.rollout.attempt} of {attempt.rollout.id!r}"
+
+
+def _post(grader: GatewayClient, attempt: Attempt, grade: Grade, controller_id: str) -> None:
+    """Post the reward with its details made safe (`reward_details`); details the gateway still refuses (4xx) are
+    replaced by a note, so the reward itself always lands. A gateway that cannot be reached raises (infra)."""
+    rollout_id, number = attempt.rollout.id, attempt.rollout.attempt
+    details = safe_details(grade.details)
+    try:
+        grader.post_reward(rollout_id, grade.reward, details, attempt=number, controller_id=controller_id)
+    except GatewayAPIError as exc:
+        if exc.status >= 500 or exc.status == 409:
+            raise
+        log.warning("the gateway refused the details of rollout %s's reward (%s); posting the reward without them",
+                    rollout_id, exc.status)
+        kept = {key: details[key] for key in ("resolved", "tamper") if key in details}
+        note = {**kept, "details_refused": safe_text(f"{exc.status}: {exc}", 2000)}
+        grader.post_reward(rollout_id, grade.reward, note, attempt=number, controller_id=controller_id)

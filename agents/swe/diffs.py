@@ -144,3 +144,17 @@ def apply_patch(repo: Path, patch: str, *, reverse: bool = False) -> None:
     result = subprocess.run(argv, cwd=repo, input=patch, text=True, capture_output=True, env=env)
     if result.returncode != 0:
         raise ValueError(f"patch does not apply in {repo}: {result.stderr.strip()}")
+
+
+def main(argv: list[str]) -> int:
+    """`python -I -B diffs.py BEFORE AFTER`: the diff of the two trees on stdout (how `agent_diff` runs it in a
+    sandbox: this file imports nothing but the standard library)."""
+    before, after = (Path(arg) for arg in argv)
+    os.write(1, tree_diff(before, after).encode("utf-8", "surrogateescape"))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

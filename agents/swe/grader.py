@@ -1,4 +1,5 @@
-"""The SWE grader: the agent's final diff (its repository copy vs a fresh buggy checkout), judged by the task's
+"""The SWE grader: the agent's final diff (its repository copy vs a fresh buggy checkout, taken in a sandbox of its
+own: `agent_diff`; a `repo/` that is a link is `tamper`, never followed), judged by the task's
 patch policy (`patch_policy`), the allowed part applied to another FRESH checkout of the task's base (no .git, no
 gold), then FAIL_TO_PASS and PASS_TO_PASS run with pytest isolated in the hardened sandbox as another user, with
 neither the task store nor the grader's code in it (`testrun`).
@@ -12,11 +13,13 @@ SWE-bench prediction's field): evaluations read it from the reward event.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from agents.swe.diffs import apply_patch, copy_tree, tree_diff, tree_files
+from agents.swe.agent_diff import AgentDiffError, agent_diff
+from agents.swe.diffs import apply_patch, copy_tree, tree_files
 from agents.swe.generator import base_path
 from agents.swe.patch_policy import DEFAULT_POLICY, PatchPolicy, review_patch
 from agents.swe.testrun import TestRun, run_tests
@@ -42,9 +45,10 @@ def is_resolved(run: TestRun, fail_to_pass: list[str], pass_to_pass: list[str]) 
 
 
 def agent_patch(store: Path, instance: dict[str, Any], agent_repo: Path) -> str:
-    """The agent's final diff: its repository copy against a fresh buggy checkout."""
+    """The agent's final diff: its repository copy against a fresh buggy checkout, taken in a sandbox of its own
+    (`agent_diff`; AgentDiffError when the tree cannot be diffed within its limits)."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-swe-diffbase-") as scratch:
-        return tree_diff(checkout(store, instance, Path(scratch) / "repo"), agent_repo)
+        return agent_diff(checkout(store, instance, Path(scratch) / "repo"), agent_repo)
 
 
 def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s: float = 600.0,
@@ -98,9 +102,24 @@ def _graded(run: TestRun, instance: dict[str, Any], details: dict[str, Any]) -> 
     return Grade(reward=1.0 if resolved else 0.0, details=details)
 
 
+def repo_problem(instance: dict[str, Any], agent_repo: Path) -> Grade | None:
+    """Reward 0 when the agent's repository is not a real directory: a link (`tamper`, never followed) or missing."""
+    base = {"instance_id": instance["instance_id"], "resolved": False}
+    if agent_repo.is_symlink():
+        reason = f"{agent_repo.name}/ is a link (to {os.readlink(agent_repo)[:200]!r}); it is never followed"
+        return Grade(reward=0.0, details={**base, "tamper": True, "tamper_reasons": [reason]})
+    if not agent_repo.is_dir():
+        return Grade(reward=0.0, details={**base, "error": f"the agent's repository {agent_repo.name}/ is missing"})
+    return None
+
+
 def grade_workdir(store: Path, instance: dict[str, Any], agent_repo: Path) -> Grade:
     """Grade the agent's repository copy (its diff is computed here, never taken from the harness)."""
-    if not agent_repo.is_dir():
+    if (problem := repo_problem(instance, agent_repo)) is not None:
+        return problem
+    try:
+        patch = agent_patch(store, instance, agent_repo)
+    except AgentDiffError as error:
         return Grade(reward=0.0, details={"instance_id": instance["instance_id"], "resolved": False,
-                                          "error": f"the agent's repository {agent_repo} is missing"})
-    return grade_patch(store, instance, agent_patch(store, instance, agent_repo))
+                                          "error": str(error)})
+    return grade_patch(store, instance, patch)

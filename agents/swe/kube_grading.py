@@ -17,6 +17,7 @@ from typing import Any
 
 from agents.swe.grading_job import GRADE_CONTAINER, GRADER_COMPONENT
 from controller.config import KubernetesSettings
+from controller.recipe import GraderInfraError
 from controller.runners.base import Termination
 from controller.runners.k8s_status import Ending, job_ending
 from controller.runners.kubernetes import JOB_NAME_LABELS, PodTrouble, api_client, delete_if_present
@@ -27,8 +28,9 @@ OUTCOMES = {Termination.TIMED_OUT: "deadline", Termination.EXITED: "failed", Ter
             Termination.CRASHED: "failed"}  # how a Job that ran ended; any other ending is the cluster's failure
 
 
-class GradingInfraError(RuntimeError):
-    """The grading Job could not run or gave no log; the message names the Job and the cause."""
+class GradingInfraError(GraderInfraError):
+    """The grading Job could not run or gave no log; the message names the Job and the cause (the grader's own
+    infrastructure: the rollout fails as infra)."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.swe.grader import MAX_MODEL_PATCH_CHARS, agent_patch, graded_checkout, is_resolved, run_details
+from agents.swe.agent_diff import AgentDiffError
+from agents.swe.grader import (
+    MAX_MODEL_PATCH_CHARS,
+    agent_patch,
+    graded_checkout,
+    is_resolved,
+    repo_problem,
+    run_details,
+)
 from agents.swe.grading_job import (
     GradingInputTooLarge,
     build_swe_grading_job,
@@ -100,10 +108,14 @@ class JobGrading:
 
     def grade_workdir(self, store: Path, instance: dict[str, Any], agent_repo: Path, attempt_key: str) -> Grade:
         """Grade the agent's repository copy (its diff computed here, never taken from the harness)."""
-        if not agent_repo.is_dir():
+        if (problem := repo_problem(instance, agent_repo)) is not None:
+            return problem
+        try:
+            patch = agent_patch(store, instance, agent_repo)
+        except AgentDiffError as error:
             return Grade(reward=0.0, details={"instance_id": instance["instance_id"], "resolved": False,
-                                              "error": f"the agent's repository {agent_repo} is missing"})
-        return self.grade_patch(store, instance, agent_patch(store, instance, agent_repo), attempt_key)
+                                              "error": str(error)})
+        return self.grade_patch(store, instance, patch, attempt_key)
 
     def grade_patch(self, store: Path, instance: dict[str, Any], patch: str, attempt_key: str,
                     policy: PatchPolicy = DEFAULT_POLICY) -> Grade:

@@ -23,7 +23,7 @@ from agents.swe.harness import REPO_DIR
 from agents.swe.harness_configs import DEFAULT_CONFIG, copy_to_workdir
 from agents.swe.kube_grading_swe import JobGrading, job_settings_from_env
 from agents.swe.ladder import LadderMix, instance_level
-from controller.recipe import Grade, GradeInput
+from controller.recipe import Grade, GradeInput, GraderInfraError
 
 DEFAULT_SOURCE = "pypi:xmltodict"
 
@@ -71,7 +71,7 @@ class SweRecipe:
     def grade(self, graded: GradeInput) -> Grade:
         """Reward 1.0 iff the agent's diff resolves the instance in a fresh checkout."""
         store = Path(graded.task["store"])
-        instance, repo, jobs = find_instance(store, graded.task["id"]), graded.workdir / REPO_DIR, self._jobs()
+        instance, repo, jobs = _instance(store, graded.task["id"]), graded.workdir / REPO_DIR, self._jobs()
         grade = grade_workdir(store, instance, repo) if jobs is None else \
             jobs.grade_workdir(store, instance, repo, graded.workdir.name)
         return Grade(reward=grade.reward, details={**grade.details, "exit_code": graded.exit_code})
@@ -81,6 +81,16 @@ class SweRecipe:
         if self.job_grading is None and (settings := job_settings_from_env()) is not None:
             object.__setattr__(self, "job_grading", JobGrading(settings))
         return self.job_grading
+
+
+def _instance(store: Path, instance_id: str) -> dict[str, Any]:
+    """The task's instance from the store (outside every sandbox: the policy cannot remove it, so its absence is
+    the grader's own failure)."""
+    try:
+        return find_instance(store, instance_id)
+    except (KeyError, OSError, ValueError) as error:
+        raise GraderInfraError(f"the task store {store} has no readable instance {instance_id!r}: {error}; "
+                               "check $HARNESSRL_SWE_STORE") from error
 
 
 RECIPE = SweRecipe()

@@ -33,8 +33,10 @@ from agents.swe_bench.harness import PATCH_ERROR_FILE, PATCH_FILE
 from agents.swe_bench.kube_grading import GradingInfraError, KubeGrader
 from controller.config import KubernetesSettings, load_controller_config
 from controller.recipe import Grade, GradeInput
+from sandbox.hostile_tree import TreeRefused, read_file
 
 NAME = "swe_bench"
+MAX_HARNESS_FILE_BYTES = 16 << 20  # model.patch (or its error file) read at most this long
 CONFIG_ENV = "HARNESSRL_SWE_BENCH_CONTROLLER_CONFIG"
 
 
@@ -98,12 +100,18 @@ class SweBenchRecipe:
         """Reward 1.0 iff the agent's diff resolves the instance in a fresh pod of its image."""
         instance = load_store(Path(graded.task["store"]))[graded.task["id"]]
         base = {"instance_id": instance["instance_id"], "exit_code": graded.exit_code}
-        patch_path = graded.workdir / PATCH_FILE
-        if not patch_path.is_file():
-            error_path = graded.workdir / PATCH_ERROR_FILE
-            why = error_path.read_text()[-2000:] if error_path.is_file() else "the harness wrote no model.patch"
+        try:
+            patch = _read_text(graded.workdir, PATCH_FILE)
+        except TreeRefused as refused:
+            tamper = {"tamper": True, "tamper_reasons": [refused.problem.reason]} \
+                if refused.problem.kind == "tamper" else {"error": refused.problem.reason}
+            return Grade(0.0, {**base, "resolved": False, "model_patch": "", **tamper})
+        except FileNotFoundError:
+            try:
+                why = _read_text(graded.workdir, PATCH_ERROR_FILE)[-2000:]
+            except FileNotFoundError:
+                why = "the harness wrote no model.patch"
             return Grade(0.0, {**base, "resolved": False, "model_patch": "", "error": why})
-        patch = patch_path.read_text()
         details = {**base, "patch_chars": len(patch),
                    "model_patch": patch if len(patch) <= MAX_MODEL_PATCH_CHARS else None}
         if not patch.strip():
@@ -129,6 +137,12 @@ class SweBenchRecipe:
             return self.grader
         object.__setattr__(self, "grader", KubeGrader(grading_settings()))
         return self.grader
+
+
+def _read_text(workdir: Path, name: str) -> str:
+    """A file the harness wrote, read without following links and within MAX_HARNESS_FILE_BYTES (TreeRefused, the
+    agent's failure, otherwise)."""
+    return read_file(workdir, name, MAX_HARNESS_FILE_BYTES).decode("utf-8", "replace")
 
 
 RECIPE = SweBenchRecipe()
