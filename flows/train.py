@@ -207,8 +207,9 @@ def draw_batch(config: RunConfig, feed: RolloutFeed, version: int, label: str, *
     sampling = config.algorithm.dynamic_sampling
     if not sampling.enabled:
         return draw(r.batch_groups), waited_s[0], {}
+    shares = rollout_format_shares if config.algorithm.advantage.format_reward else None  # the step's format term
     found = collect_with_signal(
-        draw, lambda g: group_has_signal(g, config.algorithm.advantage, version, r.max_version_lag),
+        draw, lambda g: group_has_signal(g, config.algorithm.advantage, version, r.max_version_lag, shares),
         r.batch_groups, sampling)
     return found.groups, waited_s[0], found.metrics
 

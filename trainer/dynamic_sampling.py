@@ -1,20 +1,27 @@
 """DAPO-style dynamic sampling: draw complete groups until the batch holds `batch_groups` groups with signal.
 
 A group has signal when at least two of its counted members (after the staleness drop and the advantage config's
-failure handling) got different rewards. Groups without it are dropped (as `filter_zero_variance` would) and more are
-drawn, up to `max_draws` draws per batch (verl's `max_num_gen_batches`); a batch still short after that trains on the
-groups it has and says so in its metrics (with none at all, it hands back the groups drawn: no gradient signal). The
-draw itself (fill the feed, wait for n complete groups) is the caller's.
+failure handling) got different rewards: the rewards the step trains on (`trainer.trained_rewards`: the grader's, with
+the overlong penalty and the format term), from the same function that feeds the step's advantages, so a group whose
+only variance is the format term is kept and one the penalty made flat is dropped. Groups without it are dropped (as
+`filter_zero_variance` would) and more are drawn, up to `max_draws` draws per batch (verl's `max_num_gen_batches`); a
+batch still short after that trains on the groups it has and says so in its metrics (with none at all, it hands back
+the groups drawn: no gradient signal). The draw itself (fill the feed, wait for n complete groups) is the caller's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from trainer.advantages import AdvantageConfig, member_rewards
-from trainer.prepared_step import outcome_of
+import numpy as np
+
+from trainer.advantages import AdvantageConfig, group_index_R, member_rewards, zero_variance_G
 from trainer.rollout_groups import FinishedGroup, drop_stale
+from trainer.trained_rewards import trained_rewards
+
+FormatShares = Callable[[Sequence[FinishedGroup]], Mapping[str, float]]
+"""Reads groups' format shares (rollout id -> share of its turns in the harness's action format), as the step's."""
 
 
 @dataclass(frozen=True)
@@ -31,13 +38,16 @@ class DynamicSamplingConfig:
             raise ValueError(f"DynamicSamplingConfig.max_draws={self.max_draws}: use at least 1")
 
 
-def group_has_signal(group: FinishedGroup, advantage: AdvantageConfig, policy_version: int,
-                     max_version_lag: int) -> bool:
-    """At least two of the group's members that will count got different rewards."""
+def group_has_signal(group: FinishedGroup, advantage: AdvantageConfig, policy_version: int, max_version_lag: int,
+                     format_shares: FormatShares | None = None) -> bool:
+    """At least two of the group's members that will count got different trained rewards (`format_shares` reads the
+    kept members' shares for the format term; required when `advantage.format_reward` is on)."""
     kept = drop_stale([group], policy_version, max_version_lag).kept
-    outcomes = [outcome_of(r) for g in kept for r in g.rollouts]
-    rewards, _ = member_rewards(outcomes, advantage)
-    return len(set(rewards.values())) > 1
+    shares = format_shares(kept) if format_shares is not None else None
+    rewards, _ = member_rewards(trained_rewards(kept, advantage, shares).outcomes, advantage)
+    rewards_M = np.fromiter(rewards.values(), dtype=np.float64, count=len(rewards))
+    group_M, num_groups = group_index_R([group.group_id] * len(rewards))
+    return bool((~zero_variance_G(rewards_M, group_M, num_groups)).any())
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ variance and nothing is learned (train-swe on SmolLM2-135M). The format term giv
 first step. The shares come from the recipe, which reads them from the gateway's call records (the harness's answers
 as the engine produced them), never from anything the policy wrote into its sandbox; the grader's reward is kept as
 is in the store, so validation and every `rollout/` metric stay unshaped, and `advantages/reward_mean` is the shaped
-mean the advantages were computed from.
+mean the advantages were computed from. `trainer.trained_rewards` applies it (after the overlong penalty) for both the
+step's advantages and dynamic sampling's signal test.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ With L_max = `AdvantageConfig.overlong_max_tokens` and a buffer of B tokens, a r
 min(0, (L_max - B - L) / B) x factor, at most the whole factor (as verl's DAPO reward manager, which has no cap
 because its responses never pass L_max). A rollout is as long as its longest call: the worst call's penalty counts.
 The alternative, masking the cut-off calls (DAPO's overlong filtering), is `SampleLimits.length_calls = "mask"`.
+`trainer.trained_rewards` applies it (before the format term) for both the step's advantages and dynamic sampling's
+signal test.
 """
 
 from __future__ import annotations

@@ -13,13 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.records import Rollout
-from trainer.advantages import AdvantageConfig, RolloutOutcome, sample_advantages
+from trainer.advantages import AdvantageConfig, sample_advantages
 from trainer.backends.base import TrainBatch
-from trainer.format_reward import add_format_reward
-from trainer.overlong import penalize_overlong
-from trainer.recorded import recorded_calls
 from trainer.rollout_groups import FinishedGroup
 from trainer.samples import SampleLimits, build_samples
+from trainer.trained_rewards import trained_rewards
 
 
 @dataclass(frozen=True)
@@ -35,11 +33,6 @@ class PreparedStep:
     def no_signal(self) -> bool:
         """No group had reward variance: nothing to learn from this batch."""
         return self.batch is None
-
-
-def outcome_of(rollout: Rollout) -> RolloutOutcome:
-    """The advantage estimator's view of a finished rollout."""
-    return RolloutOutcome(rollout.id, rollout.group_id, rollout.reward, rollout.failure_kind)
 
 
 def reward_metrics(rollouts: Sequence[Rollout], pass_threshold: float, prefix: str) -> dict[str, float]:
@@ -60,17 +53,16 @@ def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, li
                  pass_threshold: float = 1.0, decode: Callable[[Sequence[int]], str] | None = None,
                  format_shares: Mapping[str, float] | None = None) -> PreparedStep:
     """Samples and advantages of `groups` (rollout level by default); every kept rollout is in the batch.
-    `format_shares` (rollout id -> share of its turns in the harness's action format) feed the optional format term
-    (`advantage.format_reward`)."""
+    The advantages come from the trained rewards (`trainer.trained_rewards`: the overlong penalty and the format term
+    applied, the same rewards dynamic sampling's signal test reads); `format_shares` (rollout id -> share of its turns
+    in the harness's action format) feed the optional format term (`advantage.format_reward`)."""
     rollouts = [r for group in groups for r in group.rollouts]
-    calls = [c for group in groups for r in group.rollouts for c in recorded_calls(r, group.calls.get(r.id, ()))]
-    built = build_samples(calls, limits=limits, decode=decode)
+    rewards = trained_rewards(groups, advantage, format_shares)
+    built = build_samples(rewards.calls, limits=limits, decode=decode)
     rollout_ids = [sample.rollout_id for sample in built.samples]
-    outcomes, overlong = penalize_overlong([outcome_of(r) for r in rollouts], calls, advantage)
-    outcomes, formats = add_format_reward(outcomes, format_shares, advantage)
-    advantages = sample_advantages(rollout_ids, outcomes, advantage)
+    advantages = sample_advantages(rollout_ids, rewards.outcomes, advantage)
     metrics = {**reward_metrics(rollouts, pass_threshold, "rollout"), **built.stats.as_metrics(),
-               **advantages.metrics, **overlong, **formats, "rollout/groups": float(len(groups))}
+               **advantages.metrics, **rewards.metrics, "rollout/groups": float(len(groups))}
     signal_S = advantages.keep_S & (advantages.advantages_S != 0.0)
     metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))
     if not signal_S.any():
