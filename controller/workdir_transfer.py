@@ -11,9 +11,12 @@ import shutil
 import tarfile
 from pathlib import Path, PurePosixPath
 
+from sandbox.hostile_tree import TreeLimits
+
 WORKDIR_ARCHIVE = "workdir.tar.gz"  # the prepared working directory, controller -> pod
 RESULT_ARCHIVE = "result.tar.gz"  # the working directory after the harness, pod -> controller
-DEFAULT_MAX_UNPACKED_BYTES = 4 * 1024**3
+DEFAULT_MAX_UNPACKED_BYTES = TreeLimits().max_total_bytes  # what the grader accepts of a tree (the pod's archive
+DEFAULT_MAX_MEMBERS = TreeLimits().max_entries  # is the agent's tree: the same caps, before anything is written)
 
 
 class UnsafeArchiveError(ValueError):
@@ -48,13 +51,18 @@ def _check_member(member: tarfile.TarInfo, target: Path) -> None:
                                      "refused")
 
 
-def unpack_archive(data: bytes, target: Path, *, max_bytes: int = DEFAULT_MAX_UNPACKED_BYTES) -> list[str]:
+def unpack_archive(data: bytes, target: Path, *, max_bytes: int = DEFAULT_MAX_UNPACKED_BYTES,
+                   max_members: int = DEFAULT_MAX_MEMBERS) -> list[str]:
     """Extract tar.gz `data` into `target` (created if needed) after checking every member; the names extracted."""
     target.mkdir(parents=True, exist_ok=True)
     root = target.resolve()
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-            members = archive.getmembers()
+            members = []
+            for member in archive:  # one at a time: a stream of millions of empty members stops at the cap
+                members.append(member)
+                if len(members) > max_members:
+                    raise UnsafeArchiveError(f"archive holds more than {max_members} members")
             total = sum(m.size for m in members if m.isfile())
             if total > max_bytes:
                 raise UnsafeArchiveError(f"archive unpacks to {total} bytes, over the limit of {max_bytes}")

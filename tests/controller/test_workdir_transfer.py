@@ -112,3 +112,14 @@ def test_replace_with_archive_swaps_the_tree_and_leaves_it_alone_when_refused(tm
 def test_pack_refuses_a_missing_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a directory"):
         pack_workdir(tmp_path / "missing")
+
+
+def test_an_archive_past_the_graders_member_cap_is_refused_before_anything_is_written(tmp_path):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for index in range(11):
+            archive.addfile(tarfile.TarInfo(f"f{index}"), io.BytesIO(b""))
+    assert len(unpack_archive(buffer.getvalue(), tmp_path / "ok", max_members=11)) == 11
+    with pytest.raises(UnsafeArchiveError, match="more than 10 members"):
+        unpack_archive(buffer.getvalue(), tmp_path / "over", max_members=10)
+    assert not any((tmp_path / "over").iterdir())
