@@ -21,6 +21,7 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import random
 import secrets
 import shutil
 import subprocess
@@ -28,9 +29,21 @@ import sys
 import tempfile
 import threading
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.swe.canaries import (
+    Role,
+    RoundPlan,
+    TestSite,
+    canary_problem,
+    plan_rounds,
+    real_outcomes,
+    rewrite_source,
+    role_of,
+    unguarded,
+)
 from agents.swe.outcome_check import SENTINEL_PREFIX, SENTINEL_SOURCE, disagreement, parse_document, split_sentinel
 from sandbox import Limits, Network, SandboxError, SandboxSpec, build_argv, ensure_available, kill
 from sandbox.paths import interpreter_paths
@@ -61,6 +74,9 @@ GRADING_LIMITS = Limits(processes=128, memory_bytes=8 << 30, cpu_s=1800, file_by
 # Each run gets a uid of its own from this range (the process limit counts per uid, host-wide: a fork bomb in one run
 # must not starve another), apart from the harnesses' (controller.runners.harness_sandbox: 100_000 + slot).
 GRADER_UIDS = range(200_000, 265_536)
+# Canary rounds of a run with named tests (`canaries`): 2 = each graded test function real in one round, a canary in
+# the other; the rounds run side by side (2 CPUs: about the wall time of one run).
+VERDICT_ROUNDS = 2
 LAUNCHER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # prlimit/bwrap's own environment
 
 
@@ -144,9 +160,65 @@ def grading_spec(repo: Path, runner: Path, allow_network: bool = False) -> Sandb
 
 
 def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float = 300.0,
-              allow_network: bool = False) -> TestRun:
-    """Run `test_ids` (all tests when None) in `repo`, sandboxed; raises SandboxError when no sandbox can be built."""
+              allow_network: bool = False, rounds: int = VERDICT_ROUNDS) -> TestRun:
+    """Run `test_ids` (all tests when None) in `repo`, sandboxed: with named tests, in `rounds` canary rounds run side
+    by side (`canaries`; 1: one plain run, no canaries). Raises SandboxError when no sandbox can be built."""
     ensure_available()
+    if test_ids is None or rounds == 1:
+        return _run_once(repo, test_ids, timeout_s, allow_network)
+    plans = plan_rounds(test_ids, rounds, random.SystemRandom())
+    with tempfile.TemporaryDirectory(prefix="harnessrl-rounds-") as scratch:
+        copies = [Path(scratch) / secrets.token_hex(6) / repo.name for _ in plans]
+        placed = [write_round(repo, copy, plan) for copy, plan in zip(copies, plans, strict=True)]
+        with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+            runs = list(pool.map(lambda copy: _run_once(copy, test_ids, timeout_s, allow_network), copies))
+    roles = [{test_id: role_of(plan, test_id, unguarded(plan, sites)) for test_id in test_ids}
+             for plan, sites in zip(plans, placed, strict=True)]
+    return merge_rounds(roles, runs)
+
+
+def write_round(repo: Path, destination: Path, plan: RoundPlan) -> frozenset[TestSite]:
+    """A copy of `repo` at `destination` (created) with the plan's lines placed in its test files; the sites placed
+    (a test file that is missing, a link, outside the copy or not UTF-8 Python keeps its text)."""
+    shutil.copytree(repo, destination, symlinks=True)
+    root, placed = destination.resolve(), set()
+    for file in sorted({site.file for site in plan.roles}):
+        path = destination / file
+        if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(root):
+            continue
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        checks = {site.scope: line for site, line in plan.lines.items() if site.file == file}
+        rewritten, scopes = rewrite_source(text, checks)
+        path.write_bytes(rewritten.encode("utf-8"))
+        placed |= {TestSite(file, scope) for scope in scopes}
+    return frozenset(placed)
+
+
+def merge_rounds(roles: list[dict[str, Role]], runs: list[TestRun]) -> TestRun:
+    """One run from its canary rounds: a round that cannot be believed, or a canary not reported failed, is the
+    problem; outcomes and messages of the graded tests come from their real rounds."""
+    timed_out = any(run.timed_out for run in runs)
+    bad = next((index for index, run in enumerate(runs) if run.problem is not None), None)
+    shown = runs[bad if bad is not None else 0]
+    problem = None if timed_out else \
+        f"round {bad + 1} of {len(runs)}: {shown.problem}" if bad is not None else \
+        canary_problem(roles, [run.outcomes for run in runs])
+    outcomes = real_outcomes(roles, [run.outcomes for run in runs])
+    messages = {node: text for node, text in runs[0].messages.items() if node not in roles[0]}
+    for test_id in roles[0]:
+        found = [runs[i].messages[test_id] for i, r in enumerate(roles) if r[test_id] == "real" and
+                 test_id in runs[i].messages]
+        if outcomes.get(test_id) == "failed" and found:
+            messages[test_id] = found[0]
+    return TestRun(outcomes=outcomes, messages=messages, output_tail=shown.output_tail, returncode=shown.returncode,
+                   problem=problem, timed_out=timed_out)
+
+
+def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_network: bool) -> TestRun:
+    """One pytest run of `test_ids` in `repo` in a sandbox of its own (a fresh uid, runner directory and sentinel)."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-pytest-") as scratch:
         runner = Path(scratch) / "runner"
         sentinel = prepare_runner(runner, test_ids)
