@@ -7,7 +7,9 @@ Both find the gateway from the harness contract: the artifact URL is `$OPENAI_BA
 - `RUN_AND_RETURN_PROGRAM DIR NAME CMD...`: run CMD, then pack DIR and PUT it as the artifact, and exit with CMD's
   exit code (128+N when CMD died from signal N, as a shell reports it; 127 when CMD cannot start, with
   NOT_STARTED_MARK written to the container's termination message so the runner counts it as a start failure, i.e.
-  infra, not as the harness's own exit 127). SIGTERM is passed on to CMD. A failed upload is reported on stderr and
+  infra, not as the harness's own exit 127). Once CMD ran, the wrapper (as the container's PID 1) kills what it left
+  running and empties the termination message: a harness that wrote NOT_STARTED_MARK there itself (to turn its own
+  failure into an infra retry) leaves nothing. SIGTERM is passed on to CMD. A failed upload is reported on stderr and
   does not change the exit code.
 """
 
@@ -45,6 +47,15 @@ else:
     signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
     code = child.wait()
     code = 128 - code if code < 0 else code
+    if os.getpid() == 1:  # the container's init: end what the harness left running (kill(-1) spares PID 1)
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+    try:  # the harness ran: anything it wrote to the termination message is not the wrapper's word
+        open(os.environ.get("HARNESSRL_TERMINATION_LOG", "/dev/termination-log"), "w").close()
+    except OSError:
+        pass
 try:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:

@@ -15,6 +15,7 @@ import pytest
 
 from controller.attempt import rollout_key
 from controller.config import KubernetesSettings
+from controller.pod_transfer import NOT_STARTED_MARK
 from controller.runners.base import RunSpec, Termination
 from controller.runners.k8s_status import pod_ending
 from controller.runners.kubernetes import KubernetesRunner
@@ -137,7 +138,7 @@ def test_the_wrapper_reports_like_a_shell_and_still_returns_the_workdir(kube, ad
     assert run_container(kube, containers["workdir"], pod_dir).returncode == 0
     assert run_container(kube, containers["harness"], pod_dir).returncode == exit_code
     termination = tmp_path / "termination-log"
-    assert termination.exists() == (exit_code == 127)
+    assert (termination.exists() and NOT_STARTED_MARK in termination.read_text()) == (exit_code == 127)
     if exit_code == 127:  # the runner reads this as a start failure (infra), not the harness's own exit 127
         assert pod_ending({"status": {"containerStatuses": [{"state": {"terminated": {
             "exitCode": 127, "reason": "Error", "message": termination.read_text()}}}]}})[0] == Termination.START_FAILED
@@ -165,3 +166,17 @@ def test_the_fetch_program_fails_the_init_container_when_the_workdir_is_absent(k
     fetch = {**fetch, "command": [*fetch["command"][:-1], "missing.tar.gz"]}
     failed = run_container(kube, fetch, tmp_path)
     assert failed.returncode != 0 and "404" in failed.stderr
+
+
+def test_a_harness_that_writes_the_start_failure_mark_itself_is_still_its_own_exit(kube, admin, claimed, tmp_path):
+    rollout, spec = claimed
+    forge = (f"import os, sys; open(os.environ['HARNESSRL_TERMINATION_LOG'], 'w').write({NOT_STARTED_MARK!r} + ': x'); "
+             "sys.exit(127)")
+    spec = dataclasses.replace(spec, command=(sys.executable, "-c", forge))
+    runner(kube, admin).start(spec)
+    pod_dir = tmp_path / "pod"
+    pod_dir.mkdir()
+    containers = pod_containers(kube, spec)
+    assert run_container(kube, containers["workdir"], pod_dir).returncode == 0
+    assert run_container(kube, containers["harness"], pod_dir).returncode == 127
+    assert NOT_STARTED_MARK not in (tmp_path / "termination-log").read_text()  # the kubelet reports no start failure
