@@ -19,6 +19,7 @@ from gateway.records import (
     FailureKind,
     FinishedPage,
     GatewayState,
+    InfraReason,
     LeaseRenewal,
     ModelIn,
     ModelRecord,
@@ -123,12 +124,13 @@ class GatewayClient:
         return Rollout.model_validate(self._call("POST", f"/v1/admin/rollouts/{rollout_id}/lease", json=body))
 
     def set_state(self, rollout_id: str, state: RolloutState, failure_kind: FailureKind | None = None,
-                  error: str | None = None, *, attempt: int | None = None,
-                  controller_id: str | None = None) -> Rollout:
+                  error: str | None = None, *, attempt: int | None = None, controller_id: str | None = None,
+                  reason: InfraReason | None = None) -> Rollout:
         """Move a rollout along the state machine (fenced: 409 unless `attempt` is current and `controller_id` holds
-        the lease, for each one given)."""
+        the lease, for each one given); `reason`: why an infra failure or requeue happened (`InfraReason`)."""
         body = RolloutPatch(state=state, failure_kind=failure_kind, error=error, attempt=attempt,
-                            controller_id=controller_id).model_dump(mode="json")
+                            controller_id=controller_id, reason=reason).model_dump(
+            mode="json", exclude={"reason"} if reason is None else None)  # an older gateway knows no reason
         return Rollout.model_validate(self._call("PATCH", f"/v1/admin/rollouts/{rollout_id}", json=body))
 
     def post_reward(self, rollout_id: str, reward: float, details: dict[str, Any] | None = None, *,

@@ -17,9 +17,9 @@ from gateway.asgi import json_object, send_error
 from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, parse_version_header
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
-from gateway.records import CallStatus, ModelRecord, RolloutMode, SamplingRecord
+from gateway.records import CallErrorCode, CallStatus, ModelRecord, RolloutMode, SamplingRecord
 from gateway.tokens import pack_extra_choices, pack_floats, pack_ids, pack_sampling
-from gateway.upstream import UpstreamFailed
+from gateway.upstream import UpstreamFailed, answer_timed_out
 
 CHAT, COMPLETION = "chat", "completion"
 PATHS = {CHAT: "/chat/completions", COMPLETION: "/completions"}
@@ -74,12 +74,14 @@ class CallContext:
 
 
 def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status: int, error: str | None,
-             response_raw: bytes | None, policy_version: int | None) -> dict[str, Any]:
-    """The store row of one call."""
+             response_raw: bytes | None, policy_version: int | None,
+             error_code: CallErrorCode | None = None) -> dict[str, Any]:
+    """The store row of one call (`error_code`: what went wrong, by who caused it; None for a clean answer)."""
     return {
         "rollout_id": ctx.rollout_id, "attempt": ctx.attempt, "seq": ctx.seq, "kind": ctx.kind,
         "stream": ctx.stream, "model": ctx.model, "upstream": ctx.endpoint.base_url, "status": status.value,
-        "http_status": http_status, "error": error, "request": ctx.request_raw, "response_raw": response_raw,
+        "http_status": http_status, "error": error, "error_code": error_code.value if error_code else None,
+        "request": ctx.request_raw, "response_raw": response_raw,
         "response_id": cap.response_id, "prompt_token_ids": pack_ids(cap.prompt_token_ids),
         "response_token_ids": pack_ids(cap.response_token_ids),
         "response_logprobs": pack_floats(cap.response_logprobs), "response_text": cap.response_text or None,
@@ -135,7 +137,8 @@ async def forward_unary(svc: GatewayContext, ctx: CallContext, body: bytes, send
         error = (cap.error or payload[:2000].decode("utf-8", "replace")) if failed else None
         await record_call(svc, ctx, call_row(ctx, cap, status=CallStatus.ERROR if failed else CallStatus.OK,
                                              http_status=status, error=error, response_raw=payload,
-                                             policy_version=version))
+                                             policy_version=version,
+                                             error_code=CallErrorCode.UPSTREAM_ERROR if failed else None))
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(payload)).encode()), *_answer_headers(ctx, version)]})
@@ -158,14 +161,30 @@ async def _record_protocol_failure(svc: GatewayContext, ctx: CallContext, status
     reason = problem or f"the upstream answered HTTP {status}: {payload[:500].decode('utf-8', 'replace')}"
     error = UpstreamProtocolError(f"{reason} (upstream {ctx.endpoint.base_url}); the answer was not used")
     await record_call(svc, ctx, call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
-                                         error=reason, response_raw=payload, policy_version=None))
+                                         error=reason, response_raw=payload, policy_version=None,
+                                         error_code=CallErrorCode.UPSTREAM_PROTOCOL_ERROR))
     await send_error(send, error)
 
 
+def failure_code(exc: UpstreamFailed) -> CallErrorCode:
+    """The recorded code of an upstream call that got no answer: the answer ran past the timeout (its length is the
+    policy's), or the engine could not be reached."""
+    return CallErrorCode.UPSTREAM_TIMEOUT if exc.timed_out else CallErrorCode.UPSTREAM_UNAVAILABLE
+
+
+def failure_message(exc: UpstreamFailed) -> str:
+    """What the harness is told about an upstream call that got no answer."""
+    if exc.timed_out:
+        return f"{exc}; the answer took longer than the gateway's upstream_timeout_s"
+    return f"{exc}; the engine did not answer, try again later"
+
+
 async def _record_failure(svc: GatewayContext, ctx: CallContext, exc: UpstreamFailed, send) -> None:
-    error = UpstreamUnavailable(f"{exc}; the engine did not answer, try again later")
+    code = failure_code(exc)
+    error = UpstreamUnavailable(failure_message(exc), code=code.value)
     await record_call(svc, ctx, call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
-                                         error=str(exc), response_raw=exc.body, policy_version=None))
+                                         error=str(exc), response_raw=exc.body, policy_version=None,
+                                         error_code=code))
     await send({"type": "http.response.start", "status": error.status,
                 "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": error.body()})
@@ -202,29 +221,51 @@ async def _relay(svc: GatewayContext, ctx: CallContext, response, send) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache"),
                             *_answer_headers(ctx, version)]})
-    received, held, stream_error = await _pass_through(response, send)
+    received, held, broke = await _pass_through(response, send)
     raw = b"".join(received)
     cap = capture_sse(raw) if status == 200 else Captured(error=raw[:2000].decode("utf-8", "replace"))
-    if stream_error is None and cap.broken:
-        held = _error_event(cap.error or "broken stream", "upstream_protocol_error")
-    error = stream_error or cap.error
+    if broke is None and cap.broken:
+        held = _error_event(cap.error or "broken stream", CallErrorCode.UPSTREAM_PROTOCOL_ERROR)
+    error, code = stream_failure(broke, cap, status)
     try:
         await record_call(svc, ctx, call_row(
             ctx, cap, status=CallStatus.ERROR if error or status != 200 else CallStatus.OK, http_status=status,
             error=error, response_raw=raw, policy_version=cap.policy_version if cap.policy_version is not None
-            else version))
+            else version, error_code=code))
     except GatewayError as exc:  # not recorded: the harness must not take the answer as final
         held = _error_event(exc.message, exc.code or "store_unavailable")
     await send({"type": "http.response.body", "body": held, "more_body": False})
+
+
+def stream_failure(broke: tuple[str, CallErrorCode] | None, cap: Captured,
+                   status: int) -> tuple[str | None, CallErrorCode | None]:
+    """(error, code) of a relayed stream: it broke off (`broke`), broke the protocol, was refused (a 4xx) or carried
+    the engine's own error chunk; (None, None) when it is clean."""
+    if broke is not None:
+        return broke
+    if cap.broken:
+        return cap.error, CallErrorCode.UPSTREAM_PROTOCOL_ERROR
+    if status != 200 or cap.error is not None:
+        return cap.error, CallErrorCode.UPSTREAM_ERROR
+    return None, None
+
+
+def stream_broke(exc: Exception) -> tuple[str, CallErrorCode]:
+    """(error, code) of an upstream stream that ended with `exc` before its end: cut by the total timeout (the
+    answer's length is the policy's), else dropped by the engine."""
+    if answer_timed_out(exc):
+        return f"upstream stream ran past the timeout: {type(exc).__name__}: {exc}", CallErrorCode.UPSTREAM_TIMEOUT
+    return f"upstream stream broke: {type(exc).__name__}: {exc}", CallErrorCode.STREAM_BROKEN
 
 
 def _error_event(message: str, code: str) -> bytes:
     return b"data: " + error_body(message, "upstream_error", code=code) + b"\n\n"
 
 
-async def _pass_through(response, send) -> tuple[list[bytes], bytes, str | None]:
+async def _pass_through(response, send) -> tuple[list[bytes], bytes, tuple[str, CallErrorCode] | None]:
     """Relay the stream's complete lines as they come, holding back the line with `[DONE]` and everything after it
-    (and any incomplete last line): (every chunk received, the bytes held back, why the stream broke or None)."""
+    (and any incomplete last line): (every chunk received, the bytes held back, (why the stream broke, its code) or
+    None)."""
     received: list[bytes] = []
     pending = b""
     done = False
@@ -239,9 +280,9 @@ async def _pass_through(response, send) -> tuple[list[bytes], bytes, str | None]
                 await send({"type": "http.response.body", "body": ready, "more_body": True})
     except GatewayError:
         raise
-    except Exception as exc:  # the engine dropped the stream: record what came, tell the harness
-        error = f"upstream stream broke: {type(exc).__name__}: {exc}"
-        return received, _error_event(error, "stream_broken"), error
+    except Exception as exc:  # the engine dropped the stream, or it ran past the timeout: record what came
+        broke = stream_broke(exc)
+        return received, _error_event(*broke), broke
     return received, pending, None
 
 

@@ -46,6 +46,38 @@ class FailureKind(StrEnum):
     INFRA = "infra"
 
 
+class InfraReason(StrEnum):
+    """Why an attempt ended as an infrastructure failure (carried with the state change: `RolloutPatch.reason`, the
+    STATE event's `reason`), so the infra rate shows per cause. Only what the policy cannot cause is infra."""
+
+    ENGINE_UNREACHABLE = "engine_unreachable"  # the harness gave up after the engine did not answer (connection)
+    ENGINE_BROKEN = "engine_broken"  # ... after the engine broke the protocol, answered a 5xx or dropped its stream
+    START_FAILED = "start_failed"  # the attempt could not be prepared or started (runner, sandbox, workdir)
+    EVICTED = "evicted"  # the node evicted the attempt
+    NODE_LOST = "node_lost"  # the node or the Job vanished under the attempt
+    CANCELLED = "cancelled"  # the controller cancelled the attempt (shutdown)
+    LEASE_EXPIRED = "lease_expired"  # the controller stopped renewing its lease (it died, or could not report)
+    GRADER_CRASHED = "grader_crashed"  # the recipe's grader raised
+    RECIPE_UNAVAILABLE = "recipe_unavailable"  # the rollout names a recipe the controller cannot load
+
+
+class CallErrorCode(StrEnum):
+    """What went wrong with one recorded call (`CallRecord.error_code`), by who caused it. The engine's failures
+    (`upstream_unavailable`, `upstream_protocol_error`, `stream_broken`) are the only ones the policy cannot cause;
+    the controller counts a harness that gives up after one of them as an infra failure (controller/outcomes.py)."""
+
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"  # the engine did not answer (connection refused or reset, 5xx
+    # statuses retried until the budget ran out)
+    UPSTREAM_PROTOCOL_ERROR = "upstream_protocol_error"  # the engine's answer broke the protocol, or was a 5xx
+    STREAM_BROKEN = "stream_broken"  # the engine dropped a stream before its end
+    UPSTREAM_TIMEOUT = "upstream_timeout"  # no complete answer within `upstream_timeout_s` (the answer's length is
+    # the policy's: counted against the answer)
+    UPSTREAM_ERROR = "upstream_error"  # the engine refused the request (4xx: the context is full, a bad field) or
+    # answered an error of its own in a 200 body or chunk
+    MODEL_TOOL_ARGUMENTS = "model_tool_arguments"  # an ok call: the model's tool call has arguments the harness
+    # protocol cannot carry (not a JSON object, for Anthropic Messages); answered as text, `error` says which
+
+
 class RolloutMode(StrEnum):
     """`train` rollouts feed the trainer; `val` rollouts are evaluation only."""
 
@@ -148,6 +180,9 @@ class RolloutPatch(WireModel):
                                 description="The attempt this change is about; 409 when it is not the current one.")
     controller_id: str | None = Field(default=None, min_length=1, max_length=200,
                                       description="The lease holder making the change; 409 when it holds no lease.")
+    reason: InfraReason | None = Field(default=None, description="Why the attempt ended as an infrastructure "
+                                       "failure (with state queued, or failed with failure_kind infra); recorded in "
+                                       "the STATE event's payload.")
 
 
 class RewardIn(WireModel):
@@ -247,7 +282,11 @@ class CallRecord(WireModel):
     upstream: str | None = Field(description="Upstream base URL that answered.")
     status: CallStatus = Field(description="ok or error.")
     http_status: int = Field(description="HTTP status returned to the harness.")
-    error: str | None = Field(description="Error message when status is error.")
+    error: str | None = Field(description="Error message when status is error; on an ok call with `error_code` "
+                              "model_*, how the model's answer was delivered otherwise (e.g. as text).")
+    error_code: CallErrorCode | None = Field(default=None, description="What went wrong, by who caused it "
+                                             "(`CallErrorCode`); None for a clean answer and for calls recorded by "
+                                             "a gateway older than this field.")
     request: dict[str, Any] = Field(description="The request body as the harness sent it.")
     response_raw: str | None = Field(description="The response body exactly as returned (JSON or the SSE stream).")
     response_id: str | None = Field(description="The upstream's response id.")

@@ -20,6 +20,7 @@ from gateway.records import (
     TRANSITIONS,
     EventKind,
     FailureKind,
+    InfraReason,
     RewardIn,
     Rollout,
     RolloutPatch,
@@ -104,16 +105,19 @@ def claim_rollouts(conn: sa.Connection, controller_id: str, limit: int, lease_s:
     return claimed, [row.id for row in expired]
 
 
-def _requeue_or_fail(conn: sa.Connection, row: Any, reason: str, now: float) -> None:
+def _requeue_or_fail(conn: sa.Connection, row: Any, error: str, now: float) -> None:
+    """An expired lease: the attempt is an infra failure (`lease_expired`), requeued while attempts remain."""
     conn.execute(schema.rollouts.update().where(R.id == row.id).values(reward=None))  # the attempt did not finish
+    reason = InfraReason.LEASE_EXPIRED.value
     if row.attempt < row.max_attempts:
         conn.execute(schema.rollouts.update().where(R.id == row.id).values(
-            state=RolloutState.QUEUED.value, lease_owner=None, lease_expires_at=None, error=reason))
-        _event(conn, row.id, row.attempt, EventKind.STATE, {"state": "queued", "reason": reason}, now)
+            state=RolloutState.QUEUED.value, lease_owner=None, lease_expires_at=None, error=error))
+        _event(conn, row.id, row.attempt, EventKind.STATE, {"state": "queued", "error": error, "reason": reason}, now)
         return
-    message = f"{reason}; {row.max_attempts} attempts spent"
+    message = f"{error}; {row.max_attempts} attempts spent"
     _finish(conn, row.id, RolloutState.FAILED, FailureKind.INFRA, message, now)
-    _event(conn, row.id, row.attempt, EventKind.STATE, {"state": "failed", "reason": message}, now)
+    _event(conn, row.id, row.attempt, EventKind.STATE,
+           {"state": "failed", "failure_kind": FailureKind.INFRA.value, "error": message, "reason": reason}, now)
 
 
 def _finish(conn: sa.Connection, rollout_id: str, state: RolloutState, kind: FailureKind | None,
@@ -161,6 +165,10 @@ def transition_rollout(conn: sa.Connection, rollout_id: str, patch: RolloutPatch
         raise BadRequest("state=failed needs failure_kind 'agent' or 'infra'", param="failure_kind")
     if target != RolloutState.FAILED and patch.failure_kind is not None:
         raise BadRequest(f"failure_kind is only valid with state=failed, not {target}", param="failure_kind")
+    if patch.reason is not None and not (target == RolloutState.QUEUED or patch.failure_kind == FailureKind.INFRA):
+        raise BadRequest(f"reason {patch.reason!r} names an infra failure: it is only valid with state=queued or "
+                         f"state=failed with failure_kind 'infra', not {target} {patch.failure_kind or ''}".rstrip(),
+                         param="reason")
     if target == RolloutState.QUEUED:  # a requeue: the ended attempt's reward goes with it
         conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(
             state=target.value, lease_owner=None, lease_expires_at=None, error=patch.error, reward=None))
@@ -169,7 +177,8 @@ def transition_rollout(conn: sa.Connection, rollout_id: str, patch: RolloutPatch
     else:
         conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(state=target.value))
     _event(conn, rollout_id, row.attempt, EventKind.STATE,
-           {"state": target.value, "failure_kind": patch.failure_kind, "error": patch.error}, now)
+           {"state": target.value, "failure_kind": patch.failure_kind, "error": patch.error, "reason": patch.reason},
+           now)
     return row_to_rollout(_load(conn, rollout_id))
 
 

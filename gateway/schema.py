@@ -50,6 +50,7 @@ calls = sa.Table(
     sa.Column("status", sa.String(8), nullable=False),
     sa.Column("http_status", sa.Integer, nullable=False),
     sa.Column("error", sa.Text),
+    sa.Column("error_code", sa.String(40)),  # records.CallErrorCode; NULL: a clean answer, or an older gateway's call
     sa.Column("request", sa.LargeBinary, nullable=False),
     sa.Column("response_raw", sa.LargeBinary),
     sa.Column("response_id", sa.Text),  # from the upstream: unbounded
@@ -97,7 +98,7 @@ artifacts = sa.Table(
 )
 
 
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling")}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling", "error_code")}
 """Columns added to existing tables after the first release, by table: an older database gets them on open."""
 
 

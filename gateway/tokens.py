@@ -77,7 +77,7 @@ def call_row_to_record(row: Any) -> CallRecord:
     return CallRecord(
         id=row.id, rollout_id=row.rollout_id, attempt=row.attempt, seq=row.seq, kind=row.kind, stream=row.stream,
         model=row.model, upstream=row.upstream, status=CallStatus(row.status), http_status=row.http_status,
-        error=row.error, request=orjson.loads(row.request),
+        error=row.error, error_code=row.error_code, request=orjson.loads(row.request),
         response_raw=row.response_raw.decode("utf-8", "replace") if row.response_raw is not None else None,
         response_id=row.response_id, prompt_token_ids=unpack_ids(row.prompt_token_ids),
         response_token_ids=unpack_ids(row.response_token_ids),

@@ -4,7 +4,11 @@ Responses) as chat completions, record it, and answer in the harness's protocol.
 As for chat (`proxy.py`): the same forced fields upstream (`upstream_request`: token IDs, logprobs in train mode),
 the tokens captured from the engine's own chat answer (`capture_json` / `capture_sse`), the call recorded before the
 answer completes (a stream's closing events go out only after the commit), a broken answer or an engine 5xx recorded
-and answered 502, an engine that does not answer recorded and answered 502, a store that cannot record answered 503.
+and answered 502, an engine that does not answer recorded and answered 502, a store that cannot record answered 503,
+each recorded with its `CallErrorCode`. An answer of the model's that the harness protocol cannot carry exactly (the
+adapter's `model_fault`, e.g. Anthropic tool-call arguments that are not a JSON object) is the model's answer: the
+adapter delivers it in a form the protocol allows (as text), recorded as an ok call with the fault's code, never a
+502 (which the controller would count as the engine's failure).
 Unlike chat, the recorded `response_raw` is the translated answer the harness saw (its JSON, or its SSE events), the
 `response_id` is the adapter's id for it, and every error is in the adapter's shape (`error_body`, or `error` events
 once a stream has begun).
@@ -22,15 +26,25 @@ from gateway.capture import Captured, ProtocolError, capture_chunk, capture_json
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError
 from gateway.protocols.base import ProtocolAdapter, StreamTranslator
-from gateway.proxy import CHAT, CallContext, call_row, record_call, upstream_request
-from gateway.records import CallRecord, CallStatus, RolloutMode
+from gateway.proxy import (
+    CHAT,
+    CallContext,
+    call_row,
+    failure_code,
+    failure_message,
+    record_call,
+    stream_broke,
+    upstream_request,
+)
+from gateway.records import CallErrorCode, CallRecord, CallStatus, RolloutMode
 from gateway.upstream import UpstreamFailed
 
 CHAT_PATH = "/chat/completions"
 TOKENIZE_PATH = "/tokenize"  # vLLM's (and the embedded engine's): at the server root, not under /v1
 UNTRANSLATABLE = (ProtocolError, TypeError, AttributeError, KeyError, ValueError)
-"""What an adapter raises on an answer or chunk it cannot translate (ProtocolError; the others when an answer within
-the captured shapes is off the adapter's, e.g. a tool call that is not an object): recorded, answered 502."""
+"""What an adapter raises on an answer or chunk off the engine's shapes that capture does not check (ProtocolError;
+the others e.g. for a tool call that is not an object): the engine's failure, recorded, answered 502. What the model
+wrote never raises: the adapters deliver it (`model_fault`)."""
 
 
 @dataclass(frozen=True)
@@ -84,25 +98,25 @@ async def _answer(send, status: int, body: bytes, headers: list[tuple[bytes, byt
     await send({"type": "http.response.body", "body": body})
 
 
-async def _fail(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send, *, status: int, code: str,
-                reason: str, message: str, cap: Captured | None = None) -> None:
+async def _fail(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send, *, status: int,
+                code: CallErrorCode, reason: str, message: str, cap: Captured | None = None) -> None:
     """Record the call as an error (the harness's error body as its answer) and answer it."""
     body = adapter.error_body(status, message, code)
     await record_call(svc, ctx, call_row(ctx, cap or Captured(), status=CallStatus.ERROR, http_status=status,
-                                         error=reason, response_raw=body, policy_version=None))
+                                         error=reason, response_raw=body, policy_version=None, error_code=code))
     await _answer(send, status, body, _headers(ctx, None, b"application/json"))
 
 
 async def _upstream_failed(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send,
                            exc: UpstreamFailed) -> None:
-    await _fail(svc, ctx, adapter, send, status=502, code="upstream_unavailable", reason=str(exc),
-                message=f"{exc}; the engine did not answer, try again later")
+    await _fail(svc, ctx, adapter, send, status=502, code=failure_code(exc), reason=str(exc),
+                message=failure_message(exc))
 
 
 async def _broken(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send, status: int,
                   problem: str | None, payload: bytes) -> None:
     reason = problem or f"the upstream answered HTTP {status}: {payload[:500].decode('utf-8', 'replace')}"
-    await _fail(svc, ctx, adapter, send, status=502, code="upstream_protocol_error", reason=reason,
+    await _fail(svc, ctx, adapter, send, status=502, code=CallErrorCode.UPSTREAM_PROTOCOL_ERROR, reason=reason,
                 message=f"{reason} (upstream {ctx.endpoint.base_url}); the answer was not used")
 
 
@@ -111,7 +125,8 @@ async def _refused(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapt
     """The engine refused the request (a 4xx, or an error in a 200 body): recorded, its status and message passed
     on."""
     reason = cap.error or _upstream_message(payload)
-    await _fail(svc, ctx, adapter, send, status=status if 400 <= status < 500 else 502, code="upstream_error",
+    await _fail(svc, ctx, adapter, send, status=status if 400 <= status < 500 else 502,
+                code=CallErrorCode.UPSTREAM_ERROR,
                 reason=reason, message=f"the engine refused the request: {reason}", cap=cap)
 
 
@@ -173,12 +188,14 @@ async def _unary(svc: GatewayContext, ctx: CallContext, call: Translated, send, 
         return
     try:
         answer = orjson.dumps(adapter.from_chat(decoded, call.body, call.response_id))
+        fault = adapter.model_fault(decoded)
     except UNTRANSLATABLE as exc:
         await _broken(svc, ctx, adapter, send, status, f"the upstream's answer cannot be translated: {exc}", payload)
         return
     cap.response_id = call.response_id
-    await record_call(svc, ctx, call_row(ctx, cap, status=CallStatus.OK, http_status=200, error=None,
-                                         response_raw=answer, policy_version=version))
+    await record_call(svc, ctx, call_row(ctx, cap, status=CallStatus.OK, http_status=200,
+                                         error=fault.message if fault else None, response_raw=answer,
+                                         policy_version=version, error_code=fault.code if fault else None))
     await _answer(send, 200, answer, _headers(ctx, version, b"application/json"))
 
 
@@ -202,32 +219,38 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
                 "headers": [*_headers(ctx, version, b"text/event-stream"), (b"cache-control", b"no-cache")]})
     translator = adapter.stream(call.body, call.response_id)
     cap, sent, problem = await _translate(response, translator, send)
-    events, error = _closing(translator, problem)
+    events, failure = _closing(translator, problem)
+    fault = translator.model_fault if failure is None else None
+    error, code = failure or ((fault.message, fault.code) if fault else (None, None))
     cap.response_id = call.response_id
     try:
         await record_call(svc, ctx, call_row(
-            ctx, cap, status=CallStatus.ERROR if error else CallStatus.OK, http_status=200, error=error,
-            response_raw=b"".join(sent) + events,
+            ctx, cap, status=CallStatus.ERROR if failure else CallStatus.OK, http_status=200, error=error,
+            response_raw=b"".join(sent) + events, error_code=code,
             policy_version=cap.policy_version if cap.policy_version is not None else version))
     except GatewayError as exc:  # not recorded: the harness must not take the answer as final
         events = translator.error(exc.message, exc.code or "store_unavailable")
     await send({"type": "http.response.body", "body": events, "more_body": False})
 
 
-def _closing(translator: StreamTranslator, problem: tuple[str, str] | None) -> tuple[bytes, str | None]:
-    """(the closing events, why the stream failed or None): the translator's closing events, or an error event when
-    the stream stopped early (`problem`: reason, code) or cannot close validly."""
+Problem = tuple[str, CallErrorCode]
+"""Why a translated stream failed, and its code."""
+
+
+def _closing(translator: StreamTranslator, problem: Problem | None) -> tuple[bytes, Problem | None]:
+    """(the closing events, (why the stream failed, its code) or None): the translator's closing events, or an error
+    event when the stream stopped early (`problem`) or cannot close validly."""
     if problem is not None:
-        return translator.error(*problem), problem[0]
+        return translator.error(*problem), problem
     try:
         return translator.finish(), None
     except UNTRANSLATABLE as exc:
-        reason = f"the upstream's answer cannot be translated: {exc}"
-        return translator.error(reason, "upstream_protocol_error"), reason
+        failed = (f"the upstream's answer cannot be translated: {exc}", CallErrorCode.UPSTREAM_PROTOCOL_ERROR)
+        return translator.error(*failed), failed
 
 
 async def _translate(response, translator: StreamTranslator,
-                     send) -> tuple[Captured, list[bytes], tuple[str, str] | None]:
+                     send) -> tuple[Captured, list[bytes], Problem | None]:
     """Capture the upstream's chunks, feed them to the translator and send its events as they come: (what was
     captured, the events sent, (why the stream stopped early, its error code) or None)."""
     cap = Captured()
@@ -243,13 +266,13 @@ async def _translate(response, translator: StreamTranslator,
                     return cap, sent, problem
     except GatewayError:
         raise
-    except Exception as exc:  # the engine dropped the stream: record what came, tell the harness
-        return cap, sent, (f"upstream stream broke: {type(exc).__name__}: {exc}", "stream_broken")
+    except Exception as exc:  # the engine dropped the stream, or it ran past the timeout: record what came
+        return cap, sent, stream_broke(exc)
     return cap, sent, await _feed_line(pending, cap, translator, sent, send)
 
 
 async def _feed_line(line: bytes, cap: Captured, translator: StreamTranslator, sent: list[bytes],
-                     send) -> tuple[str, str] | None:
+                     send) -> Problem | None:
     """One SSE line of the upstream: captured (as `capture_sse` would) and translated; (reason, code) when the stream
     cannot go on."""
     if not line.startswith(b"data:"):
@@ -262,14 +285,16 @@ async def _feed_line(line: bytes, cap: Captured, translator: StreamTranslator, s
     except orjson.JSONDecodeError:
         cap.error = f"the upstream's answer breaks the protocol: undecodable stream chunk: {payload[:200]!r}"
         cap.broken = True
-        return cap.error, "upstream_protocol_error"
+        return cap.error, CallErrorCode.UPSTREAM_PROTOCOL_ERROR
     capture_chunk(cap, chunk)
     if cap.broken or cap.error is not None:  # off the protocol's shapes, or the engine's own error chunk
-        return cap.error or "broken stream", "upstream_protocol_error" if cap.broken else "upstream_error"
+        return (cap.error or "broken stream",
+                CallErrorCode.UPSTREAM_PROTOCOL_ERROR if cap.broken else CallErrorCode.UPSTREAM_ERROR)
     try:
         events = translator.feed(chunk)
     except UNTRANSLATABLE as exc:
-        return f"the upstream's answer breaks the protocol: {type(exc).__name__}: {exc}", "upstream_protocol_error"
+        return (f"the upstream's answer breaks the protocol: {type(exc).__name__}: {exc}",
+                CallErrorCode.UPSTREAM_PROTOCOL_ERROR)
     if events:
         sent.append(events)
         await send({"type": "http.response.body", "body": events, "more_body": True})

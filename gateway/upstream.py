@@ -22,13 +22,21 @@ class RetryPolicy:
     budget_s: float
 
 
-class UpstreamFailed(Exception):
-    """Retries exhausted; `status` is the last upstream status (0 when it never answered)."""
+def answer_timed_out(error: BaseException) -> bool:
+    """Whether `error` is the answer taking longer than the client's total timeout (not a failed connection: a
+    connect timeout is an `aiohttp.ClientConnectionError`)."""
+    return isinstance(error, asyncio.TimeoutError) and not isinstance(error, aiohttp.ClientConnectionError)
 
-    def __init__(self, message: str, status: int = 0, body: bytes | None = None) -> None:
+
+class UpstreamFailed(Exception):
+    """Retries exhausted; `status` is the last upstream status (0 when it never answered); `timed_out` when the last
+    try was cut by the total timeout (the engine was still answering: `answer_timed_out`)."""
+
+    def __init__(self, message: str, status: int = 0, body: bytes | None = None, *, timed_out: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
+        self.timed_out = timed_out
 
 
 class Upstream:
@@ -73,7 +81,7 @@ class Upstream:
 
     async def _retrying(self, url: str, once):
         deadline = time.monotonic() + self._retry.budget_s
-        last_error, last_status, last_body, tries = "no attempt made", 0, None, 0
+        last_error, last_status, last_body, tries, timed_out = "no attempt made", 0, None, 0, False
         for attempt in range(self._retry.attempts):
             if attempt:
                 delay = self._retry.backoff_s * 2 ** (attempt - 1)
@@ -84,10 +92,12 @@ class Upstream:
             try:
                 return await once()
             except _RetryableStatus as exc:
-                last_error, last_status, last_body = f"HTTP {exc.status}", exc.status, exc.body
+                last_error, last_status, last_body, timed_out = f"HTTP {exc.status}", exc.status, exc.body, False
             except TRANSIENT_ERRORS as exc:
                 last_error, last_status, last_body = f"{type(exc).__name__}: {exc}", 0, None
-        raise UpstreamFailed(f"upstream {url} failed after {tries} tries: {last_error}", last_status, last_body)
+                timed_out = answer_timed_out(exc)
+        raise UpstreamFailed(f"upstream {url} failed after {tries} tries: {last_error}", last_status, last_body,
+                             timed_out=timed_out)
 
 
 class _RetryableStatus(Exception):

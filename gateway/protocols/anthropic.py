@@ -13,6 +13,7 @@ import orjson
 
 from gateway.asgi import json_object
 from gateway.protocols import anthropic_answer, anthropic_request
+from gateway.protocols.base import ModelFault
 
 KIND = "messages"
 COUNT_KIND = "count_tokens"
@@ -46,6 +47,9 @@ class MessagesAdapter:
 
     def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
         return anthropic_answer.from_chat(answer, body, response_id)
+
+    def model_fault(self, answer: dict[str, Any]) -> ModelFault | None:
+        return anthropic_answer.answer_fault(answer)
 
     def stream(self, body: dict[str, Any], response_id: str) -> anthropic_answer.MessagesStream:
         return anthropic_answer.MessagesStream(body, response_id)

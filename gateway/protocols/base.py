@@ -9,11 +9,26 @@ path (auth, 404, quotas, upstream failures) are then answered in its `error_body
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from gateway.records import CallErrorCode
+
+
+@dataclass(frozen=True)
+class ModelFault:
+    """Why the model's answer could not be carried exactly by the harness protocol and how it was delivered instead
+    (recorded on the ok call as `error_code` and `error`): the model's doing, never an engine failure."""
+
+    code: CallErrorCode  # a model_* code
+    message: str  # what the model wrote that the protocol cannot carry, and what the harness got instead
 
 
 class StreamTranslator(Protocol):
     """Turns one upstream chat-completions stream into the harness protocol's SSE events, chunk by chunk."""
+
+    model_fault: ModelFault | None
+    """Set by `finish` when the model's answer was delivered in another form than it came (`ModelFault`)."""
 
     def feed(self, chunk: dict[str, Any]) -> bytes:
         """One decoded upstream `chat.completion.chunk` (vLLM's: `prompt_token_ids` in the first, `delta.content`,
@@ -23,8 +38,9 @@ class StreamTranslator(Protocol):
 
     def finish(self) -> bytes:
         """The closing events: computed before the call is recorded (they are part of the recorded answer), sent
-        only once it is. Raises `gateway.capture.ProtocolError` when the stream cannot be closed validly (e.g. a
-        tool call whose arguments are not a JSON object): the forwarder then sends `error(...)` instead."""
+        only once it is. What the model wrote always closes validly (what the protocol cannot carry exactly is
+        delivered otherwise, and `model_fault` says so); raises `gateway.capture.ProtocolError` only when the
+        engine's stream breaks its own shapes: the forwarder then sends `error(...)` instead."""
         ...
 
     def error(self, message: str, code: str) -> bytes:
@@ -62,9 +78,15 @@ class ProtocolAdapter(Protocol):
     def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
         """The harness protocol's answer (with id `response_id`) built from the engine's non-streamed
         chat-completions answer (first choice; vLLM's shape: `message.content`, `message.tool_calls`,
-        `finish_reason`, `stop_reason`, `prompt_token_ids`, `token_ids`, `usage`). Raises
-        `gateway.capture.ProtocolError` when the answer cannot be translated (e.g. tool-call arguments that are not a
-        JSON object): the forwarder records the call and answers 502."""
+        `finish_reason`, `stop_reason`, `prompt_token_ids`, `token_ids`, `usage`). What the model wrote is always
+        translated (what the protocol cannot carry exactly, e.g. Anthropic tool-call arguments that are not a JSON
+        object, is delivered otherwise: `model_fault`); raises `gateway.capture.ProtocolError` only for an answer off
+        the engine's shapes: the forwarder records the call and answers 502."""
+        ...
+
+    def model_fault(self, answer: dict[str, Any]) -> ModelFault | None:
+        """Whether `from_chat` of this engine answer delivers the model's answer otherwise than it came (and how),
+        for the call's record; None when it is carried exactly."""
         ...
 
     def stream(self, body: dict[str, Any], response_id: str) -> StreamTranslator:

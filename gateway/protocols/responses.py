@@ -13,6 +13,7 @@ from typing import Any
 
 from gateway.asgi import json_object
 from gateway.errors import BadRequest, error_body
+from gateway.protocols.base import ModelFault
 from gateway.protocols.responses_answer import from_chat, recorded_output, response_id
 from gateway.protocols.responses_request import chat_request, check_fields
 from gateway.protocols.responses_stream import ResponsesStream
@@ -52,6 +53,9 @@ class ResponsesAdapter:
 
     def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
         return from_chat(answer, body, response_id)
+
+    def model_fault(self, answer: dict[str, Any]) -> ModelFault | None:
+        return None  # function_call arguments are a string: whatever the model wrote is carried as it came
 
     def stream(self, body: dict[str, Any], response_id: str) -> ResponsesStream:
         return ResponsesStream(body, response_id)

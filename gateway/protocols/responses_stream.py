@@ -6,8 +6,9 @@ Events, each `event: TYPE` + `data: JSON` with a `sequence_number` from 0: `resp
 `response.output_item.done`; per tool call `response.output_item.added`, `response.function_call_arguments.delta`...,
 `response.function_call_arguments.done`, `response.output_item.done`; last `response.completed` (or
 `response.incomplete` when the engine stopped on length), or on an error `error` then `response.failed`.
-One item is open at a time (engines stream text, then tool calls one after another; a delta of a call already
-closed breaks the protocol: ProtocolError, which the forwarder answers with the error events).
+Text streams as it comes until the first tool call; from there on the answer is held and its items go out at the end
+(each call whole: one arguments delta), so tool-call deltas in any order of their `index` (chat allows interleaving)
+make complete items: no answer of the model's fails here. One item is open at a time.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 
 from gateway.capture import ProtocolError
+from gateway.protocols.base import ModelFault
 from gateway.protocols.responses_answer import (
     call_item,
     message_item,
@@ -40,7 +42,9 @@ class ResponsesStream:
         self.response: dict[str, Any] | None = None
         self.items: list[dict[str, Any]] = []  # output items, finished ones in their final shape
         self.open: dict[str, Any] | None = None  # the item being streamed
-        self.calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its item
+        self.calls: dict[int, list[Any]] = {}  # chat tool-call index -> [id, name, [argument parts]], held
+        self.held: list[tuple[str, Any]] | None = None  # after the first tool call: ("text", str) / ("call", index)
+        self.model_fault: ModelFault | None = None  # every answer is carried as it came
         self.finish_reason: str | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -74,9 +78,13 @@ class ResponsesStream:
             self.completion_tokens += len(choice.get("token_ids") or ())
             delta = choice.get("delta") or {}
             if delta.get("content"):
-                self._text(_typed(delta["content"], str, "delta.content"))
+                text = _typed(delta["content"], str, "delta.content")
+                if self.held is None:
+                    self._text(text)
+                else:
+                    self.held.append(("text", text))
             for call in _typed(delta.get("tool_calls") or [], list, "delta.tool_calls"):
-                self._call(_typed(call, dict, "a tool call delta"))
+                self._hold_call(_typed(call, dict, "a tool call delta"))
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
         return self._take()
 
@@ -96,27 +104,46 @@ class ResponsesStream:
         self._emit("response.output_text.delta", item_id=self.open["id"], output_index=len(self.items),
                    content_index=0, delta=text, logprobs=[])
 
-    def _call(self, call: dict[str, Any]) -> None:
+    def _hold_call(self, call: dict[str, Any]) -> None:
+        """One tool-call delta, held by its index until the answer ends (the first closes the streamed text)."""
         function = _typed(call.get("function") or {}, dict, "a tool call's function")
         arguments = _typed(function.get("arguments") or "", str, "a tool call's arguments")
+        name = _typed(function.get("name") or "", str, "a tool call's name")
+        call_id = _typed(call.get("id") or "", str, "a tool call's id")
+        if self.held is None:
+            self._close()
+            self.held = []
         index = call.get("index", 0)
         if index not in self.calls:
-            self._close()
-            position = len(self.items)
-            name = _typed(function.get("name") or "", str, "a tool call's name")
-            call_id = _typed(call.get("id") or f"call_{self._suffix()}_{position}", str, "a tool call's id")
-            item = call_item(f"fc_{self._suffix()}_{position}", call_id, name, "", "in_progress",
-                             self.namespaces.get(name))
-            self.calls[index] = self.open = item
-            self._emit("response.output_item.added", output_index=position, item=item)
-        item = self.calls[index]
-        if item is not self.open:  # its item is closed (its done events sent): the arguments cannot be amended
-            raise ProtocolError(f"tool call {index} continues after tool call {max(self.calls)} began: "
-                                "interleaved tool-call deltas cannot be streamed as Responses items")
+            self.calls[index] = [call_id, name, []]
+            self.held.append(("call", index))
+        held = self.calls[index]
+        held[0], held[1] = held[0] or call_id, held[1] or name
+        held[2].append(arguments)
+
+    def _call(self, call_id: str, name: str, arguments: str) -> None:
+        """One whole function_call item: added, its arguments in one delta, done."""
+        self._close()
+        position = len(self.items)
+        item = call_item(f"fc_{self._suffix()}_{position}", call_id or f"call_{self._suffix()}_{position}", name, "",
+                         "in_progress", self.namespaces.get(name))
+        self.open = item
+        self._emit("response.output_item.added", output_index=position, item=item)
         if arguments:
-            item["arguments"] += arguments
-            self._emit("response.function_call_arguments.delta", item_id=item["id"], output_index=len(self.items),
+            item["arguments"] = arguments
+            self._emit("response.function_call_arguments.delta", item_id=item["id"], output_index=position,
                        delta=arguments)
+        self._close()
+
+    def _release_held(self) -> None:
+        """The held text and calls as items, in the order they began."""
+        for kind, value in self.held or ():
+            if kind == "text":
+                self._text(value)
+            else:
+                call_id, name, parts = self.calls[value]
+                self._call(call_id, name, "".join(parts))
+        self.held = None
 
     def _close(self) -> None:
         """Finish the open item (if any): its done events, and it joins `items` in its final shape."""
@@ -149,6 +176,7 @@ class ResponsesStream:
     def finish(self) -> bytes:
         """Close the open item (an answer with no output at all gets an empty message) and the response."""
         self._start(None)
+        self._release_held()
         if self.open is None and not self.items:
             self._text("")
         self._close()

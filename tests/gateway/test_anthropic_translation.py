@@ -13,6 +13,7 @@ from gateway.errors import BadRequest
 from gateway.protocols.anthropic import ADAPTER
 from gateway.protocols.anthropic_answer import error_object
 from gateway.protocols.anthropic_request import TOOL_ERROR_PREFIX
+from gateway.records import CallErrorCode
 
 USER = {"role": "user", "content": "fix the bug"}
 BASH = {"name": "Bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {
@@ -211,11 +212,31 @@ def test_chat_answer_to_message(name: str, chat: dict[str, Any], content: list, 
                        "content": content, "stop_reason": reason, "stop_sequence": sequence, "usage": USAGE}
 
 
-@pytest.mark.parametrize("arguments", ['{"command": ', "[1, 2]", '"ls"'])
-def test_tool_arguments_that_are_not_an_object_cannot_be_translated(arguments: str) -> None:
-    with pytest.raises(ProtocolError, match="not a JSON object"):
-        ADAPTER.from_chat(answer({"content": "", "tool_calls": [call(0, "Bash", arguments)]}, "tool_calls"), body(),
-                          RID)
+@pytest.mark.parametrize("arguments", ['{"command": ', "[1, 2]", '"ls"', "not json at all"])
+def test_tool_arguments_that_are_not_an_object_are_the_models_answer_as_text(arguments: str) -> None:
+    """`tool_use.input` can only be an object: the call is answered as a text block holding it (arguments as a
+    string), the turn ends, and the fault is reported for the record; the good call beside it stays a tool_use."""
+    chat = answer({"content": "", "tool_calls": [call(0, "Bash", arguments), call(1, "Read", '{"path": "a"}')]},
+                  "tool_calls")
+    message = ADAPTER.from_chat(chat, body(), RID)
+    assert message["content"] == [
+        {"type": "text", "text": orjson.dumps({"name": "Bash", "arguments": arguments}).decode()},
+        {"type": "tool_use", "id": "toolu_0123_1", "name": "Read", "input": {"path": "a"}}]
+    assert message["stop_reason"] == "tool_use"
+    fault = ADAPTER.model_fault(chat)
+    assert fault.code == CallErrorCode.MODEL_TOOL_ARGUMENTS and "tool call 0" in fault.message
+    alone = answer({"content": "ok", "tool_calls": [call(0, "Bash", arguments)]}, "tool_calls")
+    message = ADAPTER.from_chat(alone, body(), RID)
+    assert [b["type"] for b in message["content"]] == ["text", "text"] and message["stop_reason"] == "end_turn"
+    assert ADAPTER.model_fault(answer({"content": "", "tool_calls": [call(0, "Read", "{}")]}, "tool_calls")) is None
+
+
+def test_a_tool_call_off_the_chat_shapes_is_the_engines_failure() -> None:
+    with pytest.raises(ProtocolError, match="must be strings"):
+        ADAPTER.from_chat(answer({"content": "", "tool_calls": [
+            {"id": "t", "function": {"name": "Bash", "arguments": {"command": "ls"}}}]}, "tool_calls"), body(), RID)
+    with pytest.raises(ProtocolError, match="list of objects"):
+        ADAPTER.from_chat(answer({"content": "", "tool_calls": ["ls"]}, "tool_calls"), body(), RID)
 
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, token_ids: list[int] | None = None,
@@ -258,30 +279,33 @@ def events_of(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_stream_chunks_to_events_a_text_block_then_two_tool_use_blocks() -> None:
+    """Text streams live; the tool calls are held and go out whole with the closing events (one input delta each)."""
     translator = ADAPTER.stream(body(), RID)
     sent = b"".join(translator.feed(c) for c in STREAM)
     closing = translator.finish()
-    assert [(n, e.get("index"), (e.get("delta") or e.get("content_block") or {}).get("type"))
-            for n, e in events_of(sent)] == [
+    shape = [(n, e.get("index"), (e.get("delta") or e.get("content_block") or {}).get("type"))
+             for n, e in events_of(sent + closing)]
+    assert shape == [
         ("message_start", None, None),
         ("content_block_start", 0, "text"), ("content_block_delta", 0, "text_delta"),
         ("content_block_delta", 0, "text_delta"), ("content_block_stop", 0, None),
         ("content_block_start", 1, "tool_use"), ("content_block_delta", 1, "input_json_delta"),
-        ("content_block_delta", 1, "input_json_delta"), ("content_block_stop", 1, None),
-        ("content_block_start", 2, "tool_use"), ("content_block_delta", 2, "input_json_delta")]
+        ("content_block_stop", 1, None),
+        ("content_block_start", 2, "tool_use"), ("content_block_delta", 2, "input_json_delta"),
+        ("content_block_stop", 2, None), ("message_delta", None, None), ("message_stop", None, None)]
+    assert len(events_of(sent)) == 5  # up to the text block's stop, sent when the first call began
     start = events_of(sent)[0][1]["message"]
     assert start["id"] == RID and start["usage"]["input_tokens"] == 4 and start["content"] == []
-    tools = [e["content_block"] for n, e in events_of(sent) if n == "content_block_start"][1:]
+    tools = [e["content_block"] for n, e in events_of(closing) if n == "content_block_start"]
     assert tools == [{"type": "tool_use", "id": "toolu_0123_0", "name": "Bash", "input": {}},
                      {"type": "tool_use", "id": "toolu_0123_1", "name": "Read", "input": {}}]
-    json_parts = [e["delta"]["partial_json"] for n, e in events_of(sent) if e.get("index") == 1
-                  and n == "content_block_delta"]
-    assert "".join(json_parts) == '{"command": "ls"}'
-    assert events_of(closing) == [
-        ("content_block_stop", {"type": "content_block_stop", "index": 2}),
+    json_parts = [e["delta"]["partial_json"] for n, e in events_of(closing) if n == "content_block_delta"]
+    assert json_parts == ['{"command": "ls"}', "{}"]
+    assert events_of(closing)[-2:] == [
         ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
                            "usage": {"output_tokens": 7}}),
         ("message_stop", {"type": "message_stop"})]
+    assert translator.model_fault is None
 
 
 def test_stream_stop_sequence_and_an_empty_stream() -> None:
@@ -294,12 +318,20 @@ def test_stream_stop_sequence_and_an_empty_stream() -> None:
     assert [n for n, _ in empty] == ["message_start", "message_delta", "message_stop"]
 
 
-def test_a_stream_whose_tool_arguments_are_not_json_cannot_close() -> None:
+def test_a_stream_whose_tool_arguments_are_not_json_closes_with_the_call_as_text() -> None:
     translator = ADAPTER.stream(body(), RID)
-    translator.feed(chunk(tool_delta(0, id="t", function={"name": "Bash", "arguments": '{"command": '})))
-    with pytest.raises(ProtocolError, match="not a JSON object"):
-        translator.finish()
-    ((name, data),) = events_of(translator.error("broken", "upstream_protocol_error"))
+    sent = translator.feed(chunk({"content": "run:"}, prompt_token_ids=[1]))
+    sent += translator.feed(chunk(tool_delta(0, id="t", function={"name": "Bash", "arguments": '{"command": '})))
+    sent += translator.feed(chunk(tool_delta(0, function={"arguments": '"ls'}), finish="length"))
+    assert translator.model_fault is None  # known only once the call is whole
+    closing = translator.finish()
+    blocks = [e["content_block"] for n, e in events_of(sent + closing) if n == "content_block_start"]
+    assert blocks == [{"type": "text", "text": ""}, {"type": "text", "text": ""}]
+    texts = [e["delta"]["text"] for n, e in events_of(closing) if n == "content_block_delta"]
+    assert texts == [orjson.dumps({"name": "Bash", "arguments": '{"command": "ls'}).decode()]
+    assert dict(events_of(closing))["message_delta"]["delta"]["stop_reason"] == "max_tokens"
+    assert translator.model_fault.code == CallErrorCode.MODEL_TOOL_ARGUMENTS
+    ((name, data),) = events_of(ADAPTER.stream(body(), RID).error("broken", "upstream_protocol_error"))
     assert name == "error" and data["error"]["type"] == "api_error" and "broken" in data["error"]["message"]
 
 

@@ -158,7 +158,7 @@ def test_an_older_database_gets_the_new_columns_and_keeps_its_calls(empty_url) -
             conn.execute(sa.text(f"INSERT INTO calls ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"),
                          row)
             columns = {c["name"] for c in sa.inspect(conn).get_columns("calls")}
-            assert not {"extra_choices", "side", "sampling"} & columns
+            assert not {"extra_choices", "side", "sampling", "error_code"} & columns
         store = SqlStore(empty_url)
         try:
             await store.create_rollouts([RolloutSpec(id="old", group_id="g")])
@@ -170,11 +170,12 @@ def test_an_older_database_gets_the_new_columns_and_keeps_its_calls(empty_url) -
         (call,) = asyncio.run(main())
         with engine.connect() as conn:
             columns = {c["name"] for c in sa.inspect(conn).get_columns("calls")}
-            assert {"extra_choices", "side", "sampling"} <= columns
+            assert {"extra_choices", "side", "sampling", "error_code"} <= columns
     finally:
         engine.dispose()
     assert (call.prompt_token_ids, call.side, call.extra_choices, call.n_choices) == ([1], False, [], 1)
     assert call.sampling is None  # recorded before sampling was: unknown
+    assert call.error_code is None  # recorded before error codes were
 
 
 def old_calls_ddl(engine: sa.Engine) -> str:

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from gateway.capture import ProtocolError
 from gateway.errors import BadRequest
 from gateway.protocols.responses import RESPONSES
 from gateway.translated import UNTRANSLATABLE
@@ -297,8 +296,7 @@ def test_a_stream_with_text_and_two_parallel_calls_becomes_responses_events():
         "response.output_item.added", "response.function_call_arguments.delta",
         "response.function_call_arguments.done", "response.output_item.done",
         "response.output_item.added", "response.function_call_arguments.delta",
-        "response.function_call_arguments.delta", "response.function_call_arguments.done",
-        "response.output_item.done", "response.completed"]
+        "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
     final = Response.model_validate(events[-1]["response"])
     assert final.id == events[0]["response"]["id"] == "resp_77"
     assert final.output_text == "Looking."
@@ -325,12 +323,20 @@ def test_a_stream_cut_at_max_tokens_ends_incomplete_and_an_error_ends_failed():
     assert "upstream stream broke" in failed["response"]["error"]["message"]
 
 
-def test_interleaved_tool_call_deltas_break_the_protocol():
+def test_interleaved_tool_call_deltas_make_whole_items_in_the_order_the_calls_began():
+    """Chat may interleave tool-call deltas by index (which the model's parallel calls decide): the calls are held
+    and go out whole at the end, never a broken stream."""
     stream = RESPONSES.stream({"model": "m", "input": "go"}, "resp_1")
-    stream.feed(chunk(call_delta(0, CALL_A, "")))
-    stream.feed(chunk(call_delta(1, CALL_B, "")))
-    with pytest.raises(ProtocolError, match="interleaved"):
-        stream.feed(chunk(call_delta(0, None, "{}")))
+    sse = stream.feed(chunk(call_delta(0, CALL_A, "")))
+    sse += stream.feed(chunk(call_delta(1, CALL_B, "")))
+    sse += stream.feed(chunk(call_delta(1, None, CALL_B["arguments"][:4])))
+    sse += stream.feed(chunk(call_delta(0, None, CALL_A["arguments"])))
+    sse += stream.feed(chunk(call_delta(1, None, CALL_B["arguments"][4:]), finish="tool_calls"))
+    assert [e["type"] for e in events_of(sse)] == ["response.created", "response.in_progress"]
+    final = events_of(sse + stream.finish())[-1]
+    assert final["type"] == "response.completed" and stream.model_fault is None
+    assert [(i["call_id"], i["arguments"]) for i in final["response"]["output"]] == [
+        (CALL_A["call_id"], CALL_A["arguments"]), (CALL_B["call_id"], CALL_B["arguments"])]
 
 
 def test_an_empty_answer_still_gets_one_message_item():

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gateway.client import GatewayAPIError, GatewayClient
-from gateway.records import EventKind, FailureKind, RolloutSpec, RolloutState
+from gateway.records import EventKind, FailureKind, InfraReason, RolloutSpec, RolloutState
 from tests.gateway.api_support import chat, create_rollouts, current_key, new_id
 from tests.gateway.support import ADMIN_TOKEN
 
@@ -92,7 +92,26 @@ def test_an_expired_lease_requeues_with_the_next_attempt_then_fails_as_infra(adm
     assert (first.attempt, second.attempt, second.lease_owner) == (1, 2, "lost-2")
     assert (final.state, final.failure_kind, final.attempt) == (RolloutState.FAILED, FailureKind.INFRA, 2)
     assert "2 attempts spent" in final.error and final.finished_seq is not None
-    assert [(e.attempt, "expired" in e.payload["reason"]) for e in requeues] == [(1, True)]
+    assert [(e.attempt, "expired" in e.payload["error"], e.payload["reason"]) for e in requeues] == [
+        (1, True, "lease_expired")]
+    [failed] = [e for e in admin.list_events(created.id) if e.payload.get("state") == "failed"]
+    assert (failed.attempt, failed.payload["failure_kind"], failed.payload["reason"]) == (2, "infra", "lease_expired")
+
+
+def test_an_infra_state_change_carries_its_reason_into_the_state_event(admin) -> None:
+    """`reason` (an `InfraReason`) goes with a requeue or an infra failure, into the STATE event's payload; with any
+    other change it is refused, naming the field."""
+    (created,) = create_rollouts(admin, prefix="reason", max_attempts=2)
+    admin.claim("c1")
+    admin.set_state(created.id, RolloutState.QUEUED, error="evicted", reason=InfraReason.EVICTED)
+    admin.claim("c1")
+    with pytest.raises(GatewayAPIError) as refused:
+        admin.set_state(created.id, RolloutState.FAILED, FailureKind.AGENT, "exit 1", reason=InfraReason.EVICTED)
+    assert refused.value.status == 400 and "reason" in str(refused.value)
+    admin.set_state(created.id, RolloutState.FAILED, FailureKind.INFRA, "boom", reason=InfraReason.NODE_LOST)
+    states = [(e.attempt, e.payload["state"], e.payload.get("reason")) for e in admin.list_events(created.id)
+              if e.kind == EventKind.STATE]
+    assert states == [(1, "running", None), (1, "queued", "evicted"), (2, "running", None), (2, "failed", "node_lost")]
 
 
 def test_requeue_running_to_queued_and_the_next_claim_is_the_next_attempt(admin) -> None:

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from gateway.client import GatewayClient
-from gateway.records import CallStatus
+from gateway.records import CallErrorCode, CallStatus
 from tests.gateway.api_support import create_rollouts, write_config
 from tests.gateway.hostile_upstream import Answer, HostileUpstream
 from tests.gateway.support import ADMIN_TOKEN, free_port
@@ -65,10 +65,6 @@ UNARY = {
     "a JSON list": (Answer((orjson.dumps([GOOD]),)), 502, "api_error", "upstream_protocol_error"),
     "the engine's own 500": (Answer((b"Internal Server Error",), status=500), 502, "api_error",
                              "upstream_protocol_error"),
-    "tool arguments that are not an object": (
-        Answer((orjson.dumps({**GOOD, "choices": [{"index": 0, "message": {"content": "", "tool_calls": [
-            tool_call('{"cmd": ')]}, "token_ids": [3], "finish_reason": "tool_calls"}]}),)),
-        502, "api_error", "upstream_protocol_error"),
     "a tool call that is not an object": (
         Answer((orjson.dumps({**GOOD, "choices": [{"index": 0, "message": {"content": "", "tool_calls": ["ls"]},
                                                    "token_ids": [3], "finish_reason": "tool_calls"}]}),)),
@@ -87,7 +83,7 @@ def test_a_failed_unary_call_is_recorded_and_answered_in_anthropics_shape(served
     response = post(created, MESSAGES)
     error_of(response, status, kind, code)
     [call] = admin.calls(created.id)
-    assert (call.kind, call.status, call.http_status) == ("messages", CallStatus.ERROR, status)
+    assert (call.kind, call.status, call.http_status, call.error_code) == ("messages", CallStatus.ERROR, status, code)
     assert call.error and call.response_raw == response.text and call.response_token_ids == []
 
 
@@ -97,6 +93,7 @@ def test_an_engine_that_does_not_answer_is_502_upstream_unavailable(served) -> N
     error_of(post(created, {**MESSAGES, "model": "dead"}), 502, "api_error", "upstream_unavailable")
     [call] = admin.calls(created.id)
     assert (call.status, call.http_status) == (CallStatus.ERROR, 502) and "failed after 1 tries" in call.error
+    assert call.error_code == CallErrorCode.UPSTREAM_UNAVAILABLE
     error_of(post(created, {**MESSAGES, "model": "dead", "stream": True}), 502, "api_error", "upstream_unavailable")
 
 
@@ -114,17 +111,20 @@ def stream_of(created, body: dict) -> tuple[httpx.Response, list[tuple[str, dict
 FIRST = {"id": "c1", "prompt_token_ids": [1, 2], "choices": [{"index": 0, "delta": {"content": "hel"},
                                                                 "token_ids": [3]}]}
 STREAMS = {
-    "an undecodable chunk": sse(FIRST, done=b"data: {not json\n\n"),
-    "an error chunk": sse(FIRST, {"error": {"message": "engine overloaded", "type": "server_error"}}),
-    "tool arguments that are not an object": sse(FIRST, {"choices": [{"index": 0, "delta": {"tool_calls": [
-        tool_call('{"cmd": ')]}, "token_ids": [4], "finish_reason": "tool_calls"}]}),
-    "a token id out of range": sse(FIRST, {"choices": [{"index": 0, "delta": {"content": "x"},
-                                                        "token_ids": [2**31]}]}),
+    "an undecodable chunk": (sse(FIRST, done=b"data: {not json\n\n"), CallErrorCode.UPSTREAM_PROTOCOL_ERROR),
+    "an error chunk": (sse(FIRST, {"error": {"message": "engine overloaded", "type": "server_error"}}),
+                       CallErrorCode.UPSTREAM_ERROR),
+    "a tool call off the chat shapes": (sse(FIRST, {"choices": [{"index": 0, "delta": {"tool_calls": [
+        {**tool_call("{}"), "function": {"name": "Bash", "arguments": 7}}]}, "token_ids": [4],
+        "finish_reason": "tool_calls"}]}), CallErrorCode.UPSTREAM_PROTOCOL_ERROR),
+    "a token id out of range": (sse(FIRST, {"choices": [{"index": 0, "delta": {"content": "x"},
+                                                         "token_ids": [2**31]}]}),
+                                CallErrorCode.UPSTREAM_PROTOCOL_ERROR),
 }
 
 
-@pytest.mark.parametrize("chunks", STREAMS.values(), ids=STREAMS.keys())
-def test_a_broken_stream_ends_with_an_error_event_and_no_message_stop(served, chunks: bytes) -> None:
+@pytest.mark.parametrize(("chunks", "code"), STREAMS.values(), ids=STREAMS.keys())
+def test_a_broken_stream_ends_with_an_error_event_and_no_message_stop(served, chunks: bytes, code) -> None:
     _, upstream, admin = served
     upstream.answer = Answer((chunks,), headers=SSE_HEADERS)
     (created,) = create_rollouts(admin, prefix="stream")
@@ -135,6 +135,7 @@ def test_a_broken_stream_ends_with_an_error_event_and_no_message_stop(served, ch
     assert names[-1] == "error" and "message_stop" not in names and "message_delta" not in names
     assert events[-1][1]["error"]["type"] == "api_error"
     [call] = admin.calls(created.id)
+    assert call.error_code == code
     assert call.status == CallStatus.ERROR and call.error and call.response_raw.endswith(
         "event: error\ndata: " + orjson.dumps(events[-1][1]).decode() + "\n\n")
 
@@ -147,6 +148,7 @@ def test_a_stream_the_engine_refuses_before_its_headers_keeps_its_status(served)
     assert response.status_code == 400
     [call] = admin.calls(created.id)
     assert (call.status, call.http_status, call.error) == (CallStatus.ERROR, 400, "max_tokens too large")
+    assert call.error_code == CallErrorCode.UPSTREAM_ERROR
 
 
 def test_a_good_stream_is_recorded_with_the_engines_tokens_and_version(served) -> None:
