@@ -27,6 +27,9 @@ class KubernetesSettings(BaseModel):
                                                                          description="Pull policy of the agent image.")
     cpu: str = Field(default="1", description="CPU request and limit of an agent container.")
     memory: str = Field(default="2Gi", description="Memory request and limit of an agent container.")
+    ephemeral_storage: str = Field(default="10Gi", description=(
+        "Ephemeral-storage request and limit of an agent container and the size limit of its working directory: "
+        "a pod past it is evicted, which counts as the agent's failure (limit_exceeded), not a retry."))
     service_account: str | None = Field(default=None, description="Service account of agent pods (none: default).")
     ttl_after_finished_s: int = Field(default=600, ge=0, description="Kubernetes deletes a finished Job after this.")
     creates_per_s: float = Field(default=5.0, gt=0, description="Most Job creations per second (token bucket rate).")

@@ -16,6 +16,7 @@ class Termination(StrEnum):
     CRASHED = "crashed"  # the harness died from a signal it did not ask for (segfault, SIGKILL from outside)
     TIMED_OUT = "timed_out"  # the attempt ran past its deadline and was killed
     OOM_KILLED = "oom_killed"  # the harness went over its memory limit
+    LIMIT_EXCEEDED = "limit_exceeded"  # the pod went over a limit of its own (ephemeral storage, its volume's size)
     START_FAILED = "start_failed"  # the harness never started (missing binary, image pull failure, bad config)
     EVICTED = "evicted"  # the node evicted the pod (pressure, preemption, disruption)
     NODE_LOST = "node_lost"  # the node or the Job vanished under the attempt

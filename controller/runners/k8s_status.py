@@ -1,7 +1,8 @@
 """Pure mapping of Kubernetes Job and Pod status (plain JSON dicts) to how an attempt ended.
 
 Job conditions: Complete -> exited 0; Failed with DeadlineExceeded -> timed out; other Failed -> read the pod.
-Pod reasons: Evicted, or a DisruptionTarget condition (preemption, drain) -> evicted; NodeLost -> node lost;
+Pod reasons: Evicted past the pod's own ephemeral-storage or volume limit -> limit exceeded (the agent's doing);
+other evictions, or a DisruptionTarget condition (preemption, drain) -> evicted; NodeLost -> node lost;
 OOMKilled -> oom killed; a non-zero exit -> exited with that code (128+n with reason Error -> crashed by signal n);
 an init container that failed, a container stuck on an image or config error, or a harness command the agent
 image cannot start (the wrapper's termination message) -> start failed.
@@ -18,6 +19,10 @@ from controller.runners.base import Termination
 START_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",
                           "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
 NODE_LOST_REASONS = frozenset({"NodeLost", "Terminated", "NodeShutdown", "UnexpectedAdmissionError"})
+# The kubelet's eviction messages for a pod past a limit of its own (pkg/kubelet/eviction): the agent's doing, not the
+# node's; an eviction for node pressure or a disruption stays the infrastructure's.
+OWN_LIMIT_EVICTIONS = ("exceeds the total limit of containers", "exceeded its local ephemeral storage limit",
+                       "Usage of EmptyDir volume")
 Ending = tuple[Termination, int | None, str]  # (termination, exit code, detail)
 
 
@@ -49,6 +54,9 @@ def pod_ending(pod: dict[str, Any]) -> Ending | None:
     """Why a pod's attempt ended (or cannot start), or None when the pod gives no reason (yet)."""
     status = pod.get("status") or {}
     reason = status.get("reason")
+    message = status.get("message") or ""
+    if reason == "Evicted" and any(mark in message for mark in OWN_LIMIT_EVICTIONS):
+        return Termination.LIMIT_EXCEEDED, None, f"pod evicted past its own limit: {message}"
     if reason == "Evicted" or _condition(status, "DisruptionTarget"):
         return Termination.EVICTED, None, f"pod evicted: {status.get('message') or reason or 'DisruptionTarget'}"
     if reason in NODE_LOST_REASONS:

@@ -98,7 +98,7 @@ def build_secret_manifest(spec: RunSpec, namespace: str) -> dict[str, Any]:
 
 
 def _resources(settings: KubernetesSettings) -> dict[str, Any]:
-    amount = {"cpu": settings.cpu, "memory": settings.memory}
+    amount = {"cpu": settings.cpu, "memory": settings.memory, "ephemeral-storage": settings.ephemeral_storage}
     return {"requests": dict(amount), "limits": dict(amount)}
 
 
@@ -128,7 +128,7 @@ def _pod_spec(spec: RunSpec, settings: KubernetesSettings) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "restartPolicy": "Never", "automountServiceAccountToken": False,
         "initContainers": [task, workdir], "containers": [harness],
-        "volumes": [{"name": "workspace", "emptyDir": {}},
+        "volumes": [{"name": "workspace", "emptyDir": {"sizeLimit": settings.ephemeral_storage}},
                     {"name": "task", "secret": {"secretName": secret, "items": [{"key": TASK_KEY, "path": TASK_KEY}]}}],
     }
     if settings.service_account:
@@ -173,7 +173,7 @@ def build_sandboxed_job_manifest(spec: RunSpec, settings: KubernetesSettings, im
     [harness] = pod["containers"]
     harness["volumeMounts"].append(mount)
     harness["env"].append({"name": SANDBOX_DIR_ENV, "value": SANDBOX_IPC_DIR})
-    pod["volumes"].append({"name": SANDBOX_VOLUME, "emptyDir": {}})
+    pod["volumes"].append({"name": SANDBOX_VOLUME, "emptyDir": {"sizeLimit": settings.ephemeral_storage}})
     return job
 
 

@@ -94,6 +94,15 @@ def test_create_success_logs_and_deletion(kube, tmp_path):
     (FAILED, terminated(137, "OOMKilled"), Termination.OOM_KILLED, None),
     (FAILED, terminated(139), Termination.CRASHED, None),
     (FAILED, {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}, Termination.EVICTED, None),
+    # past its own limits (the kubelet's messages): the agent wrote too much, not the node's failure
+    (FAILED, {"phase": "Failed", "reason": "Evicted", "message": "Pod ephemeral local storage usage exceeds the total "
+              "limit of containers 10Gi. "}, Termination.LIMIT_EXCEEDED, None),
+    (FAILED, {"phase": "Failed", "reason": "Evicted", "message": 'Container harness exceeded its local ephemeral '
+              'storage limit "10Gi". '}, Termination.LIMIT_EXCEEDED, None),
+    (FAILED, {"phase": "Failed", "reason": "Evicted", "message": 'Usage of EmptyDir volume "workspace" exceeds the '
+              'limit "10Gi". '}, Termination.LIMIT_EXCEEDED, None),
+    (FAILED, {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: ephemeral-storage. "},
+     Termination.EVICTED, None),
     (FAILED, {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True"}]},
      Termination.EVICTED, None),
     (FAILED, {"phase": "Failed", "reason": "NodeLost"}, Termination.NODE_LOST, None),

@@ -51,7 +51,8 @@ def test_strict_validation_catches_an_unknown_field():
 
 
 def test_job_carries_the_contract_labels_limits_and_no_inline_key():
-    settings = KubernetesSettings(namespace="agents", cpu="2", memory="4Gi", ttl_after_finished_s=300)
+    settings = KubernetesSettings(namespace="agents", cpu="2", memory="4Gi", ephemeral_storage="5Gi",
+                                  ttl_after_finished_s=300)
     job = build_job_manifest(spec(), settings)
     labels = {"app.kubernetes.io/part-of": "harnessrl", "harnessrl.io/component": "agent",
               "harnessrl.io/rollout-id": label_value("grp-7:3"), "harnessrl.io/attempt": "2"}
@@ -62,7 +63,9 @@ def test_job_carries_the_contract_labels_limits_and_no_inline_key():
     pod = job["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
     [harness] = pod["containers"]
-    assert harness["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    amount = {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "5Gi"}  # past the disk limit: evicted, its own failure
+    assert harness["resources"] == {"requests": amount, "limits": amount}
+    assert pod["volumes"][0] == {"name": "workspace", "emptyDir": {"sizeLimit": "5Gi"}}
     env = {e["name"]: e for e in harness["env"]}
     assert env["OPENAI_BASE_URL"]["value"] == "http://harnessrl-gateway:8100/r/grp-7:3/v1"
     assert env["OPENAI_API_KEY"] == {"name": "OPENAI_API_KEY", "valueFrom": {

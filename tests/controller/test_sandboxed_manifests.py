@@ -44,13 +44,13 @@ def test_the_sandbox_is_a_native_sidecar_sharing_only_the_channel_directory():
     assert sandbox["imagePullPolicy"] == "Always" and sandbox["command"] == sandbox_command(SANDBOX_IPC_DIR)
     assert sandbox["volumeMounts"] == [{"name": "sandbox-ipc", "mountPath": SANDBOX_IPC_DIR}]
     assert "env" not in sandbox  # no key, no gateway URL
-    assert sandbox["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
+    assert sandbox["resources"]["limits"] == {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "10Gi"}
     assert sandbox["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     [harness] = pod["containers"]
     assert {"name": "sandbox-ipc", "mountPath": SANDBOX_IPC_DIR} in harness["volumeMounts"]
     assert {"name": SANDBOX_DIR_ENV, "value": SANDBOX_IPC_DIR} in harness["env"]
     assert harness["command"] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert {"name": "sandbox-ipc", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "sandbox-ipc", "emptyDir": {"sizeLimit": "10Gi"}} in pod["volumes"]
     assert pod["automountServiceAccountToken"] is False
     assert job["metadata"] == plain["metadata"]  # same labels and name: the runner's selectors see it
 
