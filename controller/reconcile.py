@@ -26,7 +26,7 @@ from controller.recipes import get_recipe
 from controller.report import report_attempt
 from controller.runners.base import DeadlineExtender, OrphanReaper, Runner, RunResult, Termination
 from gateway.client import GatewayAPIError, GatewayClient
-from gateway.records import EventKind, FailureKind, Rollout, RolloutState
+from gateway.records import EventKind, FailureKind, InfraReason, Rollout, RolloutState
 
 log = logging.getLogger("harnessrl.controller")
 GATEWAY_ERRORS = (httpx.HTTPError, GatewayAPIError)
@@ -125,7 +125,7 @@ class Reconciler:
         try:
             recipe = self._recipes(recipe_name(rollout, self.config.recipe))
         except (KeyError, ImportError) as exc:
-            self._fail_now(rollout, f"cannot run rollout {rollout.id!r}: {exc}")
+            self._fail_now(rollout, f"cannot run rollout {rollout.id!r}: {exc}", InfraReason.RECIPE_UNAVAILABLE)
             return
         active = None
         try:
@@ -149,22 +149,22 @@ class Reconciler:
         """A failure before the attempt existed (workdir layout, gateway error): requeue it or fail it as infra."""
         error = f"attempt {rollout.attempt} of {rollout.id!r} could not be prepared: {type(exc).__name__}: {exc}"
         if rollout.attempt >= rollout.max_attempts:
-            self._fail_now(rollout, f"{error}; all {rollout.max_attempts} attempts used")
+            self._fail_now(rollout, f"{error}; all {rollout.max_attempts} attempts used", InfraReason.START_FAILED)
             return
         try:
             self.admin.set_state(rollout.id, RolloutState.QUEUED, error=f"{error}; requeued", attempt=rollout.attempt,
-                                 controller_id=self.config.controller_id)
+                                 controller_id=self.config.controller_id, reason=InfraReason.START_FAILED)
             self._count("queued")
         except GATEWAY_ERRORS as gateway_exc:
             log.warning("could not requeue rollout %s (its lease will expire and requeue it): %s",
                         rollout.id, gateway_exc)
 
-    def _fail_now(self, rollout: Rollout, error: str) -> None:
-        """Fail a rollout that no retry can fix (unknown recipe, attempts spent)."""
+    def _fail_now(self, rollout: Rollout, error: str, reason: InfraReason) -> None:
+        """Fail a rollout that no retry can fix (unknown recipe, attempts spent) as infra, for `reason`."""
         log.error("%s", error)
         try:
             self.admin.set_state(rollout.id, RolloutState.FAILED, FailureKind.INFRA, error, attempt=rollout.attempt,
-                                 controller_id=self.config.controller_id)
+                                 controller_id=self.config.controller_id, reason=reason)
             self._count("failed:infra")
         except GATEWAY_ERRORS as exc:
             log.warning("could not fail rollout %s (its lease will expire): %s", rollout.id, exc)

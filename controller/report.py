@@ -37,7 +37,7 @@ def report_attempt(attempt: Attempt, result: RunResult, admin: GatewayClient, gr
                     rollout_id, number, current.state, current.attempt, current.lease_owner)
         return None
     calls = admin.calls(rollout_id, attempt=number)
-    outcome = classify(result, calls[-1].http_status if calls else None,
+    outcome = classify(result, calls[-1] if calls else None,
                        grade_agent_failures=getattr(attempt.recipe, "grade_agent_failures", False))
     retryable = True
     if outcome.graded:
