@@ -59,6 +59,7 @@ from tracking.tracker import Tracker
 from trainer.backends.base import Backend
 from trainer.collocation import UpdateResult
 from trainer.dynamic_sampling import collect_with_signal, group_has_signal
+from trainer.infra_rate import infra_metrics
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import RolloutFeed
 from trainer.rollout_groups import FinishedGroup
@@ -160,7 +161,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
                                       rollout_format_shares if config.algorithm.advantage.format_reward else None)
         metrics = {**prepared.metrics, **split.as_metrics(), **sampling, "time/rollout_s": rollout_s,
                    "train/policy_version": float(version), "train/iteration": float(iteration),
-                   **swe_rollout_metrics(groups, r.pass_threshold, "rollout", mini_swe_agent=config.recipe == "swe")}
+                   **swe_rollout_metrics(groups, r.pass_threshold, "rollout", mini_swe_agent=config.recipe == "swe"),
+                   **infra_metrics(*feed.take_finished())}  # every rollout finished since the last iteration
         if prepared.no_signal:
             print(no_signal_message(iteration, groups, split, config.recipe, config.engine.model,
                                     r.max_version_lag))

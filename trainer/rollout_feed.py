@@ -20,6 +20,7 @@ import httpx
 
 from gateway.client import GatewayAPIError
 from gateway.records import CallRecord, Event, FinishedPage, Rollout, RolloutCreated, RolloutMode, RolloutSpec
+from trainer.infra_rate import needs_events
 from trainer.rollout_groups import FinishedGroup, PendingGroup, graded_tamper
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,8 @@ class RolloutFeed:
         self._index: dict[str, int] = {}
         self._cursor = 0
         self.next_task = next_task
+        self._arrived: list[Rollout] = []  # finished members read since `take_finished`
+        self._arrived_events: dict[str, list[Event]] = {}  # their events, for those with an infra attempt
 
     @property
     def in_flight(self) -> int:
@@ -156,6 +159,10 @@ class RolloutFeed:
         updated = {group_id: replace(self._pending[group_id], finished={**self._pending[group_id].finished, **new})
                    for group_id, new in arrived.items()}
         completed = [self._finish(group) for group in updated.values() if group.complete]  # may raise: no change yet
+        members = [rollout for new in arrived.values() for rollout in new.values()]
+        infra_events = {r.id: self._client.list_events(r.id) for r in members if needs_events(r)}  # may raise too
+        self._arrived.extend(members)
+        self._arrived_events.update(infra_events)
         self._cursor = page.cursor
         self._pending.update(updated)
         for group in completed:
@@ -197,6 +204,14 @@ class RolloutFeed:
                 self._sleep(min(poll_s, max(deadline - self._clock(), 0.0)))
             if on_poll is not None:
                 on_poll(self.ready)
+
+    def take_finished(self) -> tuple[list[Rollout], dict[str, list[Event]]]:
+        """Every member rollout read as finished since the last call (in complete groups or not, taken or not,
+        retried or failed as infra: the ones the trainer never sees too) and the events of those with an infra
+        attempt: what `trainer.infra_rate.infra_metrics` counts."""
+        taken = (self._arrived, self._arrived_events)
+        self._arrived, self._arrived_events = [], {}
+        return taken
 
     def take(self, groups: int) -> list[FinishedGroup]:
         """The `groups` earliest completed groups (fewer if fewer are ready), removed from the feed."""

@@ -22,9 +22,11 @@ ISSUE_METRICS = {
     "throughput/response_tokens_per_s", "train/tokens_per_s",
     "off_policy/lag0_abs_diff_mean", "off_policy/lag0_abs_diff_max", "off_policy/lag0_k3",
     "off_policy/lag0_ratio_mean", "off_policy/measured_token_fraction",
+    "rollout/infra_retry_rate", "rollout/infra_failed", "rollout/infra/engine_unreachable",
+    "rollout/infra/lease_expired", "rollout/infra/unknown",
 }
 """Every per-step metric a training run must log (reward, samples, merge failures by class, loss, optimizer,
-staleness, the time split, throughput and the engine-trainer mismatch at lag 0)."""
+staleness, the time split, throughput, the engine-trainer mismatch at lag 0 and the infra rate per cause)."""
 
 
 def test_train_if_async_updates_checkpoints_to_s3_logs_and_resumes(prefect_api, tiny_model_dir, tmp_path, s3_endpoint,
