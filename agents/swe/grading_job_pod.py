@@ -25,21 +25,27 @@ import ctypes
 import importlib.util
 import json
 import os
+import random
 import resource
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import threading
 from pathlib import Path
+from typing import Any
 
+from agents.swe.canaries import plan_rounds, role_of, unguarded
 from agents.swe.grading_job import GRADE_TOKEN, NONCE_ENV, REPO_ARCHIVE, REPO_TOKEN, RUN_FILE
-from agents.swe.testrun import GRADING_LIMITS, LAUNCHER, OUTPUT_TAIL_LINES, _drain, _tail
+from agents.swe.testrun import GRADING_LIMITS, LAUNCHER, OUTPUT_TAIL_LINES, VERDICT_ROUNDS, _drain, _tail, write_round
 
 VERDICT_PREFIX = "harnessrl-swe-verdict "  # the one log line the controller reads
 CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
 PR_SET_DUMPABLE = 4
 PIPE_GRACE_S = 5.0  # how long the outcomes pipe may stay open after pytest exited
+SHARED_MEMORY = Path("/dev/shm")  # the pod's own tmpfs, writable by the tests: wiped between rounds when PID 1
 
 
 def unpack(archive: Path, checkout: Path) -> Path:
@@ -120,25 +126,76 @@ def _kill_everything(process: subprocess.Popen) -> None:
 
 
 def verdict_line(nonce: str, returncode: int, timed_out: bool, document: bytes, tail: str,
-                 infra: str | None = None) -> str:
+                 infra: str | None = None, rounds: list[dict[str, Any]] | None = None) -> str:
     """The log line the controller reads (one line: JSON escapes every newline); `infra` says why no test could run
-    (the image's fault, not the attempt's)."""
+    (the image's fault, not the attempt's); `rounds`, the canary rounds (`round_record`), the first of which the
+    other fields repeat."""
     return VERDICT_PREFIX + json.dumps({"nonce": nonce, "returncode": returncode, "timed_out": timed_out,
                                         "document": base64.b64encode(document).decode(), "output_tail": tail,
-                                        "infra": infra})
+                                        "infra": infra, **({"rounds": rounds} if rounds is not None else {})})
+
+
+def round_record(returncode: int, timed_out: bool, document: bytes, tail: str, roles: dict[str, str]) -> dict:
+    """One canary round in the verdict: what `run_launcher_directly` returned and each graded test's role."""
+    return {"returncode": returncode, "timed_out": timed_out, "document": base64.b64encode(document).decode(),
+            "output_tail": tail, "roles": roles}
 
 
 def run(grade: Path, checkout: Path, tmp: Path, nonce: str) -> str:
-    """Run the packed tests; the verdict line."""
+    """Run the packed tests in canary rounds, one after the other, each on a copy of the checkout in `tmp` that
+    nothing of an earlier round reaches (`wipe`); the verdict line."""
     harden()
     if importlib.util.find_spec("pytest") is None:
         return verdict_line(nonce, -1, False, b"", "", infra=f"pytest is not installed for {sys.executable} in the "
                             "grading image; install it in the image the controller's `kubernetes.image` names")
     spec = json.loads((grade / RUN_FILE).read_text(encoding="utf-8"))
-    args = [fill(arg, checkout, grade) for arg in spec["pytest_args"]]
-    tail, returncode, timed_out, document = run_launcher_directly(checkout, grade, tmp, args,
-                                                                  float(spec["timeout_s"]))
-    return verdict_line(nonce, returncode, timed_out, document, tail)
+    test_ids = json.loads((grade / "wanted.json").read_text(encoding="utf-8"))
+    plans = plan_rounds(test_ids, VERDICT_ROUNDS, random.SystemRandom())
+    rounds = []
+    for index, plan in enumerate(plans):
+        if index:
+            wipe(tmp)
+        copy = tmp / secrets.token_hex(6) / checkout.name
+        placed = write_round(checkout, copy, plan)
+        _read_only(copy)
+        args = [fill(arg, copy, grade) for arg in spec["pytest_args"]]
+        tail, returncode, timed_out, document = run_launcher_directly(copy, grade, tmp, args,
+                                                                      float(spec["timeout_s"]) / len(plans))
+        roles = {test_id: role_of(plan, test_id, unguarded(plan, placed)) for test_id in test_ids}
+        rounds.append(round_record(returncode, timed_out, document, tail, roles))
+    first = rounds[0]
+    return verdict_line(nonce, first["returncode"], first["timed_out"], base64.b64decode(first["document"]),
+                        first["output_tail"], rounds=rounds)
+
+
+def _read_only(tree: Path) -> None:
+    """Files and folders of `tree` not writable (as the checkout's read-only mount; its owner could undo it)."""
+    for path in [tree, *tree.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & ~0o222)
+
+
+def wipe(tmp: Path) -> None:
+    """Empty `tmp` (and, as the pod's PID 1, the pod's own /dev/shm) of everything a round left, read-only folders
+    included: a later round cannot read what an earlier one wrote."""
+    places = [tmp, *([SHARED_MEMORY] if os.getpid() == 1 and SHARED_MEMORY.is_dir() else [])]
+    for place in places:
+        for entry in list(place.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, onerror=_writable_then_retry)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
+
+
+def _writable_then_retry(function: Any, path: str, error: Any) -> None:
+    """rmtree's error handler: make the parent (and the path) writable and searchable, then retry once."""
+    for target in (os.path.dirname(path), path):
+        with contextlib.suppress(OSError):
+            if not os.path.islink(target):
+                os.chmod(target, 0o700)
+    with contextlib.suppress(FileNotFoundError):
+        function(path)
 
 
 def main(argv: list[str]) -> int:

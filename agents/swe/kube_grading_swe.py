@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.swe.agent_diff import AgentDiffError
+from agents.swe.canaries import Role
 from agents.swe.grader import (
     MAX_MODEL_PATCH_CHARS,
     agent_patch,
@@ -47,7 +48,7 @@ from agents.swe.grading_job_pod import VERDICT_PREFIX
 from agents.swe.kube_grading import GradingInfraError, KubeJobRunner
 from agents.swe.outcome_check import disagreement, parse_document, split_sentinel
 from agents.swe.patch_policy import DEFAULT_POLICY, PatchPolicy
-from agents.swe.testrun import TestRun
+from agents.swe.testrun import TestRun, merge_rounds
 from controller.config import KubernetesSettings, load_controller_config
 from controller.recipe import Grade
 
@@ -84,18 +85,30 @@ def read_verdict(log: str, nonce: str) -> TestRun:
         if data.get("infra") and hmac.compare_digest(str(data["nonce"]), nonce):
             raise GradingInfraError(f"the grading pod could not run the tests: {data['infra']}")
         valid_nonce = hmac.compare_digest(str(data["nonce"]), nonce)
-        raw, returncode = base64.b64decode(data["document"], validate=True), int(data["returncode"])
-        timed_out, tail = bool(data["timed_out"]), str(data["output_tail"])
-    except (ValueError, KeyError, TypeError, binascii.Error) as error:
+        rounds = [_round(record) for record in data["rounds"]] if "rounds" in data else [_round(data)]
+        if not rounds or any(set(roles) != set(rounds[0][1]) for _, roles in rounds):
+            raise ValueError("the rounds are missing or do not name the same graded tests")
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as error:
         return TestRun({}, returncode=-1, problem=f"the grading pod's verdict line is malformed ({error})")
     if not valid_nonce:
-        return TestRun({}, returncode=returncode, problem="the grading pod's verdict carries the wrong nonce: it was "
-                                                          "not written by the grader")
+        return TestRun({}, returncode=rounds[0][0].returncode, problem="the grading pod's verdict carries the wrong "
+                                                                       "nonce: it was not written by the grader")
+    if "rounds" not in data:  # one run without canaries (an image from before them)
+        return rounds[0][0]
+    return merge_rounds([roles for _, roles in rounds], [run for run, _ in rounds])
+
+
+def _round(record: dict[str, Any]) -> tuple[TestRun, dict[str, Role]]:
+    """One run of the verdict judged as `testrun` judges a local one, with the graded tests' roles in it."""
+    raw, returncode = base64.b64decode(record["document"], validate=True), int(record["returncode"])
+    timed_out, tail = bool(record["timed_out"]), str(record["output_tail"])
+    roles: dict[str, Role] = {str(test): "canary" if role == "canary" else "real"
+                              for test, role in record.get("roles", {}).items()}
     document = parse_document(raw)
     own, _ = split_sentinel(document.outcomes)
     problem = None if timed_out else disagreement(document, returncode, sentinel=True)
     return TestRun(outcomes=own, messages=document.messages, output_tail=tail, returncode=returncode,
-                   problem=problem, timed_out=timed_out)
+                   problem=problem, timed_out=timed_out), roles
 
 
 @dataclass(frozen=True)

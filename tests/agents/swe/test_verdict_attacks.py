@@ -15,9 +15,16 @@ import pytest
 
 from agents.swe.diffs import apply_patch, tree_diff, tree_files
 from agents.swe.grader import checkout, grade_patch
+from agents.swe.grading_job import pack_grading_input
 from agents.swe.instances import reverse_patch
+from agents.swe.kube_grading_swe import read_verdict
 from agents.swe.patch_policy import review_patch
 from agents.swe.testrun import run_tests
+from tests.agents.swe import grading_pod_support
+from tests.agents.swe.grading_pod_support import run_pod
+
+nobody_python, pod_dir = grading_pod_support.nobody_python, grading_pod_support.pod_dir  # the fixtures
+NONCE = "0123456789abcdef0123456789abcdef"
 
 # Only the graded tests' reports are rewritten (pytest's report class reached through sys.modules by a built name).
 TARGETED_REPORTS = '''
@@ -144,3 +151,20 @@ def test_real_fixes_still_resolve_with_the_canaries(tiny_store):
         assert grade.reward == 1.0 and grade.details["tamper"] is False, grade.details
         unresolved = grade_patch(store, instance, "", timeout_s=120)
         assert unresolved.reward == 0.0 and unresolved.details["tamper"] is False, unresolved.details
+
+
+@pytest.mark.parametrize("attack", [TARGETED_REPORTS, FORGED_DOCUMENT], ids=["reports", "document"])
+def test_the_grading_pod_runs_the_canary_rounds_too(tiny_store, tmp_path, nobody_python, pod_dir, attack):
+    """The Kubernetes path: the pod (run as nobody, no bubblewrap) runs the rounds one after the other and the
+    controller's `read_verdict` finds the forged canary; the same pod passes the real fix."""
+    store, instances = tiny_store
+    instance = instances[0]
+    tests = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]
+    repo = checkout(store, instance, tmp_path / "graded")
+    apply_patch(repo, _attack_patch(store, instance, tmp_path, attack))
+    run = read_verdict(run_pod(pack_grading_input(repo, tests, 60.0), pod_dir / "attack", nobody_python, NONCE), NONCE)
+    assert run.problem is not None and "canary" in run.problem, (run.problem, run.outcomes)
+    fixed = checkout(store, instance, tmp_path / "fixed")
+    apply_patch(fixed, instance["patch"], reverse=True)
+    run = read_verdict(run_pod(pack_grading_input(fixed, tests, 60.0), pod_dir / "fixed", nobody_python, NONCE), NONCE)
+    assert run.problem is None and {run.outcomes.get(test) for test in tests} == {"passed"}, run.output_tail
