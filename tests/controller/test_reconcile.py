@@ -76,6 +76,7 @@ def test_every_rollout_ends_with_the_right_state_kind_and_reward(gateway, admin,
     assert "exited with code 3" in got[ids[2]].error and "SIGABRT" in got[ids[3]].error
     assert "timed_out" in got[ids[4]].error and "unknown" not in got[ids[4]].error
     assert "'nope'" in got[ids[7]].error and got[ids[7]].attempt == 1
+    assert events(admin, ids[7], EventKind.STATE)[-1]["reason"] == "recipe_unavailable"
     assert reconciler.stats.reported == {"succeeded": 3, "failed:agent": 4, "failed:infra": 1}
     [reward] = events(admin, ids[0], EventKind.REWARD)
     assert reward == {"reward": 1.0, "details": {"calls": 1, "prepared": "ok", "exit_code": 0}}
