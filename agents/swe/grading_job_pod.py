@@ -3,18 +3,26 @@
 - `unpack GRADE CHECKOUT` (the init container): the graded checkout from GRADE/repo.tar.gz into CHECKOUT (tarfile's
   `data` filter: no absolute paths, no links leaving the tree, no devices). No tested code runs in it.
 - `run GRADE CHECKOUT TMP` (the grading container, PID 1; CHECKOUT is mounted read-only there, TMP is the only
-  writable place): the tests run with `testrun`'s isolated launcher started directly (the pod is the sandbox, so no
-  bubblewrap: `run_launcher_directly`), then ONE line goes to the pod's log: VERDICT_PREFIX + a JSON object with
-  the nonce (from the container's environment), pytest's exit status, whether it timed out, the raw outcomes document
-  (base64) and the output's tail. The controller judges it (`kube_grading_swe.read_verdict`).
+  writable place): the tests run in `testrun`'s canary rounds (`canaries`; the roles drawn here, in this
+  non-dumpable process), one after the other, each on a read-only copy of the checkout in TMP with its lines placed,
+  with `testrun`'s isolated launcher started directly (the pod is the sandbox, so no bubblewrap:
+  `run_launcher_directly`) and a share of the time limit (timeout_s / rounds: the Job's deadline is unchanged);
+  between rounds every process is killed and TMP (and, as PID 1, /dev/shm) emptied, so no round leaves anything for
+  the next. Then ONE line goes to the pod's log: VERDICT_PREFIX + a JSON object with the nonce (from the container's
+  environment) and, per round, pytest's exit status, whether it timed out, the raw outcomes document (base64), the
+  output's tail and each graded test's role (round 1's repeated at the top level). The controller judges it
+  (`kube_grading_swe.read_verdict`, merging the rounds as `testrun.merge_rounds` does locally).
 
 Why the tested code cannot write the verdict: it runs in a child whose stdout/stderr go to a file in TMP and which
 inherits no descriptor of the log; this process is made non-dumpable before the child starts, so the same uid cannot
 open /proc/1/fd/1, read /proc/1/environ (the nonce) or ptrace it; as PID 1 of the pod's PID namespace it ignores
-signals it has no handler for (SIGKILL and SIGTERM from inside the pod included); after the run every process left in
-the pod is killed (`kill(-1)`). What remains: the tested code runs inside pytest's process, so it can rewrite the
-outcomes in-process like it can under bubblewrap (the patch policy, the sentinel pair and the exit-status check are
-the answer there, as locally); the output tail it can rewrite (diagnostics only).
+signals it has no handler for (SIGKILL and SIGTERM from inside the pod included); after each round every process left
+in the pod is killed (`kill(-1)`). What remains: the tested code runs inside pytest's process, so it can rewrite the
+outcomes in-process like it can under bubblewrap (the canary rounds, the patch policy, the sentinel pair and the
+exit-status check are the answer there, as locally; what still escapes is agents/README.md's "Residual risk of the
+SWE verdict"); a round runs as the same uid as this process, and its copy in TMP is read-only only until its owner
+changes the mode back (as good as reading it, which the tests can anyway); the output tail it can rewrite
+(diagnostics only).
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ controller pod (RuntimeDefault seccomp, no capabilities) cannot build the bubble
 The controller (trusted, with the store) does what needs the store: the agent's diff against a fresh buggy checkout,
 the patch policy (a tampered diff is graded 0 with `tamper` and no Job), the allowed part applied to another fresh
 checkout, which is packed with the grader's runner files (`grading_job.pack_grading_input`). A grading pod
-(`grading_job_pod`) runs the tests and prints one verdict line; `read_verdict` holds it to the same rules as a local
-run (one outcomes document, the sentinel pair, the exit status agreeing) and to the nonce the pod got in its
-environment. A Job that cannot run, an input over a Secret's limit or an API error is `GradingInfraError` (the rollout
+(`grading_job_pod`) runs the tests in canary rounds and prints one verdict line; `read_verdict` holds each round to
+the same rules as a local run (one outcomes document, the sentinel pair, the exit status agreeing), the rounds to the
+canaries' (`testrun.merge_rounds`: a canary not reported failed is tamper), and the line to the nonce the pod got in
+its environment (a line without rounds, from an image older than the canaries, is judged as one plain run).
+A Job that cannot run, an input over a Secret's limit or an API error is `GradingInfraError` (the rollout
 fails as infra); a pod that ends without a verdict (its memory limit, a crash) is reward 0 with the `error`.
 
 Chosen per runner, as the `swe_bench` recipe finds its cluster: $HARNESSRL_SWE_CONTROLLER_CONFIG names the

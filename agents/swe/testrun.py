@@ -12,6 +12,13 @@ code could plant, and read back each test's outcome with the evidence that it ca
 - Outcomes come back through a pipe (an inherited file descriptor), not a file the tested code could rewrite from an
   `atexit` hook; the plugin writes one document and closes it. pytest's exit status must agree with the outcomes.
 - With explicit test ids the grader's sentinel tests run too (`outcome_check`): blanket report forgery shows.
+- With explicit test ids the run is VERDICT_ROUNDS canary rounds side by side (`canaries`), each on a copy of the
+  checkout of its own in a sandbox of its own (its own uid, runner directory, sentinel and pipe): every graded test
+  function is real in some rounds and, with a failing line appended, a canary in the others, under the same node id.
+  Code under test that turns a targeted test green (its report, its assertions, its function, the whole outcomes
+  document and exit status) turns its indistinguishable canary green too, which is the run's `problem` (tamper);
+  a test's outcome is taken from its real rounds. `rounds=1` is one plain run (the generator's trusted code needs no
+  canaries, but gets them by default).
 - The checkout stays the grader's (root-owned: the sandbox user cannot change it); the task store, the project and
   the grader's modules are not in the sandbox at all. Output goes to a file of the grader's (tail kept).
 """
@@ -161,8 +168,9 @@ def grading_spec(repo: Path, runner: Path, allow_network: bool = False) -> Sandb
 
 def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float = 300.0,
               allow_network: bool = False, rounds: int = VERDICT_ROUNDS) -> TestRun:
-    """Run `test_ids` (all tests when None) in `repo`, sandboxed: with named tests, in `rounds` canary rounds run side
-    by side (`canaries`; 1: one plain run, no canaries). Raises SandboxError when no sandbox can be built."""
+    """Run `test_ids` (all tests when None) in `repo`, sandboxed: with named tests, in `rounds` canary rounds
+    (`canaries`; side by side as root, else one after the other; 1: one plain run, no canaries). Raises SandboxError
+    when no sandbox can be built."""
     ensure_available()
     if test_ids is None or rounds == 1:
         return _run_once(repo, test_ids, timeout_s, allow_network)
@@ -170,7 +178,9 @@ def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float
     with tempfile.TemporaryDirectory(prefix="harnessrl-rounds-") as scratch:
         copies = [Path(scratch) / secrets.token_hex(6) / repo.name for _ in plans]
         placed = [write_round(repo, copy, plan) for copy, plan in zip(copies, plans, strict=True)]
-        with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+        # Side by side only as root (each round its own uid and /proc); unprivileged, the rounds share the caller's
+        # uid and the host's /proc view, so they run one after the other and cannot meet.
+        with ThreadPoolExecutor(max_workers=len(plans) if os.geteuid() == 0 else 1) as pool:
             runs = list(pool.map(lambda copy: _run_once(copy, test_ids, timeout_s, allow_network), copies))
     roles = [{test_id: role_of(plan, test_id, unguarded(plan, sites)) for test_id in test_ids}
              for plan, sites in zip(plans, placed, strict=True)]
