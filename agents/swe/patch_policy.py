@@ -31,8 +31,8 @@ SOURCE_SUFFIXES = frozenset({".py", ".pyi", ".pyx", ".pxd", ".c", ".h", ".cc", "
 # Code an added line of a Python file may not contain: the test runner's internals, exit hooks, the interpreter's
 # import and tracing machinery, dynamic code, file-descriptor juggling (the outcomes pipe). Code under test shares
 # pytest's process, so it could rewrite a verdict in-process; screening the diff raises the bar (obfuscation can still
-# evade it: the runner's checks are the next layer). Rare in an honest library fix; a task whose project is itself
-# about these overrides it.
+# evade it: the runner's canary rounds, sentinel and exit-status check are the next layer). Rare in an honest library
+# fix; a task whose project is itself about these overrides it.
 FORBIDDEN_CODE = (r"_?pytest", r"\bpluggy\b", r"\batexit\b", r"\bos\._exit\b", r"\bsys\.modules\b",
                   r"\bsys\._getframe\b", r"\bgc\.get_(objects|referrers|referents)\b", r"\bctypes\b", r"/proc/",
                   r"\bsys\.(settrace|setprofile)\b", r"__builtins__", r"\bbuiltins\b", r"\bimportlib\b", r"__import__",

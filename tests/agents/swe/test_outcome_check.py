@@ -1,5 +1,6 @@
 """Whether a run's outcomes can be believed (pure): one document on the pipe, the sentinel, and pytest's exit status
-agreeing with the outcomes; and which configuration file the runner hands pytest."""
+agreeing with the outcomes; which configuration file the runner hands pytest; the canary rounds merged (locally and from
+the grading pod's verdict line)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import pytest
 
 from agents.swe import pytest_outcomes, testrun
+from agents.swe.grading_job_pod import round_record, verdict_line
+from agents.swe.kube_grading_swe import read_verdict
 from agents.swe.outcome_check import SENTINEL_PREFIX, disagreement, parse_document, split_sentinel
 from agents.swe.testrun import config_file, files_of_tests, pytest_args
 
@@ -85,3 +88,39 @@ def test_the_outcomes_pipe_keeps_a_bounded_prefix_and_a_flood_is_not_a_document(
     testrun._drain(read_fd, chunks)
     assert sum(map(len, chunks)) <= 65 and chunks[-1] == b"\0"
     assert "not one JSON document" in (parse_document(b"".join(chunks)).problem or "")
+
+
+def _round(outcomes: dict[str, str], problem: str | None = None, timed_out: bool = False) -> testrun.TestRun:
+    return testrun.TestRun(outcomes=outcomes, messages={t: f"{t} failed" for t, o in outcomes.items() if o == "failed"},
+                           output_tail="tail", returncode=1, problem=problem, timed_out=timed_out)
+
+
+def test_rounds_merge_to_the_real_outcomes_and_a_bad_round_or_canary_is_the_problem():
+    roles = [{"t.py::a": "real", "t.py::b": "canary"}, {"t.py::a": "canary", "t.py::b": "real"}]
+    honest = testrun.merge_rounds(roles, [_round({"t.py::a": "failed", "t.py::b": "failed"}),
+                                          _round({"t.py::a": "failed", "t.py::b": "passed"})])
+    assert honest.problem is None and honest.outcomes == {"t.py::a": "failed", "t.py::b": "passed"}
+    assert honest.messages == {"t.py::a": "t.py::a failed"}  # the canary's failure is not the test's message
+    forged = testrun.merge_rounds(roles, [_round({"t.py::a": "passed", "t.py::b": "passed"}),
+                                          _round({"t.py::a": "passed", "t.py::b": "passed"})])
+    assert forged.problem is not None and "canary of t.py::b in round 1 of 2" in forged.problem
+    bad = testrun.merge_rounds(roles, [_round({}), _round({}, problem="the sentinel ...")])
+    assert bad.problem == "round 2 of 2: the sentinel ..."
+    late = testrun.merge_rounds(roles, [_round({}, timed_out=True), _round({"t.py::a": "passed"})])
+    assert late.timed_out and late.problem is None
+
+
+def _pod_round(outcomes: dict[str, str], roles: dict[str, str]) -> dict:
+    return round_record(1, False, document({**outcomes, **SENTINEL}), "tail", roles)
+
+
+def test_the_pods_rounds_are_read_as_local_rounds_and_malformed_rounds_are_a_problem():
+    nonce, roles = "ab" * 16, [{"t.py::a": "real"}, {"t.py::a": "canary"}]
+    honest = [_pod_round({"t.py::a": "passed"}, roles[0]), _pod_round({"t.py::a": "failed"}, roles[1])]
+    run = read_verdict(verdict_line(nonce, 1, False, b"", "", rounds=honest), nonce)
+    assert run.problem is None and run.outcomes == {"t.py::a": "passed"}
+    forged = [honest[0], _pod_round({"t.py::a": "passed"}, roles[1])]
+    assert "canary" in (read_verdict(verdict_line(nonce, 1, False, b"", "", rounds=forged), nonce).problem or "")
+    for rounds in ([], [honest[0], _pod_round({"t.py::b": "failed"}, {"t.py::b": "canary"})]):
+        problem = read_verdict(verdict_line(nonce, 1, False, b"", "", rounds=rounds), nonce).problem
+        assert problem is not None and "malformed" in problem, problem
