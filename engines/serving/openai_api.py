@@ -1,10 +1,12 @@
 """The OpenAI-compatible routes: /v1/models, /v1/chat/completions and /v1/completions (vLLM's shapes).
 
-Chat answers parse Hermes tool calls when the request has tools (tool_parser.py, chat_stream.py)."""
+Chat answers parse Hermes tool calls when the request has tools (tool_parser.py, chat_stream.py); `tool_choice`
+required or a named function forces the call's opening into the prompt (tool_choice.py, forced_call.py)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -14,7 +16,8 @@ from fastapi.responses import Response, StreamingResponse
 from engines.serving import responses as shapes
 from engines.serving.bridge import GenerationFailed, PromptGeneration
 from engines.serving.chat_stream import ChatStreamAssembler
-from engines.serving.chat_template import ChatTemplateError, render_chat
+from engines.serving.chat_template import ChatTemplateError, RenderedChat, render_chat
+from engines.serving.forced_call import ForcedCall, ForcingError, plan_forced_call
 from engines.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -22,6 +25,7 @@ from engines.serving.protocol import (
     generation_params,
 )
 from engines.serving.state import EngineState, engine_state
+from engines.serving.tool_choice import ToolChoice, ToolChoiceError, read_tool_choice
 from engines.serving.tool_parser import parse_tool_calls
 
 router = APIRouter()
@@ -50,23 +54,60 @@ async def list_models(state: EngineState = Depends(engine_state)) -> Response:
     return json_response({"object": "list", "data": [card]}, state.holder.policy_version)
 
 
+def _rendered(state: EngineState, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              add_generation_prompt: bool, continue_final_message: bool,
+              template_kwargs: dict[str, Any] | None) -> RenderedChat:
+    try:
+        return render_chat(state.holder.tokenizer, messages, tools, add_generation_prompt, continue_final_message,
+                           template_kwargs)
+    except ChatTemplateError as exc:
+        raise RequestError(str(exc), param=exc.param) from exc
+
+
+def _encode(state: EngineState, text: str) -> list[int]:
+    return list(state.holder.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def chat_prompt_ids(state: EngineState, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                     add_generation_prompt: bool, continue_final_message: bool,
                     template_kwargs: dict[str, Any] | None) -> list[int]:
     """Renders a conversation (chat_template.py decides the template) and tokenises it without extra special
     tokens; shared by chat completions and /tokenize so both count the same tokens."""
-    tokenizer = state.holder.tokenizer
+    rendered = _rendered(state, messages, tools, add_generation_prompt, continue_final_message, template_kwargs)
+    return _encode(state, rendered.text)
+
+
+def _tool_choice(body: ChatCompletionRequest) -> ToolChoice:
     try:
-        rendered = render_chat(tokenizer, messages, tools, add_generation_prompt, continue_final_message,
-                               template_kwargs)
-    except ChatTemplateError as exc:
+        return read_tool_choice(body.tool_choice, body.tools)
+    except ToolChoiceError as exc:
         raise RequestError(str(exc), param=exc.param) from exc
-    return list(tokenizer(rendered.text, add_special_tokens=False)["input_ids"])
 
 
-def _chat_prompt(state: EngineState, body: ChatCompletionRequest) -> list[int]:
-    return chat_prompt_ids(state, body.messages, body.tools, body.add_generation_prompt,
-                           body.continue_final_message, body.chat_template_kwargs)
+def _forced_call(state: EngineState, body: ChatCompletionRequest, choice: ToolChoice, rendered: RenderedChat,
+                 prompt_ids: list[int]) -> ForcedCall:
+    if body.continue_final_message or not body.add_generation_prompt:
+        raise RequestError(f"tool_choice={body.tool_choice!r} starts a new assistant answer with a tool call, so it "
+                           "needs add_generation_prompt=true and continue_final_message=false; drop those fields or "
+                           "use tool_choice 'auto'", param="tool_choice")
+    decode = state.holder.tokenizer.decode
+    try:
+        return plan_forced_call(lambda text: _encode(state, text), lambda ids: decode(ids, skip_special_tokens=False),
+                                rendered.text, prompt_ids, choice.names)
+    except ForcingError as exc:
+        raise RequestError(str(exc), param="tool_choice") from exc
+
+
+def _chat_prompt(state: EngineState, body: ChatCompletionRequest,
+                 choice: ToolChoice) -> tuple[list[int], ForcedCall | None]:
+    """The prompt the engine generates from, and the forced call when `tool_choice` forces one."""
+    rendered = _rendered(state, body.messages, body.tools, body.add_generation_prompt, body.continue_final_message,
+                         body.chat_template_kwargs)
+    prompt_ids = _encode(state, rendered.text)
+    if not choice.forces_call:
+        return prompt_ids, None
+    forced = _forced_call(state, body, choice, rendered, prompt_ids)
+    return list(forced.prompt_ids), forced
 
 
 async def _start(state: EngineState, prompts_ids: list[list[int]], params) -> PromptGeneration:
@@ -94,19 +135,26 @@ async def chat_completions(body: ChatCompletionRequest,
                            state: EngineState = Depends(engine_state)) -> Response:
     """Chat completion, streamed or not."""
     state.check_model_name(body.model)
-    prompt_ids = _chat_prompt(state, body)
+    choice = _tool_choice(body)
+    prompt_ids, forced = _chat_prompt(state, body, choice)
     top_k = body.top_logprobs or 0
     params = generation_params(body, body.max_completion_tokens or body.max_tokens, len(prompt_ids),
                                state.holder.max_model_len, top_k, "messages")
+    if forced is not None:
+        params = replace(params, continuations=forced.continuations)
     generation = await _start(state, [prompt_ids], params)
     meta = shapes.ResponseMeta(shapes.new_id("chatcmpl"), state.served_model_name, generation.policy_version)
     if body.stream:
-        return _streaming(_chat_stream(state, body, generation, meta, prompt_ids), meta.policy_version)
+        return _streaming(_chat_stream(state, body, generation, meta, prompt_ids, choice, forced),
+                          meta.policy_version)
     choices = await _collect(generation, body.n)
-    parsed = [parse_tool_calls(c.text) for c in choices] if body.parses_tool_calls else None
+    forced_text, forced_names = (forced.forced_text, forced.names) if forced is not None else ("", ())
+    parsed = [parse_tool_calls(forced_text + c.text, forced_names=forced_names)
+              for c in choices] if choice.parses_calls else None
     state.count_tool_call_parse_failures(sum(p.parse_failures for p in parsed or ()))
     return json_response(shapes.chat_body(meta, choices, prompt_ids, state.token_text, body.logprobs,
-                                          body.return_token_ids, parsed), meta.policy_version)
+                                          body.return_token_ids, parsed, choice,
+                                          forced.forced_tokens if forced is not None else 0), meta.policy_version)
 
 
 def _streaming(chunks: AsyncIterator[bytes], policy_version: int) -> StreamingResponse:
@@ -128,13 +176,17 @@ async def _guarded_stream(chunks: AsyncIterator[bytes], generation: PromptGenera
 
 
 def _chat_stream(state: EngineState, body: ChatCompletionRequest, generation: PromptGeneration,
-                 meta: shapes.ResponseMeta, prompt_ids: list[int]) -> AsyncIterator[bytes]:
+                 meta: shapes.ResponseMeta, prompt_ids: list[int], choice: ToolChoice,
+                 forced: ForcedCall | None) -> AsyncIterator[bytes]:
     async def chunks() -> AsyncIterator[bytes]:
+        forced_tokens = forced.forced_tokens if forced is not None else None
         for index in range(body.n):
-            yield sse(shapes.chat_role_chunk(meta, index, prompt_ids if body.return_token_ids else None))
+            yield sse(shapes.chat_role_chunk(meta, index, prompt_ids if body.return_token_ids else None,
+                                             forced_tokens))
         completion_tokens = 0
         assembler = ChatStreamAssembler(meta, body.n, state.token_text, body.logprobs, body.return_token_ids,
-                                        body.parses_tool_calls)
+                                        choice.parses_calls, tool_choice=choice,
+                                        forced_text=forced.forced_text if forced is not None else "")
         try:
             async for index, event in generation.events():
                 completion_tokens += 1

@@ -96,8 +96,8 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = None
     """Tool definitions, rendered by the model's chat template (or the fallback, see chat_template.py)."""
     tool_choice: Any = None
-    """`none` leaves tool calls in the text; anything else (`auto`, `required`, a named function) parses Hermes
-    `<tool_call>` blocks into `tool_calls` when `tools` are given. Decoding is not constrained to the choice."""
+    """`auto` (the default), `none` (tool calls stay text), `required` or a named function
+    (`{"type": "function", "function": {"name": ...}}`): the engine forces the call's opening (tool_choice.py)."""
     logprobs: bool = False
     """Return the sampled tokens' logprobs."""
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
@@ -116,11 +116,6 @@ class ChatCompletionRequest(SamplingFields):
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs=true")
         return self
-
-    @property
-    def parses_tool_calls(self) -> bool:
-        """Whether the answer's `<tool_call>` blocks become `tool_calls` (tools given, tool_choice not `none`)."""
-        return bool(self.tools) and self.tool_choice != "none"
 
 
 class CompletionRequest(SamplingFields):

@@ -9,12 +9,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engines.serving.scheduler import TokenEvent
+from engines.serving.tool_choice import ToolChoice, answer_finish_reason
 from engines.serving.tool_parser import ParsedOutput
 
 TokenText = Callable[[int], str]
 PARSE_FAILURES_FIELD = "tool_call_parse_failures"
 """Extra field of a chat choice (and of a streamed choice's last chunk) when tool calls are parsed: blocks that
 could not be parsed and were left in the content as text."""
+FORCED_TOKENS_FIELD = "tool_choice_forced_tokens"
+"""Extra top-level field of a chat answer (of a stream's first chunks) whose `tool_choice` forced a call: how many
+tokens at the end of `prompt_token_ids` the engine forced (the call's opening; not sampled)."""
+CONSTRAINED_TOKENS_FIELD = "tool_choice_constrained_tokens"
+"""Extra field of a forced answer's choice (of a streamed choice's last chunk): its first response tokens drawn under
+the function-name constraint, each reported with a null logprob."""
+AUTO = ToolChoice("auto", (), True)
 
 
 def new_id(prefix: str) -> str:
@@ -36,10 +44,13 @@ class ChoiceLog:
     """'stop' or 'length' once finished."""
     stop_reason: str | int | None = None
     """Matched stop string or stop token id."""
+    constrained_tokens: int = 0
+    """Tokens drawn under a prefix constraint (their logprob is NaN)."""
 
     def add(self, event: TokenEvent) -> None:
         """Accumulates one token event."""
         self.token_ids.append(event.token_id)
+        self.constrained_tokens += event.constrained
         self.text += event.text_delta
         self.events.append(event)
         self.finish_reason, self.stop_reason = event.finish_reason, event.stop_reason
@@ -102,9 +113,9 @@ class ResponseMeta:
 
 
 def chat_choice(index: int, choice: ChoiceLog, parsed: ParsedOutput | None, token_text: TokenText,
-                with_logprobs: bool, with_token_ids: bool) -> dict[str, Any]:
+                with_logprobs: bool, with_token_ids: bool, tool_choice: ToolChoice = AUTO) -> dict[str, Any]:
     """One choice of a chat.completion; with `parsed`, its tool calls and the content outside them (token ids and
-    logprobs stay the raw sampled tokens)."""
+    logprobs stay the sampled tokens; a forced call's opening is in the prompt)."""
     message: dict[str, Any] = {"role": "assistant", "content": choice.text, "tool_calls": [],
                                "reasoning_content": None}
     finish_reason = choice.finish_reason
@@ -112,8 +123,10 @@ def chat_choice(index: int, choice: ChoiceLog, parsed: ParsedOutput | None, toke
     if parsed is not None:
         message["content"] = parsed.content
         message["tool_calls"] = [call.openai() for call in parsed.tool_calls]
-        finish_reason = "tool_calls" if parsed.tool_calls else finish_reason
+        finish_reason = answer_finish_reason(tool_choice, finish_reason, bool(parsed.tool_calls))
         extra[PARSE_FAILURES_FIELD] = parsed.parse_failures
+    if tool_choice.forces_call:
+        extra[CONSTRAINED_TOKENS_FIELD] = choice.constrained_tokens
     return {
         "index": index, "message": message,
         "logprobs": chat_logprobs(choice.events, token_text) if with_logprobs else None,
@@ -123,14 +136,17 @@ def chat_choice(index: int, choice: ChoiceLog, parsed: ParsedOutput | None, toke
 
 
 def chat_body(meta: ResponseMeta, choices: list[ChoiceLog], prompt_ids: list[int], token_text: TokenText,
-              with_logprobs: bool, with_token_ids: bool,
-              parsed: list[ParsedOutput] | None = None) -> dict[str, Any]:
-    """A complete chat.completion body; `parsed` (one per choice) when tool calls are parsed."""
+              with_logprobs: bool, with_token_ids: bool, parsed: list[ParsedOutput] | None = None,
+              tool_choice: ToolChoice = AUTO, forced_tokens: int = 0) -> dict[str, Any]:
+    """A complete chat.completion body; `parsed` (one per choice) when tool calls are parsed; `forced_tokens` of
+    `prompt_ids` when `tool_choice` forced a call."""
     body = meta.envelope("chat.completion")
     body["choices"] = [chat_choice(i, c, parsed[i] if parsed is not None else None, token_text, with_logprobs,
-                                   with_token_ids) for i, c in enumerate(choices)]
+                                   with_token_ids, tool_choice) for i, c in enumerate(choices)]
     body["usage"] = usage(len(prompt_ids), sum(len(c.token_ids) for c in choices))
     body["prompt_token_ids"] = prompt_ids if with_token_ids else None
+    if tool_choice.forces_call:
+        body[FORCED_TOKENS_FIELD] = forced_tokens
     return body
 
 
@@ -148,13 +164,17 @@ def completion_body(meta: ResponseMeta, choices: list[ChoiceLog], prompts_ids: l
     return body
 
 
-def chat_role_chunk(meta: ResponseMeta, index: int, prompt_ids: list[int] | None) -> dict[str, Any]:
-    """The first chunk of a streamed chat choice: role assistant, empty content (+ prompt token ids)."""
+def chat_role_chunk(meta: ResponseMeta, index: int, prompt_ids: list[int] | None,
+                    forced_tokens: int | None = None) -> dict[str, Any]:
+    """The first chunk of a streamed chat choice: role assistant, empty content (+ prompt token ids, + how many of
+    them a forced tool call added)."""
     chunk = meta.envelope("chat.completion.chunk")
     chunk["choices"] = [{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                          "finish_reason": None}]
     if prompt_ids is not None:
         chunk["prompt_token_ids"] = prompt_ids
+    if forced_tokens is not None:
+        chunk[FORCED_TOKENS_FIELD] = forced_tokens
     return chunk
 
 

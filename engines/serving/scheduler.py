@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -22,6 +23,7 @@ from engines.serving import kv_batch
 from engines.serving.detokenizer import ChoiceText
 from engines.serving.model_holder import ModelHolder
 from engines.serving.prefix_cache import PrefixCache, PrefixHit
+from engines.serving.prefix_constraint import Continuations, allowed_next_tokens, constrain_logits_BV
 from engines.serving.sampling import (
     LOGPROBS_MODES,
     REPORTED_LOGPROB_FLOOR,
@@ -57,6 +59,9 @@ class GenerationParams:
     """Number of choices."""
     top_logprobs: int = 0
     """Alternatives reported per token (0: only the sampled token's logprob)."""
+    continuations: Continuations = ()
+    """Token sequences every choice must begin with one of (a forced tool call's function name:
+    `engines.serving.prefix_constraint`); empty: unconstrained."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,7 @@ class TokenEvent:
     """The sampled token id."""
     logprob: float
     """Its log-probability under the distribution it was sampled from (`logprobs_mode` processed; a greedy row's:
-    the raw one) or the raw model distribution (`raw`)."""
+    the raw one) or the raw model distribution (`raw`); NaN for a token drawn under a prefix constraint."""
     top: tuple[tuple[int, float], ...]
     """The best (token id, logprob) alternatives under the same distribution, best first."""
     text_delta: str
@@ -86,6 +91,9 @@ class TokenEvent:
     """'stop' or 'length' on the choice's last token, else None."""
     stop_reason: str | int | None = None
     """The stop string or stop token id that ended the choice, else None."""
+    constrained: bool = False
+    """Drawn under the request's prefix constraint (`GenerationParams.continuations`): not from the policy's own
+    distribution, so `logprob` is NaN (reported as null)."""
 
 
 @dataclass(frozen=True)
@@ -305,7 +313,9 @@ class GenerationScheduler:
                      batch: kv_batch.KVBatch) -> list[int]:
         """Samples one token per row, emits it, and returns the indices of rows that continue; a finished row's
         cache is stored before its last token is emitted (the harness's next call may follow at once)."""
-        tokens_B, logprobs_BV = sample_step(logits_BV, [r.request.params.sampling for r in rows],
+        allowed = [allowed_next_tokens(r.request.params.continuations, r.tokens) for r in rows]
+        tokens_B, logprobs_BV = sample_step(constrain_logits_BV(logits_BV, allowed),
+                                            [r.request.params.sampling for r in rows],
                                             [r.generator for r in rows], self.logprobs_mode)
         logprobs_BV = logprobs_BV.clamp_min(REPORTED_LOGPROB_FLOOR)
         chosen_B = logprobs_BV.gather(1, tokens_B[:, None])[:, 0]
@@ -319,8 +329,9 @@ class GenerationScheduler:
             finish, reason = self._advance(row, token, lengths_B[b] + 1)
             if finish is not None:
                 self._keep_finished(batch, b, row)
-            row.request.emit(TokenEvent(row.choice, token, float(chosen_B[b]), top,
-                                        row.text.take_delta(final=finish is not None), finish, reason))
+            constrained = allowed[b] is not None
+            row.request.emit(TokenEvent(row.choice, token, math.nan if constrained else float(chosen_B[b]), top,
+                                        row.text.take_delta(final=finish is not None), finish, reason, constrained))
             if finish is None:
                 row.next_token = token
                 keep.append(b)

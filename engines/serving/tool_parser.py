@@ -9,7 +9,13 @@ Rules (the deliberate differences from vLLM's `hermes` parser are listed in test
 - a block whose body is not a JSON object with a non-empty string `name` and object `arguments` (absent: `{}`; a
   string holding a JSON object is accepted) stays in the content as text, tags included, and counts as a failure;
 - content is the text outside the parsed blocks, whitespace next to a parsed block trimmed; it is None when it is
-  empty and calls were made.
+  empty and calls were made;
+- an engine-forced call (`tool_choice` required or a named function: the parser is primed with the forced opening,
+  `forced_names` given) is a call even when the model did not complete its JSON: the first block that starts with
+  the opening `call_head(name)` of a forced function becomes a call of that function whose arguments are the JSON
+  object at the start of what the model wrote after `"arguments":`, or, when none parses there, that text as it is
+  (OpenAI's arguments "may not be valid JSON"; vLLM answers a named call the same way); the latter counts as a
+  failure.
 """
 
 from __future__ import annotations
@@ -92,6 +98,29 @@ def parse_call_body(body: str) -> tuple[str, str] | None:
     return call["name"], json.dumps(arguments, ensure_ascii=False)
 
 
+def call_head(name: str) -> str:
+    """The beginning of a call block's body up to its arguments, as chat templates render a call (HF's `tojson`:
+    `{"name": "f", "arguments": {...}}`), without the space before the arguments."""
+    return '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments":'
+
+
+def forced_call_body(body: str, names: tuple[str, ...]) -> tuple[str, str, bool] | None:
+    """(name, arguments, arguments are a JSON object) of a forced block whose body does not parse as a whole, or None
+    when it does not start with a forced function's `call_head`."""
+    for name in names:
+        head = call_head(name)
+        if body.startswith(head):
+            written = body[len(head):].strip()
+            try:
+                arguments, _ = json.JSONDecoder().raw_decode(written)
+            except json.JSONDecodeError:
+                return name, written, False
+            if isinstance(arguments, dict):
+                return name, json.dumps(arguments, ensure_ascii=False), True
+            return name, written, False
+    return None
+
+
 def partial_prefix_length(text: str, tag: str) -> int:
     """Length of the longest end of `text` that is a proper beginning of `tag` (what may still become the tag)."""
     for length in range(min(len(text), len(tag) - 1), 0, -1):
@@ -103,8 +132,10 @@ def partial_prefix_length(text: str, tag: str) -> int:
 class ToolCallStream:
     """Incremental Hermes parser of one choice."""
 
-    def __init__(self, make_call_id: Callable[[], str] = new_call_id) -> None:
+    def __init__(self, make_call_id: Callable[[], str] = new_call_id, forced_names: tuple[str, ...] = ()) -> None:
         self._make_call_id = make_call_id
+        self._forced_names = forced_names
+        """Functions the first block is a forced call of (the engine wrote its opening); empty: none forced."""
         self._buffer = ""
         self._in_block = False
         self._held_space = ""
@@ -177,6 +208,12 @@ class ToolCallStream:
 
     def _block(self, body: str, closed: bool) -> None:
         parsed = parse_call_body(body.strip())
+        forced_names, self._forced_names = self._forced_names, ()
+        if parsed is None and forced_names:
+            forced = forced_call_body(body.strip(), forced_names)
+            if forced is not None:
+                self._failures += 0 if forced[2] else 1
+                parsed = forced[:2]
         if parsed is None:
             self._failures += 1
             self._text(START_TAG + body + (END_TAG if closed else ""))
@@ -190,9 +227,11 @@ class ToolCallStream:
             self._content.append(text)
 
 
-def parse_tool_calls(text: str, make_call_id: Callable[[], str] = new_call_id) -> ParsedOutput:
-    """Splits a whole generated text into content and tool calls."""
-    stream = ToolCallStream(make_call_id)
+def parse_tool_calls(text: str, make_call_id: Callable[[], str] = new_call_id,
+                     forced_names: tuple[str, ...] = ()) -> ParsedOutput:
+    """Splits a whole generated text into content and tool calls (`forced_names`: the text starts with an
+    engine-forced call of one of them)."""
+    stream = ToolCallStream(make_call_id, forced_names)
     stream.feed(text)
     stream.finish()
     return stream.result()
