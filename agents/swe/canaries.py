@@ -11,7 +11,7 @@ The line goes after the function's last statement (a new line at the body's inde
 body), so that a test that fails on the bug fails at the same assertion with the same message in both roles; a
 function that can `return` early (a `return` or `yield` of its own) gets the line before its first statement instead.
 A graded test whose function is not defined in its file under its node id's classes (inherited, generated) gets no
-line and is real in every round (`RoundPlan.unguarded`).
+line and is real in every round (`unguarded`, `role_of`).
 """
 
 from __future__ import annotations
