@@ -184,7 +184,7 @@ def _try_bug(base: Base, work: Path, relative: str, mutation: Mutation, passing_
     mutated = apply_mutation(original, mutation)
     path.write_text(mutated, encoding="utf-8")
     try:
-        run = run_tests(work, passing_at_base, timeout_s=timeout_s)
+        run = run_tests(work, passing_at_base, timeout_s=timeout_s, rounds=1)  # our own bug: no canaries
     finally:
         path.write_text(original, encoding="utf-8")
     failing = [node for node in passing_at_base if run.outcomes.get(node) == "failed"]
