@@ -14,10 +14,13 @@
 | cancelled    | -                                                  | failed    | infra | no                      |
 
 Infra is only what the policy cannot cause. A harness exiting non-zero is infra only when the attempt's last call
-shows the engine failed, as the gateway recorded it (`CallRecord.error_code` in `ENGINE_FAILURES`: not reachable,
-an answer off the protocol or a 5xx, a dropped stream). After anything else, whatever its HTTP status, it is the
-agent's failure: an answer the model wrote that the harness could not use, a context the model's answers filled (a
-4xx), an answer longer than the gateway's timeout, a 429 quota, a 502 recorded without a code (an older gateway).
+shows the engine could not be reached, as the gateway recorded it (`CallRecord.error_code` in `ENGINE_FAILURES`:
+no answer at all, after the gateway's retries). After anything else, whatever its HTTP status, it is the agent's
+failure: an answer the model wrote that the harness could not use, a context the model's answers filled (a 4xx), an
+answer longer than the gateway's timeout, a 429 quota, a 502 recorded without a code (an older gateway), and also an
+engine that answered off the protocol, with a 5xx or with a stream that broke: the harness chose that request (its
+`n`, its limits, its tools), and an answer the request can provoke is a retry the policy could farm (ambiguous
+failures are the agent's; a genuinely broken engine then shows as reward 0 everywhere, with the code in each call).
 Each infra outcome carries its `InfraReason`, which the state change records (the infra rate per cause).
 
 An `agent` failure is final and counts as the agent's result; no reward is posted unless the recipe sets
@@ -34,8 +37,6 @@ from gateway.records import CallErrorCode, CallRecord, FailureKind, InfraReason,
 
 ENGINE_FAILURES: dict[CallErrorCode, InfraReason] = {
     CallErrorCode.UPSTREAM_UNAVAILABLE: InfraReason.ENGINE_UNREACHABLE,
-    CallErrorCode.UPSTREAM_PROTOCOL_ERROR: InfraReason.ENGINE_BROKEN,
-    CallErrorCode.STREAM_BROKEN: InfraReason.ENGINE_BROKEN,
 }
 """The recorded call errors the policy cannot cause, and the reason a harness giving up after one of them is given."""
 INFRA_TERMINATIONS: dict[Termination, InfraReason] = {
@@ -46,8 +47,7 @@ INFRA_TERMINATIONS: dict[Termination, InfraReason] = {
 }
 """The terminations the policy cannot cause; any other (exited, crashed, timed out, over a memory or disk limit of
 its own, or one added later) is the agent's."""
-ENGINE_FAILED = {InfraReason.ENGINE_UNREACHABLE: "engine unreachable",
-                 InfraReason.ENGINE_BROKEN: "the engine broke the protocol or its stream"}
+ENGINE_FAILED = {InfraReason.ENGINE_UNREACHABLE: "engine unreachable"}
 
 
 @dataclass(frozen=True)

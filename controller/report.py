@@ -19,7 +19,7 @@ from controller.recipe import Grade, GradeInput, GraderInfraError
 from controller.reward_details import safe_details, safe_text
 from controller.runners.base import RunResult
 from gateway.client import GatewayAPIError, GatewayClient
-from gateway.records import FailureKind, RolloutState
+from gateway.records import FailureKind, InfraReason, RolloutState
 from sandbox import SandboxError
 from sandbox.hostile_tree import TreeLimits, TreeProblem, survey_tree
 
@@ -44,7 +44,7 @@ def report_attempt(attempt: Attempt, result: RunResult, admin: GatewayClient, gr
         outcome, retryable = _grade(attempt, result, calls, grader, outcome, controller_id)
     final = settle(outcome, number, attempt.rollout.max_attempts) if retryable else outcome
     admin.set_state(rollout_id, final.state, final.failure_kind, final.error, attempt=number,
-                    controller_id=controller_id)
+                    controller_id=controller_id, reason=final.reason)
     log.info("rollout %s attempt %s: %s %s", rollout_id, number, final.state, final.error or "")
     return final
 
@@ -68,7 +68,8 @@ def _grade(attempt: Attempt, result: RunResult, calls: list, grader: GatewayClie
         log.exception("grader of recipe %s failed on its own infrastructure for rollout %s", recipe.name, rollout_id)
         return Outcome(RolloutState.FAILED, FailureKind.INFRA,
                        f"grader of recipe {recipe.name!r} failed: {type(exc).__name__}: {exc}; fix what it names "
-                       "(the harness is not re-run for a grader error)", graded=False), False
+                       "(the harness is not re-run for a grader error)", graded=False,
+                       reason=InfraReason.GRADER_CRASHED), False
     except Exception as exc:  # noqa: BLE001 - a grader crash on what the agent left is the agent's failure
         log.warning("grader of recipe %s raised on rollout %s: %s: %s", recipe.name, rollout_id,
                     type(exc).__name__, safe_text(str(exc), 500))

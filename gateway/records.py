@@ -51,13 +51,12 @@ class InfraReason(StrEnum):
     STATE event's `reason`), so the infra rate shows per cause. Only what the policy cannot cause is infra."""
 
     ENGINE_UNREACHABLE = "engine_unreachable"  # the harness gave up after the engine did not answer (connection)
-    ENGINE_BROKEN = "engine_broken"  # ... after the engine broke the protocol, answered a 5xx or dropped its stream
     START_FAILED = "start_failed"  # the attempt could not be prepared or started (runner, sandbox, workdir)
     EVICTED = "evicted"  # the node evicted the attempt
     NODE_LOST = "node_lost"  # the node or the Job vanished under the attempt
     CANCELLED = "cancelled"  # the controller cancelled the attempt (shutdown)
     LEASE_EXPIRED = "lease_expired"  # the controller stopped renewing its lease (it died, or could not report)
-    GRADER_CRASHED = "grader_crashed"  # the recipe's grader raised
+    GRADER_CRASHED = "grader_crashed"  # the recipe's grader failed on its own infrastructure (GraderInfraError)
     RECIPE_UNAVAILABLE = "recipe_unavailable"  # the rollout names a recipe the controller cannot load
 
 

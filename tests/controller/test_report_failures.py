@@ -67,8 +67,10 @@ def test_a_grader_that_raises_on_the_attempt_is_the_agents_failure_with_reward_z
 
 @pytest.mark.parametrize("error", [GraderInfraError("the store is gone"), SandboxError("no bwrap")])
 def test_the_graders_own_infrastructure_failing_is_infra(gateway, grader, tmp_path, error):
-    rollout, _ = run(gateway, grader, tmp_path, RaisingRecipe(error=error))
+    rollout, events = run(gateway, grader, tmp_path, RaisingRecipe(error=error))
     assert (rollout.state, rollout.failure_kind, rollout.reward) == (RolloutState.FAILED, FailureKind.INFRA, None)
+    states = [e.payload for e in events if e.kind == EventKind.STATE and e.payload.get("state") == "failed"]
+    assert states[-1]["reason"] == "grader_crashed"  # the infra rate per cause shows it
 
 
 def test_details_no_store_would_take_are_made_safe_and_the_reward_lands(gateway, grader, tmp_path):
