@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.capture import MAX_CHOICES
 from gateway.errors import BadRequest
 from gateway.records import RolloutMode, SamplingRecord
 
@@ -73,6 +74,13 @@ def check_types(requested: dict[str, Any]) -> None:
         raise BadRequest(f"'top_k' must be an integer (0 or -1: off), got {top_k!r}", param="top_k")
 
 
+def check_choices(n: Any) -> None:
+    """BadRequest unless `n` (the choices asked for) is absent or an integer in [1, MAX_CHOICES]: more choices than
+    the gateway records would come back as an answer off the protocol, a failure the harness chose."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES):
+        raise BadRequest(f"'n' must be an integer from 1 to {MAX_CHOICES}, got {str(n)[:40]}", param="n")
+
+
 def applied_values(values: dict[str, Any]) -> dict[str, float | int]:
     """The four parameters an engine applies for `values` (absent ones neutral): top_k -1 is 0 (off); a greedy
     temperature makes top_p 1, top_k 0 and min_p 0, as vLLM resets them."""
@@ -99,6 +107,7 @@ def apply_policy(chat: dict[str, Any], requested: dict[str, Any], mode: RolloutM
     parameters it lacks set to their neutral values. `n` and `stream` are left as they are: the parameters apply to
     every choice and to a streamed answer alike."""
     check_types(requested)
+    check_choices(chat.get("n"))
     forwarded = dict(chat)
     if enforces(policy, mode):
         for key in PENALTY_FIELDS:
