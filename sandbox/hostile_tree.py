@@ -21,12 +21,15 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 MAX_LINK_HOPS = 40  # the kernel's own limit on links followed while resolving one path
+PATH_MAX_CHARS = 4096  # the kernel's PATH_MAX
+MAX_LINK_STEPS = 1_000_000  # components one survey resolves across all its links (about a second of work)
 OPEN_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 OPEN_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 EntryKind = Literal["dir", "file", "link", "other"]
@@ -41,6 +44,7 @@ class TreeLimits:
     max_total_bytes: int = 512 << 20  # the sum of the regular files' sizes
     max_file_bytes: int = 64 << 20  # one regular file's size
     max_depth: int = 48  # path components below the root
+    max_link_steps: int = MAX_LINK_STEPS  # path components resolved across all the tree's links
 
 
 @dataclass(frozen=True)
@@ -150,8 +154,9 @@ def survey_tree(root: Path, limits: TreeLimits = TreeLimits()) -> TreeSurvey:
             _walk_dir(fd, "", walk)
         finally:
             os.close(fd)
+        budget = _Budget(limits.max_link_steps)
         for link, target in walk.links.items():
-            if not resolves_inside(link, target, walk.links, absolute_root=str(root.absolute())):
+            if not resolves_inside(link, target, walk.links, absolute_root=str(root.absolute()), budget=budget):
                 raise _tamper(f"the link {link!r} -> {target[:200]!r} resolves outside the tree")
     except TreeRefused as refused:
         return TreeSurvey(tuple(walk.entries), walk.total_bytes, refused.problem, dict(walk.links))
@@ -188,19 +193,35 @@ def _text(target: str) -> str:
     return os.fsencode(target).decode("utf-8", "replace")
 
 
-def resolves_inside(link: str, target: str, links: Mapping[str, str], *, absolute_root: str | None = None) -> bool:
+class _Budget:
+    """Components one survey may resolve across all its links (a chain of long link targets multiplies them)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def spend(self, count: int) -> None:
+        self.steps -= count
+        if self.steps < 0:
+            raise _limit("max_link_steps", "its links take more resolving than the cap allows (chains of long link "
+                                           "targets)")
+
+
+def resolves_inside(link: str, target: str, links: Mapping[str, str], *, absolute_root: str | None = None,
+                    budget: _Budget | None = None) -> bool:
     """Whether the link at relative path `link`, pointing at `target`, resolves to a path inside the tree when the
     tree's own `links` (relative path -> target) are followed on the way, as the kernel would. An absolute target is
-    inside only when it names a path under `absolute_root` (the tree's own absolute path)."""
-    resolved: list[str] = link.split("/")[:-1]
+    inside only when it names a path under `absolute_root` (the tree's own absolute path). Each component resolved
+    costs one step of `budget` (TreeRefused past it)."""
+    budget = budget or _Budget(MAX_LINK_STEPS)
     pending = _start(target, absolute_root)
     if pending is None:
         return False
-    if target.startswith("/"):
-        resolved = []
+    resolved: list[str] = [] if target.startswith("/") else _prefixes(link.split("/")[:-1])  # "a", "a/b", ...
     hops = 0
-    while pending:
-        part = pending.pop(0)
+    queue = deque(pending)
+    budget.spend(len(queue))
+    while queue:
+        part = queue.popleft()
         if part in ("", "."):
             continue
         if part == "..":
@@ -208,19 +229,27 @@ def resolves_inside(link: str, target: str, links: Mapping[str, str], *, absolut
                 return False
             resolved.pop()
             continue
-        candidate = "/".join([*resolved, part])
+        candidate = f"{resolved[-1]}/{part}" if resolved else part
+        if len(candidate) > PATH_MAX_CHARS:
+            return False  # the kernel refuses a path this long: it leads nowhere inside
         if candidate not in links:
-            resolved.append(part)
+            resolved.append(candidate)
             continue
         hops += 1
         inner = links[candidate]
         restart = _start(inner, absolute_root)
         if hops > MAX_LINK_HOPS or restart is None:
             return False
+        budget.spend(len(restart))
         if inner.startswith("/"):
             resolved = []
-        pending = restart + pending
+        queue.extendleft(reversed(restart))
     return True
+
+
+def _prefixes(parts: list[str]) -> list[str]:
+    """The paths of a directory and each of its parents, parents first ("a", "a/b", "a/b/c")."""
+    return ["/".join(parts[:index + 1]) for index in range(len(parts))]
 
 
 def _start(target: str, absolute_root: str | None) -> list[str] | None:

@@ -154,3 +154,22 @@ def test_read_file_reads_a_regular_file_and_follows_no_link(tree, secret_dir):
         read_file(tree, "absent.txt", 100)
     with pytest.raises(TreeRefused):
         read_file(tree, "../secret/key.txt", 100)
+
+
+def test_link_chains_that_multiply_resolution_work_are_a_cap_not_hours_of_work(tmp_path):
+    """40 chained links with 4 KB targets each, then links to the chain: every link resolves inside the tree, but
+    resolving them all was hours of CPU in the controller (attack review); the work is capped and named."""
+    for k in range(40):
+        os.symlink((f"c{k + 1}/" if k < 39 else "") + "./" * 2030 + ".", tmp_path / f"c{k}")
+    for index in range(20):
+        os.symlink("c0", tmp_path / f"l{index}")
+    problem = survey_tree(tmp_path).problem
+    assert problem is not None and problem.kind == "limit" and problem.cap == "max_link_steps"
+
+
+def test_many_ordinary_links_are_well_within_the_link_work_cap(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("")
+    for index in range(2_000):  # a node_modules/.bin or a venv's worth of relative links
+        os.symlink("../pkg/mod.py", tmp_path / "pkg" / f"alias{index}.py")
+    assert survey_tree(tmp_path).problem is None
