@@ -21,8 +21,10 @@ START_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"
 NODE_LOST_REASONS = frozenset({"NodeLost", "Terminated", "NodeShutdown", "UnexpectedAdmissionError"})
 # The kubelet's eviction messages for a pod past a limit of its own (pkg/kubelet/eviction): the agent's doing, not the
 # node's; an eviction for node pressure or a disruption stays the infrastructure's.
+# Under node pressure the kubelet evicts the pods using most above their requests, and names a container that did
+# ("... has larger consumption of inodes"): that pod caused the pressure (millions of files, a fork bomb).
 OWN_LIMIT_EVICTIONS = ("exceeds the total limit of containers", "exceeded its local ephemeral storage limit",
-                       "Usage of EmptyDir volume")
+                       "Usage of EmptyDir volume", "has larger consumption of")
 Ending = tuple[Termination, int | None, str]  # (termination, exit code, detail)
 
 

@@ -103,6 +103,9 @@ def test_create_success_logs_and_deletion(kube, tmp_path):
               'limit "10Gi". '}, Termination.LIMIT_EXCEEDED, None),
     (FAILED, {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: ephemeral-storage. "},
      Termination.EVICTED, None),
+    (FAILED, {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: inodes. Threshold "
+              "quantity: 1000, available: 10. Container harness was using 900000, request is 0, has larger "
+              "consumption of inodes. "}, Termination.LIMIT_EXCEEDED, None),
     (FAILED, {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True"}]},
      Termination.EVICTED, None),
     (FAILED, {"phase": "Failed", "reason": "NodeLost"}, Termination.NODE_LOST, None),
