@@ -62,7 +62,8 @@ def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s:
         if (nothing_to_run := graded_checkout(store, instance, patch, policy, details, fresh)) is not None:
             return nothing_to_run
         tests = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]
-        run = run_tests(fresh, tests, timeout_s=timeout_s)  # the store is not in the sandbox
+        run = run_tests(fresh, tests, timeout_s=timeout_s,  # the store is not in the sandbox
+                        watched=details["graded_files"])
     return Grade(reward=0.0, details={**details, **run_details(run)}) if run.problem or run.timed_out else \
         _graded(run, instance, details)
 

@@ -22,7 +22,7 @@ import math
 import secrets
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +90,13 @@ def pod_pytest_args(repo: Path, test_ids: list[str], sentinel_name: str) -> list
     return [arg.replace(local, REPO_TOKEN) for arg in args]
 
 
-def pack_grading_input(repo: Path, test_ids: list[str], timeout_s: float) -> dict[str, bytes]:
-    """The Secret's files: the graded checkout, the runner files and run.json; GradingInputTooLarge past the limit."""
+def pack_grading_input(repo: Path, test_ids: list[str], timeout_s: float,
+                       watched: Sequence[str] = ()) -> dict[str, bytes]:
+    """The Secret's files: the graded checkout, the runner files (the verdict guard watching `watched`, the files the
+    agent's diff changed) and run.json; GradingInputTooLarge past the limit."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-grade-input-") as scratch:
         runner = Path(scratch) / "runner"
-        sentinel = prepare_runner(runner, test_ids)
+        sentinel = prepare_runner(runner, test_ids, watched)
         assert sentinel is not None  # explicit test ids always get a sentinel
         files = {path.name: path.read_bytes() for path in sorted(runner.iterdir())}
     run = {"pytest_args": pod_pytest_args(repo, test_ids, sentinel.name), "timeout_s": timeout_s}

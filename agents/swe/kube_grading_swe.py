@@ -173,6 +173,7 @@ def _packed_input(store: Path, instance: dict[str, Any], patch: str, policy: Pat
         if (nothing_to_run := graded_checkout(store, instance, patch, policy, details, fresh)) is not None:
             return nothing_to_run
         try:
-            return pack_grading_input(fresh, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s)
+            return pack_grading_input(fresh, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s,
+                                      watched=details["graded_files"])
         except GradingInputTooLarge as error:
             raise GradingInfraError(f"instance {instance['instance_id']!r}: {error}") from error

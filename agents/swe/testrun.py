@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import tomllib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,12 +53,15 @@ from agents.swe.canaries import (
     unguarded,
 )
 from agents.swe.outcome_check import SENTINEL_PREFIX, SENTINEL_SOURCE, disagreement, parse_document, split_sentinel
+from agents.swe.verdict_guard import TAMPER_EXIT
 from sandbox import Limits, Network, SandboxError, SandboxSpec, build_argv, ensure_available, kill
 from sandbox.paths import interpreter_paths
 from sandbox.rlimits import within_current_limits
 
 PLUGIN_SOURCE = Path(__file__).with_name("pytest_outcomes.py")  # copied next to the launcher for each run
 PLUGIN_MODULE = "harnessrl_pytest_outcomes"  # the name the launcher registers the plugin under
+GUARD_SOURCE = Path(__file__).with_name("verdict_guard.py")  # the audit hook, copied next to the plugin
+GUARD_MODULE = "harnessrl_verdict_guard"
 # Run by `python -I -B -c`: argv = [-c, plugin path, outcomes fd, wanted ids file ("" for all), pytest args...].
 LAUNCHER = (
     "import importlib.util, json, os, sys\n"
@@ -67,6 +71,14 @@ LAUNCHER = (
     "spec.loader.exec_module(plugin)\n"
     "plugin.OUTPUT_FD = int(sys.argv[2])\n"
     "plugin.WANTED = frozenset(json.load(open(sys.argv[3]))) if sys.argv[3] else None\n"
+    "watched = os.path.join(os.path.dirname(sys.argv[1]), 'watched.json')\n"
+    "if os.path.exists(watched):\n"  # the verdict guard, for the files the agent's diff changed
+    f"    spec = importlib.util.spec_from_file_location({GUARD_MODULE!r}, os.path.join(os.path.dirname(sys.argv[1]), "
+    "'guard.py'))\n"
+    "    guard = importlib.util.module_from_spec(spec)\n"
+    "    spec.loader.exec_module(guard)\n"
+    "    guard.install(json.load(open(watched)), os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[1])))\n"
+    "    del guard, spec\n"
     "sys.path.insert(0, os.getcwd())\n"  # what `python -m pytest` does, now that the runner is loaded
     "sys.exit(int(pytest.main(sys.argv[4:], plugins=[plugin])))\n"
 )
@@ -141,12 +153,15 @@ def pytest_args(repo: Path, runner: Path, test_ids: list[str] | None, sentinel: 
             *([str(sentinel)] if sentinel is not None else [])]
 
 
-def prepare_runner(runner: Path, test_ids: list[str] | None) -> Path | None:
-    """The grader's directory of a run: the plugin, an empty ini, the wanted ids and the sentinel (returned) when
-    tests are named."""
+def prepare_runner(runner: Path, test_ids: list[str] | None, watched: Sequence[str] = ()) -> Path | None:
+    """The grader's directory of a run: the plugin, an empty ini, the verdict guard and the files it watches (the
+    ones the agent's diff changed, when any), the wanted ids and the sentinel (returned) when tests are named."""
     runner.mkdir(parents=True)
     shutil.copyfile(PLUGIN_SOURCE, runner / "plugin.py")
     (runner / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    if watched:
+        shutil.copyfile(GUARD_SOURCE, runner / "guard.py")
+        (runner / "watched.json").write_text(json.dumps(list(watched)), encoding="utf-8")
     if test_ids is None:
         return None
     (runner / "wanted.json").write_text(json.dumps(test_ids), encoding="utf-8")
@@ -167,13 +182,14 @@ def grading_spec(repo: Path, runner: Path, allow_network: bool = False) -> Sandb
 
 
 def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float = 300.0,
-              allow_network: bool = False, rounds: int = VERDICT_ROUNDS) -> TestRun:
+              allow_network: bool = False, rounds: int = VERDICT_ROUNDS, watched: Sequence[str] = ()) -> TestRun:
     """Run `test_ids` (all tests when None) in `repo`, sandboxed: with named tests, in `rounds` canary rounds
-    (`canaries`; side by side as root, else one after the other; 1: one plain run, no canaries). Raises SandboxError
-    when no sandbox can be built."""
+    (`canaries`; side by side as root, else one after the other; 1: one plain run, no canaries); `watched`: the
+    repository files the agent's diff changed, which the verdict guard watches (`verdict_guard`). Raises
+    SandboxError when no sandbox can be built."""
     ensure_available()
     if test_ids is None or rounds == 1:
-        return _run_once(repo, test_ids, timeout_s, allow_network)
+        return _run_once(repo, test_ids, timeout_s, allow_network, watched)
     plans = plan_rounds(test_ids, rounds, random.SystemRandom())
     with tempfile.TemporaryDirectory(prefix="harnessrl-rounds-") as scratch:
         copies = [Path(scratch) / secrets.token_hex(6) / repo.name for _ in plans]
@@ -181,7 +197,7 @@ def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float
         # Side by side only as root (each round its own uid and /proc); unprivileged, the rounds share the caller's
         # uid and the host's /proc view, so they run one after the other and cannot meet.
         with ThreadPoolExecutor(max_workers=len(plans) if os.geteuid() == 0 else 1) as pool:
-            runs = list(pool.map(lambda copy: _run_once(copy, test_ids, timeout_s, allow_network), copies))
+            runs = list(pool.map(lambda copy: _run_once(copy, test_ids, timeout_s, allow_network, watched), copies))
     roles = [{test_id: role_of(plan, test_id, unguarded(plan, sites)) for test_id in test_ids}
              for plan, sites in zip(plans, placed, strict=True)]
     return merge_rounds(roles, runs)
@@ -227,11 +243,12 @@ def merge_rounds(roles: list[dict[str, Role]], runs: list[TestRun]) -> TestRun:
                    problem=problem, timed_out=timed_out)
 
 
-def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_network: bool) -> TestRun:
+def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_network: bool,
+              watched: Sequence[str] = ()) -> TestRun:
     """One pytest run of `test_ids` in `repo` in a sandbox of its own (a fresh uid, runner directory and sentinel)."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-pytest-") as scratch:
         runner = Path(scratch) / "runner"
-        sentinel = prepare_runner(runner, test_ids)
+        sentinel = prepare_runner(runner, test_ids, watched)
         wanted = str(runner / "wanted.json") if test_ids is not None else ""
         read_fd, write_fd = os.pipe()
         argv = [sys.executable, "-I", "-B", "-c", LAUNCHER, str(runner / "plugin.py"), str(write_fd), wanted,
@@ -241,9 +258,18 @@ def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_ne
     document = parse_document(raw)
     own, _ = split_sentinel(document.outcomes)
     tail = "\n".join(output.splitlines()[-OUTPUT_TAIL_LINES:])
-    problem = None if timed_out else disagreement(document, returncode, sentinel=sentinel is not None)
+    problem = guard_problem(returncode, tail) if watched and returncode == TAMPER_EXIT else \
+        None if timed_out else disagreement(document, returncode, sentinel=sentinel is not None)
     return TestRun(outcomes=own, messages=document.messages, output_tail=tail, returncode=returncode,
                    problem=problem, timed_out=timed_out)
+
+
+def guard_problem(returncode: int, tail: str) -> str:
+    """The verdict guard's finding (`verdict_guard`: its line in the output), as the run's problem."""
+    found = [line for line in tail.splitlines() if line.startswith("harnessrl verdict guard:")]
+    what = found[-1].removeprefix("harnessrl verdict guard:").strip() if found else f"exit status {returncode}"
+    return (f"the verdict guard stopped the tested code ({what}): code the agent changed reached for what could "
+            "rewrite a verdict in-process")
 
 
 def _spawn(command: list[str], output_path: Path, read_fd: int, write_fd: int,

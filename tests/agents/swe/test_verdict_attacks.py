@@ -119,7 +119,18 @@ def test_a_targeted_forgery_the_policy_allows_is_tamper(tiny_store, tmp_path, at
     assert review_patch(patch, base_files).violations == ()  # no pattern of the screen matches
     grade = grade_patch(store, instance, patch, timeout_s=120)
     assert grade.reward == 0.0 and grade.details["tamper"] is True, grade.details
-    assert any("canary" in reason for reason in grade.details["tamper_reasons"]), grade.details
+    assert any("canary" in reason or "verdict guard" in reason for reason in grade.details["tamper_reasons"])
+
+
+@pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
+def test_the_canary_rounds_alone_catch_each_forgery(tiny_store, tmp_path, attack):
+    """Each layer on its own: without the verdict guard (nothing watched), the canary rounds still see the forgery."""
+    store, instances = tiny_store
+    instance = instances[0]
+    repo = checkout(store, instance, tmp_path / "graded")
+    apply_patch(repo, _attack_patch(store, instance, tmp_path, attack))
+    run = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s=120)
+    assert run.problem is not None and "canary" in run.problem, run.problem
 
 
 @pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
