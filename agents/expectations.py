@@ -193,6 +193,26 @@ def _search_rules() -> list[Rule]:
             *integer_field("max_turns", min_value=1), *integer_field("top_k", min_value=1)]
 
 
+def _calculator_rules() -> list[Rule]:
+    from agents.calculator.arithmetic import ExpressionError, evaluate
+
+    def answer_disagrees(row: dict[str, Any]) -> int:
+        """1 when the expression is not arithmetic, or its value is not the row's integer answer."""
+        answer = row["answer"]
+        try:
+            value = evaluate(row["expression"])
+        except ExpressionError:
+            return 1
+        return int(not (isinstance(answer, int) and not isinstance(answer, bool) and value == answer))
+
+    return [*required_field("question", "text"), *required_field("expression", "text"),
+            Rule("answer_exists", "answer", "exists", "column answer is present"),
+            Rule("answer_not_null", "answer", "not_null", "answer is set in every row"),
+            Rule("answer_is_expression_value", "answer", "row", "expression is arithmetic and answer is its integer "
+                 "value", derive=answer_disagrees, inputs=("expression", "answer")),
+            *integer_field("max_turns", min_value=1)]
+
+
 def _swe_rules() -> list[Rule]:
     return [*required_field("problem_statement", "text"), *required_field("store", "text"),
             Rule("repo_non_empty", "repo", "text", "repo is a non-empty string"),
@@ -211,6 +231,7 @@ RECIPE_RULES: dict[str, Callable[[], list[Rule]]] = {
     "instruction_following": _instruction_rules,
     "search": _search_rules,
     "multistep": _multistep_rules,
+    "calculator": _calculator_rules,
     "swe": _swe_rules,
     "swe_bench": _swe_bench_rules,
     "claude-code": _swe_rules,  # the swe recipe's tasks with Claude Code as the harness (agents/cli_harness)

@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 import yaml
 
-RECIPE_FLOWS = {"swe": "train_swe", "if": "train_if", "search": "train_search"}
-DEFAULT_PROFILES = {"swe": "swe-local", "if": "if-local", "search": "search-local"}
+RECIPE_FLOWS = {"swe": "train_swe", "if": "train_if", "search": "train_search", "calculator": "train_calculator"}
+DEFAULT_PROFILES = {"swe": "swe-local", "if": "if-local", "search": "search-local", "calculator": "calculator-local"}
 PREFECT_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",  # 22-35 s on 2 cores; Prefect's default is 20 s
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # otherwise "database is locked" from telemetry
@@ -32,7 +32,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, object]:
 
 @app.command()
 def train(
-    recipe: str = typer.Argument("swe", help="swe, if or search."),
+    recipe: str = typer.Argument("swe", help="swe, if, search or calculator."),
     profile: str = typer.Option(None, help="Profile name in deploy/configs or a YAML path (default: RECIPE-local)."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.path=value (repeatable)."),
 ) -> None:

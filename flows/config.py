@@ -165,7 +165,8 @@ class CheckpointSection(Section):
 class RunConfig(Section):
     """Everything a training run is, as logged to MLflow."""
 
-    recipe: Literal["swe", "instruction_following", "search", "claude-code", "codex", "multistep"] = Field(
+    recipe: Literal["swe", "instruction_following", "search", "claude-code", "codex", "multistep",
+                    "calculator"] = Field(
         description="The recipe trained on (claude-code, codex: the swe tasks with that CLI as the harness).")
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Run name; also the "
                              "resume key (same name: continue from its last checkpoint). None: generated.")

@@ -87,6 +87,12 @@ def train_search(profile: str = "search-local", overrides: dict[str, Any] | None
     return train(load_run_config(profile, overrides, recipe="search"))
 
 
+@flow(name="train-calculator", log_prints=True)
+def train_calculator(profile: str = "calculator-local", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Trains the calculator agent (the anthropic SDK's tool runner with a calculator tool)."""
+    return train(load_run_config(profile, overrides, recipe="calculator"))
+
+
 def train(config: RunConfig) -> dict[str, Any]:
     """The training loop shared by the flows; returns the run's summary (MLflow run id, last checkpoint URI, ...)."""
     store = checkpoint_store(config)

@@ -17,6 +17,8 @@ SIGNAL_HINTS = {
     "search": "the policy needs to find and state the answer sometimes; use a larger model or easier questions",
     "instruction_following": "lower the number of instructions per task or use a larger model",
     "multistep": "give the parts easier instructions (agents/multistep/tasks.py STEP_KINDS) or use a larger model",
+    "calculator": "the policy must call the calculator and state its result sometimes: check that the engine honours "
+                  "tool_choice (the harness forces the first call), or use a larger model",
 }
 SIGNAL_HINTS |= {"claude-code": SIGNAL_HINTS["swe"], "codex": SIGNAL_HINTS["swe"]}  # the SWE tasks, another harness
 

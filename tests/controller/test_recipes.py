@@ -11,13 +11,13 @@ from agents.instruction_following.recipe import RECIPE as IF_RECIPE
 
 
 def test_the_projects_recipes_are_registered_by_name() -> None:
-    assert recipes.recipe_names() == ["claude-code", "codex", "instruction_following", "multistep", "search", "swe",
-                                     "swe_bench"]
+    assert recipes.recipe_names() == ["calculator", "claude-code", "codex", "instruction_following", "multistep",
+                                     "search", "swe", "swe_bench"]
     assert recipes.get_recipe("instruction_following") is IF_RECIPE
 
 
 def test_an_unknown_name_lists_the_known_ones() -> None:
-    known = "claude-code, codex, instruction_following, multistep, search"
+    known = "calculator, claude-code, codex, instruction_following, multistep, search"
     with pytest.raises(KeyError, match=f"unknown recipe 'nope'; known recipes: {known}"):
         recipes.get_recipe("nope")
 

@@ -30,7 +30,8 @@ from trainer.losses import LossConfig
 from trainer.samples import SampleLimits
 from trainer.scheduling import ScheduleConfig
 
-PROFILES = {"swe-local": "swe", "if-local": "instruction_following", "search-local": "search", "swe-gpu": "swe"}
+PROFILES = {"swe-local": "swe", "if-local": "instruction_following", "search-local": "search", "swe-gpu": "swe",
+            "calculator-local": "calculator"}
 
 
 @pytest.mark.parametrize(("profile", "recipe"), PROFILES.items())

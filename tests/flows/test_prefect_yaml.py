@@ -20,13 +20,15 @@ EXPECTED = {  # (flow, deployment) -> (work pool, pool type, profile), in prefec
     ("train-swe", "kubernetes"): ("harnessrl-kubernetes", "kubernetes", "swe-gpu"),
     ("train-if", "default"): ("harnessrl-process", "process", "if-local"),
     ("train-search", "default"): ("harnessrl-process", "process", "search-local"),
+    ("train-calculator", "default"): ("harnessrl-process", "process", "calculator-local"),
     ("evaluate-swe-verified", "nightly"): ("harnessrl-process", "process", "swe-eval-local"),
     ("evaluate-swe-verified", "manual"): ("harnessrl-process", "process", "swe-eval-local"),
     ("prepare-swe-data", "default"): ("harnessrl-process", "process", "swe-data-local"),
     ("ablation", "default"): ("harnessrl-process", "process", "ablation-local"),
 }
 RECIPES = {"train-swe": "swe", "train-if": "instruction_following", "train-search": "search",
-           "evaluate-swe-verified": "swe", "prepare-swe-data": "swe", "ablation": "multistep"}
+           "train-calculator": "calculator", "evaluate-swe-verified": "swe", "prepare-swe-data": "swe",
+           "ablation": "multistep"}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,34 @@
+"""The calculator recipe: arithmetic a small model cannot do in its head, a `calculator` tool it can call through the
+anthropic SDK's tool runner (Messages, translated by the gateway), an exact-match grader."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.calculator import grader, tasks
+from controller.recipe import Grade, GradeInput
+
+
+@dataclass(frozen=True)
+class CalculatorRecipe:
+    """Rewards in {0, 1}: the final answer's number equals the expression's value."""
+
+    name: str = "calculator"
+
+    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
+        return tasks.generate(count, seed)
+
+    def harness_command(self) -> list[str]:
+        return [sys.executable, "-m", "agents.calculator.harness"]
+
+    def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
+        """Nothing to lay out: the question is in the task file."""
+
+    def grade(self, graded: GradeInput) -> Grade:
+        return grader.grade(graded)
+
+
+RECIPE = CalculatorRecipe()
