@@ -7,12 +7,17 @@ One invocation measures each store side by side: SQLite with synchronous=FULL, S
 real PostgreSQL server (fsync and synchronous commits on, pinned to the gateway's core: everything that makes a call
 durable shares that core, as with SQLite). Each harness protocol in `--protocols` is measured through the same
 gateway: `chat` (passed through byte for byte), `messages` (Anthropic Messages) and `responses` (OpenAI Responses),
-both translated to chat completions and back; the difference of their p50 at the same point is the translation's
-overhead. Run:
+both translated to chat completions and back (the three bodies carry the same tool); the difference of their p50
+at the same point is the translation's overhead. Run:
 `.venv/bin/python benchmarks/gateway_overhead.py [--seconds 5] [--stores sqlite-FULL sqlite-NORMAL postgres]
-[--protocols chat messages responses] [--telemetry off on] [--rounds 1] [--json out.json]`; the stores' gateways
-run at once and each point is measured store after store, protocol after protocol. With `--telemetry off on` each
-store's gateway runs twice, without any OTEL_* variable and exporting a span per call over OTLP/HTTP (`+otel`).
+[--protocols chat messages responses] [--telemetry off on] [--rounds 1] [--baseline COMMIT ...] [--json out.json]`;
+the stores' gateways run at once and each point is measured store after store, protocol after protocol. With
+`--telemetry off on` each store's gateway runs twice, without any OTEL_* variable and exporting a span per call over
+OTLP/HTTP (`+otel`). With `--baseline COMMIT ...` each commit's gateway (a git worktree the script checks out and
+removes) runs beside the working tree's on its own store, and every point is measured for each of them in turn (the
+order rotated from round to round), so a change to the hot path is measured A/B under the same load; a summary per
+point gives medians and ranges over rounds and the working tree's calls/s and CPU per call over each baseline's,
+paired by round.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -39,6 +45,14 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.gateway_variants import (  # noqa: E402
+    Variant,
+    commit_variant,
+    gateway_env_and_cwd,
+    print_summary,
+    summarize_variants,
+    tree_variant,
+)
 from gateway.proxy import CHAT, parse_request, upstream_request  # noqa: E402
 from gateway.records import RolloutMode  # noqa: E402
 from gateway.scripted import Script, chat_answer  # noqa: E402
@@ -51,33 +65,37 @@ STORES = ("sqlite-FULL", "sqlite-NORMAL", "postgres")
 """The stores measured: SQLite at a synchronous level (the gateway's `sqlite_synchronous`), or PostgreSQL."""
 GATEWAY_CORE, LOAD_CORE = 0, 1
 
-BODY = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "Fix the failing test in utils.py."}],
-                   "max_tokens": 64, "temperature": 1.0}).encode()
+TOOL_NAME, TOOL_DESCRIPTION = "Bash", "Run a shell command"
+TOOL_PARAMETERS = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+"""The one tool every protocol's body offers (in its own shape), so each engine-bound chat request carries it."""
+BODY = json.dumps({"model": "policy", "max_tokens": 64, "temperature": 1.0,
+                   "messages": [{"role": "system", "content": "You are a careful engineer."},
+                                {"role": "user", "content": "Fix the failing test in utils.py."}],
+                   "tools": [{"type": "function", "function": {"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+                                                               "parameters": TOOL_PARAMETERS}}]}).encode()
 MESSAGES_BODY = json.dumps({"model": "claude-opus-5-5", "max_tokens": 64, "temperature": 1.0,
                             "system": [{"type": "text", "text": "You are a careful engineer."}],
                             "messages": [{"role": "user", "content": [{"type": "text", "text":
                                                                        "Fix the failing test in utils.py."}]}],
-                            "tools": [{"name": "Bash", "description": "Run a shell command", "input_schema": {
-                                "type": "object", "properties": {"command": {"type": "string"}},
-                                "required": ["command"]}}],
+                            "tools": [{"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+                                       "input_schema": TOOL_PARAMETERS}],
                             "metadata": {"user_id": "bench"}}).encode()
 RESPONSES_BODY = json.dumps({"model": "gpt-5-codex", "max_output_tokens": 64, "temperature": 1.0,
                              "instructions": "You are a careful engineer.", "store": False,
                              "input": [{"type": "message", "role": "user", "content": [
                                  {"type": "input_text", "text": "Fix the failing test in utils.py."}]}],
-                             "tools": [{"type": "function", "name": "exec_command", "description": "Run a command",
-                                        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}},
-                                                       "required": ["cmd"]}}],
+                             "tools": [{"type": "function", "name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+                                        "parameters": TOOL_PARAMETERS}],
                              "include": ["reasoning.encrypted_content"], "prompt_cache_key": "bench"}).encode()
 PROTOCOLS = {"chat": ("/chat/completions", BODY), "messages": ("/messages", MESSAGES_BODY),
              "responses": ("/responses", RESPONSES_BODY)}
 """Harness protocol -> (path under the rollout's /v1 base URL, the request body sent)."""
 
 
-def pinned(core: int, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
+def pinned(core: int, cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
     """Start `cmd` pinned to one core when taskset exists."""
     prefix = ["taskset", "-c", str(core)] if _has_taskset() else []
-    return subprocess.Popen(prefix + cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(prefix + cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _has_taskset() -> bool:
@@ -125,48 +143,68 @@ BENCH_SETTINGS = "max_calls_per_attempt: 1000000000\n"
 """Each benchmark rollout makes far more calls than a harness may (10,000 per attempt by default: a 429 after that)."""
 
 
-def store_url(store: str, workdir: Path, cleanup: contextlib.ExitStack) -> tuple[str, Path]:
-    """The gateway's --db URL and --config file for `store`; for `postgres` a server is started (in its own /tmp
-    folder: it runs as nobody when we are root, who cannot enter `workdir`), stopped by `cleanup`."""
+def store_url(store: str, workdir: Path, cleanup: contextlib.ExitStack, servers: dict,
+              name: str = "") -> tuple[str, Path]:
+    """The gateway's --db URL and --config file for `store` (`name` tells apart the stores of several gateways); for
+    `postgres` one server is started for the run (in its own /tmp folder: it runs as nobody when we are root, who
+    cannot enter `workdir`), each gateway on a database of its own, stopped by `cleanup`."""
     if store == "postgres":
-        bin_dir = postgres_bin_dir()
-        if bin_dir is None:
-            raise SystemExit("no PostgreSQL server binary (postgres, initdb): install the Debian package postgresql "
-                             "or leave postgres out of --stores")
-        with_affinity = os.sched_getaffinity(0)
-        if _has_taskset():
-            os.sched_setaffinity(0, {GATEWAY_CORE})  # the server and every backend it forks inherit this core
-        root = Path(tempfile.mkdtemp(prefix="harnessrl-bench-pg-"))
-        cleanup.callback(shutil.rmtree, root, ignore_errors=True)
-        try:
-            server = PostgresServer(root, bin_dir).start()
-        finally:
-            os.sched_setaffinity(0, with_affinity)
-        cleanup.callback(server.stop)
-        config = workdir / "gateway-postgres.yaml"
+        if "postgres" not in servers:
+            servers["postgres"] = _start_postgres(cleanup)
+        config = workdir / f"gateway-postgres{name}.yaml"
         config.write_text(BENCH_SETTINGS)
-        return server.create_database("bench"), config
+        return servers["postgres"].create_database("bench"), config
     level = store.removeprefix("sqlite-")
-    config = workdir / f"gateway-{level}.yaml"
+    config = workdir / f"gateway-{level}{name}.yaml"
     config.write_text(f"sqlite_synchronous: {level}\n{BENCH_SETTINGS}")
-    return f"sqlite:///{workdir / f'bench-{level}.db'}", config
+    return f"sqlite:///{workdir / f'bench-{level}{name}.db'}", config
 
 
-def setup_gateway(store: str, workdir: Path, cleanup: contextlib.ExitStack, upstream_url: str, rollouts: int,
-                  profile: Path | None,
+def _start_postgres(cleanup: contextlib.ExitStack) -> PostgresServer:
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        raise SystemExit("no PostgreSQL server binary (postgres, initdb): install the Debian package postgresql "
+                         "or leave postgres out of --stores")
+    with_affinity = os.sched_getaffinity(0)
+    if _has_taskset():
+        os.sched_setaffinity(0, {GATEWAY_CORE})  # the server and every backend it forks inherit this core
+    root = Path(tempfile.mkdtemp(prefix="harnessrl-bench-pg-"))
+    cleanup.callback(shutil.rmtree, root, ignore_errors=True)
+    try:
+        server = PostgresServer(root, bin_dir).start()
+    finally:
+        os.sched_setaffinity(0, with_affinity)
+    cleanup.callback(server.stop)
+    return server
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """One running gateway: its process, its rollouts' (base URL, key), and where its results are filed."""
+
+    store: str  # with +otel when it exports spans
+    variant: str
+    process: subprocess.Popen
+    rollouts: list[tuple[str, str]]
+
+
+def setup_gateway(store: str, variant: Variant, workdir: Path, cleanup: contextlib.ExitStack, servers: dict,
+                  upstream_url: str, rollouts: int, profile: Path | None,
                   otlp_endpoint: str | None = None) -> tuple[subprocess.Popen, list[tuple[str, str]]]:
-    """The store's gateway process and its rollouts' (base URL, key); it exports a span per call to `otlp_endpoint`
-    when given (the standard OTEL_* settings), none otherwise (no OTEL_* variable at all)."""
+    """`variant`'s gateway on a fresh `store` and its rollouts' (base URL, key); it exports a span per call to
+    `otlp_endpoint` when given (the standard OTEL_* settings), none otherwise (no OTEL_* variable at all)."""
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}, "HARNESSRL_ADMIN_TOKEN": ADMIN_TOKEN}
     if otlp_endpoint is not None:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_endpoint
-    db_url, config = store_url(store, workdir, cleanup)
+    env, cwd = gateway_env_and_cwd(variant, env)
+    tag = f"-{variant.name}{'-otel' if otlp_endpoint else ''}"
+    db_url, config = store_url(store, workdir, cleanup, servers, tag)
     cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--db", db_url, "--config", str(config)]
     if profile is not None:  # py-spy samples the gateway for the whole run (raw collapsed stacks)
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "500", "-f", "raw", "-o",
-               str(profile.with_suffix(f".{store}{profile.suffix}")), "--", *cmd]
-    proc = pinned(GATEWAY_CORE, cmd, env)
+               str(profile.with_suffix(f".{store}{tag}{profile.suffix}")), "--", *cmd]
+    proc = pinned(GATEWAY_CORE, cmd, env, cwd)
     wait_healthy(f"http://127.0.0.1:{port}/health", proc)
     admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
     admin.post("/v1/admin/models", json={"name": "policy", "base_url": upstream_url}).raise_for_status()
@@ -175,43 +213,66 @@ def setup_gateway(store: str, workdir: Path, cleanup: contextlib.ExitStack, upst
     return proc, [(c["base_url"], c["api_key"]) for c in created]
 
 
-def measure_point(store: str, protocol: str, gateway: subprocess.Popen, rollouts: list[tuple[str, str]],
-                  upstream_url: str, clients: int, seconds: float) -> dict:
-    """One client count of one protocol against one store's gateway, beside a direct run of the same load (chat,
-    what the engine is sent either way) just before it."""
-    d = summarize(*asyncio.run(run_load([(upstream_url + "/chat/completions", "unused")], clients, seconds)))
+def measure_direct(upstream_url: str, clients: int, seconds: float) -> dict:
+    """The load sent straight to the upstream (chat: what the engine is sent either way)."""
+    return summarize(*asyncio.run(run_load([(upstream_url + "/chat/completions", "unused")], clients, seconds)))
+
+
+def measure_point(gateway: Gateway, protocol: str, direct: dict, clients: int, seconds: float) -> dict:
+    """One client count of one protocol against one gateway, beside `direct` (the same load sent straight to the
+    upstream just before)."""
     path, body = PROTOCOLS[protocol]
-    cpu_before = cpu_seconds(gateway.pid)
-    g = summarize(*asyncio.run(run_load([(url + path, key) for url, key in rollouts], clients, seconds, body)))
-    g["cpu_ms_per_call"] = (cpu_seconds(gateway.pid) - cpu_before) * 1000 / g["calls"]
-    point = {"store": store, "protocol": protocol, "clients": clients, "direct": d, "gateway": g,
-             "added_p50_ms": g["p50_ms"] - d["p50_ms"], "added_p99_ms": g["p99_ms"] - d["p99_ms"]}
-    print(f"{store:>13} {protocol:>8} {clients:>3} clients | direct p50 {d['p50_ms']:.2f} ms p99 {d['p99_ms']:.2f} ms "
-          f"{d['calls_per_s']:.0f}/s | gateway p50 {g['p50_ms']:.2f} ms p99 {g['p99_ms']:.2f} ms "
-          f"{g['calls_per_s']:.0f}/s, {g['cpu_ms_per_call']:.3f} CPU ms/call | "
+    cpu_before = cpu_seconds(gateway.process.pid)
+    g = summarize(*asyncio.run(run_load([(url + path, key) for url, key in gateway.rollouts], clients, seconds,
+                                        body)))
+    g["cpu_ms_per_call"] = (cpu_seconds(gateway.process.pid) - cpu_before) * 1000 / g["calls"]
+    d = direct
+    point = {"store": gateway.store, "variant": gateway.variant, "protocol": protocol, "clients": clients,
+             "direct": d, "gateway": g, "added_p50_ms": g["p50_ms"] - d["p50_ms"],
+             "added_p99_ms": g["p99_ms"] - d["p99_ms"]}
+    print(f"{gateway.store:>13} {gateway.variant:>9} {protocol:>9} {clients:>3} clients | direct p50 "
+          f"{d['p50_ms']:.2f} ms p99 {d['p99_ms']:.2f} ms {d['calls_per_s']:.0f}/s | gateway p50 {g['p50_ms']:.2f} ms "
+          f"p99 {g['p99_ms']:.2f} ms {g['calls_per_s']:.0f}/s, {g['cpu_ms_per_call']:.3f} CPU ms/call | "
           f"added p50 {point['added_p50_ms']:.2f} ms", flush=True)
     return point
 
 
+def start_gateways(workdir: Path, cleanup: contextlib.ExitStack, upstream_url: str, args: argparse.Namespace,
+                   variants: list[Variant], otlp_endpoint: str | None) -> list[Gateway]:
+    """Every (store, telemetry, variant) gateway, started and warmed up (idle ones wait on the same core)."""
+    servers: dict = {}
+    gateways = []
+    for store, telemetry, variant in ((s, t, v) for s in args.stores for t in args.telemetry for v in variants):
+        process, rollouts = setup_gateway(store, variant, workdir, cleanup, servers, upstream_url,
+                                          max(args.clients), args.profile,
+                                          otlp_endpoint if telemetry == "on" else None)
+        cleanup.callback(_stop, process)
+        for protocol in args.protocols:  # warm up
+            path, body = PROTOCOLS[protocol]
+            asyncio.run(run_load([(url + path, key) for url, key in rollouts], 8, 1.0, body))
+        gateways.append(Gateway(store if telemetry == "off" else f"{store}+otel", variant.name, process, rollouts))
+    return gateways
+
+
 def measure(workdir: Path, upstream_url: str, args: argparse.Namespace, otlp_endpoint: str | None) -> list[dict]:
-    """Every store's gateway started at once (idle ones wait on the same core), then for each round and client count
-    the stores one after another, each protocol after the other: side by side, so a change of load on a shared
-    machine hits them alike."""
+    """Every gateway started at once, then for each round and client count the stores one after another, each
+    protocol after the other, and at each of those points every variant in turn (the order rotated by round): side by
+    side, so a change of load on a shared machine hits them alike."""
     with contextlib.ExitStack() as cleanup:
-        gateways = {}
-        for store, telemetry in ((s, t) for s in args.stores for t in args.telemetry):
-            gateway, rollouts = setup_gateway(store, workdir, cleanup, upstream_url, max(args.clients), args.profile,
-                                              otlp_endpoint if telemetry == "on" else None)
-            store = store if telemetry == "off" else f"{store}+otel"
-            cleanup.callback(_stop, gateway)
-            for protocol in args.protocols:  # warm up
-                path, body = PROTOCOLS[protocol]
-                asyncio.run(run_load([(url + path, key) for url, key in rollouts], 8, 1.0, body))
-            gateways[store] = (gateway, rollouts)
+        variants = [tree_variant(), *(commit_variant(commit, cleanup) for commit in args.baseline)]
+        gateways = start_gateways(workdir, cleanup, upstream_url, args, variants, otlp_endpoint)
         asyncio.run(run_load([(upstream_url + "/chat/completions", "unused")], 8, 1.0))
-        return [{**measure_point(store, protocol, gateway, rollouts, upstream_url, clients, args.seconds), "round": r}
-                for r in range(args.rounds) for clients in args.clients
-                for store, (gateway, rollouts) in gateways.items() for protocol in args.protocols]
+        points = []
+        for r in range(args.rounds):
+            for clients in args.clients:
+                for store in dict.fromkeys(g.store for g in gateways):
+                    group = [g for g in gateways if g.store == store]
+                    group = group[r % len(group):] + group[:r % len(group)]
+                    for protocol in args.protocols:
+                        direct = measure_direct(upstream_url, clients, args.seconds)
+                        points.extend({**measure_point(g, protocol, direct, clients, args.seconds), "round": r}
+                                      for g in group)
+        return points
 
 
 def translation_cpu_us(repeats: int = 2000) -> dict[str, float]:
@@ -248,14 +309,17 @@ def translation_cpu_us(repeats: int = 2000) -> dict[str, float]:
 
 
 def translation_overhead(results: list[dict]) -> list[dict]:
-    """Per store, client count and round: each translated protocol's gateway p50 minus chat's at the same point."""
-    chat = {(r["store"], r["clients"], r["round"]): r["gateway"]["p50_ms"] for r in results if r["protocol"] == "chat"}
-    rows = [{"store": r["store"], "protocol": r["protocol"], "clients": r["clients"], "round": r["round"],
-             "added_p50_ms_over_chat": r["gateway"]["p50_ms"] - chat[(r["store"], r["clients"], r["round"])]}
-            for r in results if r["protocol"] != "chat" and (r["store"], r["clients"], r["round"]) in chat]
+    """Per gateway, client count and round: each translated protocol's gateway p50 minus chat's at the same point."""
+    def key(r: dict) -> tuple:
+        return r["store"], r["variant"], r["clients"], r["round"]
+
+    chat = {key(r): r["gateway"]["p50_ms"] for r in results if r["protocol"] == "chat"}
+    rows = [{"store": r["store"], "variant": r["variant"], "protocol": r["protocol"], "clients": r["clients"],
+             "round": r["round"], "added_p50_ms_over_chat": r["gateway"]["p50_ms"] - chat[key(r)]}
+            for r in results if r["protocol"] != "chat" and key(r) in chat]
     for row in rows:
-        print(f"{row['store']:>13} {row['protocol']:>8} {row['clients']:>3} clients round {row['round']} | "
-              f"p50 over chat {row['added_p50_ms_over_chat']:+.3f} ms", flush=True)
+        print(f"{row['store']:>13} {row['variant']:>9} {row['protocol']:>9} {row['clients']:>3} clients round "
+              f"{row['round']} | p50 over chat {row['added_p50_ms_over_chat']:+.3f} ms", flush=True)
     return rows
 
 
@@ -272,12 +336,16 @@ def main() -> None:
     parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS), default=list(PROTOCOLS),
                         help="harness protocols measured through the gateway (chat is the baseline of the others)")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every point, interleaved, this many times")
+    parser.add_argument("--baseline", nargs="*", default=[], metavar="COMMIT",
+                        help="also run these commits' gateways (git worktrees), interleaved point by point")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the gateway into this file (per store)")
     parser.add_argument("--telemetry", nargs="+", choices=["off", "on"], default=["off"],
                         help="OpenTelemetry export off (no OTEL_* variable) and/or on (a span per call to an OTLP "
                              "receiver in this process); each store's gateway once per setting, labelled +otel")
     args = parser.parse_args()
+    load_before = os.getloadavg()
+    print(f"load average before: {load_before}", flush=True)
     receiver = OtlpReceiver().start() if "on" in args.telemetry else None
     up_port = free_port()
     upstream = pinned(LOAD_CORE, [sys.executable, "-m", "gateway.scripted", "--port", str(up_port)])
@@ -292,8 +360,12 @@ def main() -> None:
             upstream.terminate()
             if receiver is not None:
                 receiver.stop()
+    summary = summarize_variants(results)
+    print_summary(summary)
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-              "gateway_core": GATEWAY_CORE if _has_taskset() else None, "results": results,
+              "load_average_before": load_before,
+              "load_average_after": os.getloadavg(), "gateway_core": GATEWAY_CORE if _has_taskset() else None,
+              "baselines": args.baseline, "results": results, "summary": summary,
               "translation": translation_overhead(results), "translation_cpu_us": translation_cpu_us()}
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
