@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.calculator.recipe import RECIPE  # noqa: E402
+from agents.calculator.tool_calls import called_a_tool  # noqa: E402
 from controller.recipe import TASK_FILE, GradeInput  # noqa: E402
 from engines.embedded import EmbeddedEngine  # noqa: E402
 from engines.model_cache import prepare_model  # noqa: E402
@@ -64,7 +65,7 @@ def run_rollout(admin: GatewayClient, task: dict[str, Any], folder: Path) -> dic
     calls = admin.calls(task["id"])
     grade = RECIPE.grade(GradeInput(task=task, workdir=workdir, calls=calls, exit_code=done.returncode))
     return {"id": task["id"], "operation": task["operation"], "exit": done.returncode, "reward": grade.reward,
-            "calls": len(calls), "first_call_tool": bool(calls) and calls[0].finish_reason == "tool_calls",
+            "calls": len(calls), "first_call_tool": bool(calls) and called_a_tool(calls[0]),
             "any_tool": grade.details["tool_calls"] > 0, "tool_computed": tool_computed(calls),
             "unparsed_tool_calls": sum(c.error_code == "model_tool_arguments" for c in calls),
             "final": grade.details["answer_text"][-80:], "expected": grade.details["expected"],

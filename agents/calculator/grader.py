@@ -1,16 +1,15 @@
 """The calculator grader: reward 1.0 when the last number of the model's final text equals the task's expression's
 exact value, else 0.0. Only the recorded calls are read (never the harness's output or working directory); the truth
-is re-evaluated from the task's expression. Details count the model's tool calls (calls that ended in one)."""
+is re-evaluated from the task's expression. Details count the calls and the answers that called a tool."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from agents.calculator.answers import last_number_text, stated_number
 from agents.calculator.arithmetic import evaluate, format_number
+from agents.calculator.tool_calls import tool_call_answers
 from controller.recipe import Grade, GradeInput, final_text
-from gateway.records import CallRecord
 
 SHOWN_CHARS = 200  # of the final text, kept in the details
 
@@ -30,13 +29,8 @@ def score_text(text: str, expression: str) -> Grade:
                  details={**details, "stated": format_number(stated), "correct": correct})
 
 
-def tool_call_count(calls: Sequence[CallRecord]) -> int:
-    """How many of the model's answers ended in a tool call."""
-    return sum(1 for call in calls if call.status == "ok" and call.finish_reason == "tool_calls")
-
-
 def grade(graded: GradeInput) -> Grade:
-    """Score the rollout's last successful answer; details also count its calls and tool calls."""
+    """Score the rollout's last successful answer; details also count its calls and the answers that called a tool."""
     verdict = score_text(final_text(graded.calls), graded.task["expression"])
     return Grade(reward=verdict.reward, details={**verdict.details, "calls": len(graded.calls),
-                                                 "tool_calls": tool_call_count(graded.calls)})
+                                                 "tool_calls": tool_call_answers(graded.calls)})

@@ -3,6 +3,8 @@ final text's last number, malformed answers 0, hostile text never raising)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -96,7 +98,8 @@ def test_details_say_why():
 
 def test_grade_reads_the_last_successful_call_and_counts_tool_calls():
     calls = [call_record(0, ""), call_record(1, "The answer is 224."), call_record(2, "boom", status="error")]
-    calls[0] = calls[0].model_copy(update={"finish_reason": "tool_calls"})
+    tool_use = {"type": "tool_use", "id": "t", "name": "calculator", "input": {"expression": "128 + 96"}}
+    calls[0] = calls[0].model_copy(update={"response_raw": json.dumps({"content": [tool_use]})})
     graded = grade(GradeInput(task=make_task("t", 128, 96, "sum"), workdir=None, calls=calls, exit_code=0))
     assert graded.reward == 1.0 and graded.details["tool_calls"] == 1 and graded.details["calls"] == 3
 
