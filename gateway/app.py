@@ -12,7 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway.asgi import as_json_request, header, read_body, send_error
+from gateway import strict_json
+from gateway.asgi import as_json_request, declares_json, header, read_body, send_error
 from gateway.auth import Role
 from gateway.config import GatewayConfig
 from gateway.context import GatewayContext, open_context
@@ -107,10 +108,13 @@ class GatewayApp:
             try:
                 self._admit(scope)  # the credential first: nothing of the body is read for a stranger
                 body = await read_body(scope, receive, self.config.max_body_bytes)  # chunked bodies are bounded too
+                scope = as_json_request(scope, body)
+                if declares_json(scope):
+                    strict_json.check(body)  # every stored value kept exactly, or a 400 naming the field
             except GatewayError as error:
                 await send_error(send, error)
                 return
-            scope, receive = as_json_request(scope, body), _replay(body, receive)
+            receive = _replay(body, receive)
         await self.admin(scope, receive, send)
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from gateway import strict_json
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
 
 
@@ -79,11 +80,9 @@ def as_json_request(scope: dict, body: bytes) -> dict:
 
 
 def json_object(raw: bytes) -> dict[str, Any]:
-    """A request body that must be one JSON object; BadRequest naming what it is otherwise."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    """A request body that must be one JSON object, every value in it one the store keeps exactly
+    (`strict_json.loads`); BadRequest naming what it is otherwise."""
+    body = strict_json.loads(raw)
     if not isinstance(body, dict):
         raise BadRequest(f"request body must be a JSON object, not {type(body).__name__}")
     return body

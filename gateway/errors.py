@@ -56,6 +56,12 @@ class InvalidTransition(Conflict):
     code = "invalid_transition"
 
 
+class Unprocessable(GatewayError):
+    """A well-formed request the gateway refuses for what it means (a model whose base URL is the gateway itself)."""
+
+    status, type, code = 422, "invalid_request_error", "unprocessable"
+
+
 class PayloadTooLarge(GatewayError):
     status, type, code = 413, "invalid_request_error", "payload_too_large"
 

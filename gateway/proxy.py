@@ -19,7 +19,7 @@ from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
 from gateway.records import CallErrorCode, CallStatus, ModelRecord, RolloutMode, SamplingRecord
 from gateway.tokens import pack_extra_choices, pack_floats, pack_ids, pack_sampling
-from gateway.upstream import UpstreamFailed, answer_timed_out
+from gateway.upstream import UpstreamFailed, answer_timed_out, read_refused
 
 CHAT, COMPLETION = "chat", "completion"
 PATHS = {CHAT: "/chat/completions", COMPLETION: "/completions"}
@@ -176,7 +176,7 @@ def failure_message(exc: UpstreamFailed) -> str:
     """What the harness is told about an upstream call that got no answer."""
     if exc.timed_out:
         return f"{exc}; the answer took longer than the gateway's upstream_timeout_s"
-    return f"{exc}; the engine did not answer, try again later"
+    return f"{exc}; the engine did not answer, try again later" if exc.retryable else str(exc)
 
 
 async def _record_failure(svc: GatewayContext, ctx: CallContext, exc: UpstreamFailed, send) -> None:
@@ -211,7 +211,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, response, send) -> None:
         header_version = parse_version_header(response.headers.get("x-policy-version"))
     except ProtocolError as exc:
         await _record_protocol_failure(svc, ctx, status, f"the upstream's answer breaks the protocol: {exc}",
-                                       await response.read(), send)
+                                       await read_refused(response), send)
         return
     if status >= 500:
         await _record_protocol_failure(svc, ctx, status, None, await response.read(), send)

@@ -5,10 +5,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.upstream_url import check_base_url
 
 MAX_ATTEMPT = 1_000_000  # the largest attempt number a request may name (the store's integers are 64-bit)
 MAX_CURSOR = 2**63 - 1  # the largest `finished` cursor (SQLite's and PostgreSQL's BIGINT)
+MAX_VERSION = 2**31 - 1  # the largest policy version (stored as a 32-bit INTEGER on PostgreSQL)
 
 class RolloutState(StrEnum):
     """Lifecycle of one rollout; the store enforces TRANSITIONS."""
@@ -217,17 +220,24 @@ class ModelIn(WireModel):
     """Register one upstream endpoint serving a model."""
 
     name: str = Field(min_length=1, max_length=200, description="Name harnesses ask for in `model`.")
-    base_url: str = Field(pattern=r"^https?://", 
-                          description="Upstream OpenAI base URL, e.g. http://host:8000/v1.")
-    version: int = Field(default=0, ge=0,
+    base_url: str = Field(max_length=500, json_schema_extra={"format": "uri", "pattern": "^https?://[^/?#@]+"},
+                          description="Upstream OpenAI base URL, e.g. http://host:8000/v1: absolute http(s) with a "
+                          "host, no query, fragment or credentials, not the gateway itself (422).")
+    version: int = Field(default=0, ge=0, le=MAX_VERSION,
                          description="Policy version served (used when the upstream does not report it).")
-    served_name: str | None = Field(default=None, description="The upstream's own model id, if different from name.")
+    served_name: str | None = Field(default=None, max_length=200,
+                                    description="The upstream's own model id, if different from name.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _reachable(cls, base_url: str) -> str:
+        return check_base_url(base_url)
 
 
 class ModelVersionPatch(WireModel):
     """Set the policy version of every endpoint of a model."""
 
-    version: int = Field(ge=0, description="New policy version.")
+    version: int = Field(ge=0, le=MAX_VERSION, description="New policy version.")
 
 
 class ModelRecord(WireModel):

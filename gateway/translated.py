@@ -37,7 +37,7 @@ from gateway.proxy import (
     upstream_request,
 )
 from gateway.records import CallErrorCode, CallRecord, CallStatus, RolloutMode
-from gateway.upstream import UpstreamFailed
+from gateway.upstream import UpstreamFailed, read_refused
 
 CHAT_PATH = "/chat/completions"
 TOKENIZE_PATH = "/tokenize"  # vLLM's (and the embedded engine's): at the server root, not under /v1
@@ -205,7 +205,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
         header_version = parse_version_header(response.headers.get("x-policy-version"))
     except ProtocolError as exc:
         await _broken(svc, ctx, adapter, send, status, f"the upstream's answer breaks the protocol: {exc}",
-                      await response.read())
+                      await read_refused(response))
         return
     if status >= 500:
         await _broken(svc, ctx, adapter, send, status, None, await response.read())

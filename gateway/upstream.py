@@ -30,13 +30,16 @@ def answer_timed_out(error: BaseException) -> bool:
 
 class UpstreamFailed(Exception):
     """Retries exhausted; `status` is the last upstream status (0 when it never answered); `timed_out` when the last
-    try was cut by the total timeout (the engine was still answering: `answer_timed_out`)."""
+    try was cut by the total timeout (the engine was still answering: `answer_timed_out`); not `retryable` when the
+    client could not make the call at all (the message names the fix)."""
 
-    def __init__(self, message: str, status: int = 0, body: bytes | None = None, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, status: int = 0, body: bytes | None = None, *, timed_out: bool = False,
+                 retryable: bool = True) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
         self.timed_out = timed_out
+        self.retryable = retryable
 
 
 class Upstream:
@@ -67,14 +70,20 @@ class Upstream:
         return await self._retrying(url, once)
 
     async def open_stream(self, url: str, body: bytes) -> aiohttp.ClientResponse:
-        """POST and return the response once its status is final; the caller reads and releases it."""
+        """POST and return the response once its status is final; the caller reads and releases it. The body of an
+        answer other than 200 (an error, not a stream) is read here, where a failure to read it is retried."""
 
         async def once() -> aiohttp.ClientResponse:
             response = await self._session.post(url, data=body, headers=JSON_HEADERS)
-            if response.status in RETRY_STATUSES:
-                payload = await response.read()
-                response.release()
-                raise _RetryableStatus(response.status, payload)
+            if response.status != 200:
+                try:
+                    payload = await response.read()  # kept by the response: the caller's read() returns it
+                except BaseException:
+                    response.release()
+                    raise
+                if response.status in RETRY_STATUSES:
+                    response.release()
+                    raise _RetryableStatus(response.status, payload)
             return response
 
         return await self._retrying(url, once)
@@ -96,8 +105,21 @@ class Upstream:
             except TRANSIENT_ERRORS as exc:
                 last_error, last_status, last_body = f"{type(exc).__name__}: {exc}", 0, None
                 timed_out = answer_timed_out(exc)
+            except Exception as exc:  # anything else the client raises (an invalid URL, a host it cannot encode):
+                raise UpstreamFailed(f"upstream {url} could not be called: {type(exc).__name__}: {exc}; the "
+                                     "model's base_url is wrong: register the engine's OpenAI base URL again "
+                                     "(POST /v1/admin/models)", retryable=False) from exc  # trying again won't help
         raise UpstreamFailed(f"upstream {url} failed after {tries} tries: {last_error}", last_status, last_body,
                              timed_out=timed_out)
+
+
+async def read_refused(response: aiohttp.ClientResponse) -> bytes:
+    """What can be read of the rest of an answer the gateway refuses anyway (it broke the protocol): its body, or
+    b"" when the engine broke off while it was read (recorded as the refused answer's body)."""
+    try:
+        return await response.read()
+    except (*TRANSIENT_ERRORS, aiohttp.ClientError):
+        return b""
 
 
 class _RetryableStatus(Exception):

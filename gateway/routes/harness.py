@@ -19,7 +19,7 @@ import orjson
 from pydantic import ValidationError
 
 from gateway.artifacts import check_name
-from gateway.asgi import header, read_body, send_bytes, send_error
+from gateway.asgi import header, json_object, read_body, send_bytes, send_error
 from gateway.auth import Principal, Role, check_key_attempt, harness_authorization
 from gateway.context import GatewayContext
 from gateway.errors import (
@@ -226,7 +226,7 @@ async def _post_event(svc: GatewayContext, scope: dict, receive, send, rollout_i
     principal = svc.auth.require_rollout(_credential(scope), rollout_id)
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
     try:
-        event = EventIn.model_validate_json(raw)
+        event = EventIn.model_validate(json_object(raw))  # parsed as every harness body is (strict_json)
     except ValidationError as exc:
         raise BadRequest(f"invalid event: {exc.errors(include_url=False)}") from None
     if event.kind in (EventKind.REWARD, EventKind.STATE) and principal.role != Role.ADMIN:

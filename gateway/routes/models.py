@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 
 from gateway.context import GatewayContext
-from gateway.errors import NotFound
+from gateway.errors import NotFound, Unprocessable
 from gateway.records import ModelIn, ModelRecord, ModelVersionPatch
 from gateway.routes.deps import admin, context
+from gateway.upstream_url import gateway_address, own_addresses
 
 router = APIRouter(prefix="/v1/admin/models", tags=["models"], dependencies=[Depends(admin)])
 
 
-@router.post("")
-async def register_model(body: ModelIn, svc: GatewayContext = Depends(context)) -> ModelRecord:
+@router.post("", responses={422: {"description": "base_url points at this gateway itself (code "
+                                                 "base_url_is_gateway)"}})
+async def register_model(body: ModelIn, request: Request, svc: GatewayContext = Depends(context)) -> ModelRecord:
     """Register (or update) one endpoint serving a model; several endpoints of one name share the load."""
+    addresses = own_addresses(svc.config.host, svc.config.port, svc.config.public_url, request.scope)
+    own = gateway_address(body.base_url, addresses)
+    if own is not None:
+        raise Unprocessable(f"base_url {body.base_url!r} points at this gateway itself ({own.source}: "
+                            f"{own.host}:{own.port}): its calls would come back to the gateway; register the "
+                            "engine's OpenAI base URL, e.g. http://engine-host:8000/v1", param="base_url",
+                            code="base_url_is_gateway")
     record = await svc.store.register_model(body)
     await svc.reload_models()
     return record
