@@ -33,6 +33,7 @@ from agents.swe.canaries import Role
 from agents.swe.grader import (
     MAX_MODEL_PATCH_CHARS,
     agent_patch,
+    checkout,
     graded_checkout,
     is_resolved,
     repo_problem,
@@ -172,8 +173,20 @@ def _packed_input(store: Path, instance: dict[str, Any], patch: str, policy: Pat
         fresh = Path(scratch) / "repo"
         if (nothing_to_run := graded_checkout(store, instance, patch, policy, details, fresh)) is not None:
             return nothing_to_run
+        tests = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]
         try:
-            return pack_grading_input(fresh, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s,
-                                      watched=details["graded_files"])
+            return pack_grading_input(fresh, tests, timeout_s, watched=details["graded_files"])
         except GradingInputTooLarge as error:
-            raise GradingInfraError(f"instance {instance['instance_id']!r}: {error}") from error
+            return _too_large(store, instance, tests, timeout_s, details, error, Path(scratch) / "base")
+
+
+def _too_large(store: Path, instance: dict[str, Any], tests: list[str], timeout_s: float, details: dict[str, Any],
+               error: GradingInputTooLarge, scratch: Path) -> Grade:
+    """Whose an input over a Secret's limit is: the task's (its checkout alone is too large: GradingInfraError, the
+    grader's) or the agent's (its diff made it so: reward 0, named, never an infra retry it could provoke)."""
+    try:
+        pack_grading_input(checkout(store, instance, scratch), tests, timeout_s)
+    except GradingInputTooLarge:
+        raise GradingInfraError(f"instance {instance['instance_id']!r}: {error}") from error
+    return Grade(reward=0.0, details={**details, "error": f"the agent's diff makes the grading input too large: "
+                                                          f"{error}"})

@@ -172,3 +172,20 @@ def test_the_shipped_controller_grades_swe_through_jobs(monkeypatch):
     assert env[CONFIG_ENV] == "/etc/harnessrl/controller/controller.yaml"
     monkeypatch.setenv(CONFIG_ENV, str(REPO_ROOT / "deploy/k8s/base/controller-config.yaml"))
     assert job_settings_from_env() is not None
+
+
+def test_an_input_the_agents_diff_made_too_large_is_the_agents_zero_not_infra(kube, tiny_store, tmp_path,
+                                                                            monkeypatch):
+    """Attack review: megabytes of comments appended to the module passed every cap until the Secret's, which made the
+    grade infra (no reward 0, no retry counted): now the agent's failure when its checkout alone fits."""
+    instance, task, repo = _attempt(tiny_store, tmp_path / "r1.a1")
+    alone = len(grading_job.pack_grading_input(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], 60.0)[
+        grading_job.REPO_ARCHIVE])
+    monkeypatch.setattr(grading_job, "MAX_SECRET_BYTES", alone + 20_000)
+    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    with (repo / changed).open("a") as handle:
+        handle.write("".join(f"# {index:064x}\n" for index in range(4_000)))  # incompressible enough
+    grade = _recipe(kube, tiny_store[0]).grade(GradeInput(task=task, workdir=tmp_path / "r1.a1", calls=[],
+                                                          exit_code=0))
+    assert grade.reward == 0.0 and "the agent's diff makes the grading input too large" in grade.details["error"]
+    assert kube.requests == []
