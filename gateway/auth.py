@@ -19,6 +19,9 @@ from gateway.errors import Conflict, Forbidden, Unauthorized
 from gateway.records import RolloutState
 
 KEY_PREFIX = "hrl"
+VERIFIED_KEYS_KEPT = 65_536
+"""Rollout keys an `Authenticator` remembers as verified (a key is checked once, not on every call of its attempt);
+past this many the memory is emptied and refilled."""
 
 
 class Role(StrEnum):
@@ -48,7 +51,7 @@ def _unb64(text: str) -> bytes:
 
 def _mac(secret: bytes, rollout_id: str, attempt: int) -> str:
     message = b"rollout-key:" + rollout_id.encode() + b":" + str(attempt).encode()
-    return _b64(hmac.new(secret, message, hashlib.sha256).digest()[:24])
+    return _b64(hmac.digest(secret, message, hashlib.sha256)[:24])
 
 
 def mint_rollout_key(secret: bytes, rollout_id: str, attempt: int) -> str:
@@ -112,6 +115,7 @@ class Authenticator:
         self._admin = admin_token.encode()
         self._grader = grader_token.encode() if grader_token else None
         self._secret = secret
+        self._verified: dict[str, tuple[str, int]] = {}  # rollout key -> its (rollout id, attempt), checked once
 
     def identify(self, authorization: str | None) -> Principal:
         """Who is calling; raises Unauthorized for a missing or unknown credential."""
@@ -124,10 +128,21 @@ class Authenticator:
             return Principal(Role.ADMIN)
         if self._grader is not None and hmac.compare_digest(raw, self._grader):
             return Principal(Role.GRADER)
-        owner = rollout_of_key(self._secret, token)
+        owner = self._rollout_of_key(token)
         if owner is None:
             raise Unauthorized("invalid credential: not an admin token, grader token or rollout key")
         return Principal(Role.ROLLOUT, *owner)
+
+    def _rollout_of_key(self, token: str) -> tuple[str, int] | None:
+        """`rollout_of_key` of the secret, remembered for valid keys (a forged one is checked every time)."""
+        owner = self._verified.get(token)
+        if owner is None:
+            owner = rollout_of_key(self._secret, token)
+            if owner is not None:
+                if len(self._verified) >= VERIFIED_KEYS_KEPT:
+                    self._verified.clear()
+                self._verified[token] = owner
+        return owner
 
     def require_rollout(self, authorization: str | None, rollout_id: str) -> Principal:
         """Allow the rollout's own key (or the admin); another rollout's key is Forbidden."""

@@ -30,6 +30,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gateway.sql import insert_rows
+
 
 class StoreBusy(Exception):
     """The database stayed locked (or busy) past the write's deadline; nothing of the write was committed."""
@@ -291,7 +293,7 @@ def _inserts_only(conn: sa.Connection, groups: list[list]) -> bool:
     try:
         with conn.begin():
             for group in groups:
-                conn.execute(group[0].table.insert(), [item.row for item in group])
+                insert_rows(conn, group[0].table, [item.row for item in group])
     except Exception as exc:
         if is_busy(exc):
             raise
@@ -317,7 +319,7 @@ def _execute(conn: sa.Connection, group: list) -> list[tuple[Future, Any, BaseEx
     try:
         with conn.begin_nested():
             if isinstance(group[0], _Insert):
-                conn.execute(group[0].table.insert(), [item.row for item in group])
+                insert_rows(conn, group[0].table, [item.row for item in group])
                 return [(item.future, None, None) for item in group]
             return [(group[0].future, group[0].fn(conn), None)]
     except Exception as exc:

@@ -1,8 +1,13 @@
-"""SQLAlchemy engine set-up: SQLite in WAL mode with explicit transactions, or any other SQLAlchemy URL."""
+"""SQLAlchemy engine set-up: SQLite in WAL mode with explicit transactions, or any other SQLAlchemy URL; plain row
+inserts sent to the driver with a statement compiled once (`insert_rows`)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+from operator import itemgetter
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -56,3 +61,24 @@ def make_engine(url: str, *, sqlite_synchronous: str = "NORMAL", lock_timeout_s:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("writer") else "BEGIN")
 
     return engine
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_statement(dialect: sa.Dialect, table: sa.Table, keys: tuple[str, ...]) -> tuple[str, Any]:
+    """(the INSERT of `keys` into `table` in `dialect`'s SQL and parameter style, what turns a row into its
+    parameters: a getter of the values in the statement's order for positional styles, None for named ones)."""
+    compiled = table.insert().compile(dialect=dialect, column_keys=list(keys))
+    if not compiled.positional:
+        return compiled.string, None
+    order = tuple(compiled.positiontup)
+    if set(order) != set(keys):
+        raise ValueError(f"the INSERT into {table.name} binds {order}, not the row's keys {keys}")
+    return compiled.string, itemgetter(*order) if len(order) > 1 else (lambda row: (row[order[0]],))
+
+
+def insert_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert `rows` (dicts with the same keys, values the driver takes as they are: str, int, float, bool, bytes,
+    None) into `table` in the connection's transaction: one executemany of a statement compiled once per table and
+    keys, without SQLAlchemy's per-row parameter processing (the hot path's call rows)."""
+    sql, parameters = _insert_statement(conn.dialect, table, tuple(rows[0]))
+    conn.exec_driver_sql(sql, list(rows) if parameters is None else [parameters(row) for row in rows])

@@ -22,7 +22,14 @@ from typing import Any
 
 import orjson
 
-from gateway.capture import Captured, ProtocolError, capture_chunk, capture_json, parse_version_header
+from gateway.capture import (
+    Captured,
+    ProtocolError,
+    capture_chunk,
+    capture_json,
+    parse_version_header,
+    token_ids_packed,
+)
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError
 from gateway.protocols.base import ProtocolAdapter, StreamTranslator
@@ -345,7 +352,7 @@ def tokenized_ids(payload: bytes) -> list[int]:
     except orjson.JSONDecodeError:
         raise ProtocolError("a 200 body that is not JSON") from None
     tokens = body.get("tokens") if isinstance(body, dict) else None
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and 0 <= t < 2**31 for t in tokens):
+    if token_ids_packed(tokens) is None:
         raise ProtocolError(f"'tokens' must be a list of token IDs, got {str(tokens)[:80]}")
     if body.get("count", len(tokens)) != len(tokens):
         raise ProtocolError(f"'count' {body.get('count')!r} is not the number of tokens ({len(tokens)})")

@@ -142,3 +142,27 @@ def test_without_a_grader_token_the_grader_role_does_not_exist() -> None:
 def test_an_empty_admin_token_is_refused() -> None:
     with pytest.raises(ValueError, match="HARNESSRL_ADMIN_TOKEN"):
         Authenticator("", None, SECRET)
+
+
+def test_a_valid_key_is_verified_once_and_a_forged_one_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.auth as auth
+
+    checked: list[str] = []
+
+    def counting(secret: bytes, key: str) -> tuple[str, int] | None:
+        checked.append(key)
+        return rollout_of_key(secret, key)
+
+    monkeypatch.setattr(auth, "rollout_of_key", counting)
+    monkeypatch.setattr(auth, "VERIFIED_KEYS_KEPT", 3)
+    authenticator = Authenticator("admin-t", None, SECRET)
+    key = mint_rollout_key(SECRET, "r1", 1)
+    forged = key[:-1] + ("A" if key[-1] != "A" else "B")
+    for _ in range(3):
+        assert authenticator.identify(f"Bearer {key}") == auth.Principal(Role.ROLLOUT, "r1", 1)
+        with pytest.raises(Unauthorized):
+            authenticator.identify(f"Bearer {forged}")
+    assert checked == [key, forged, forged, forged]
+    others = [mint_rollout_key(SECRET, f"r{i}", 0) for i in range(2, 6)]  # past the bound: forgotten, checked again
+    assert [authenticator.identify(f"Bearer {other}").rollout_id for other in others] == ["r2", "r3", "r4", "r5"]
+    assert authenticator.identify(f"Bearer {key}").rollout_id == "r1" and checked.count(key) == 2

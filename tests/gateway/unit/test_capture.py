@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.capture import capture_json, capture_sse
+from gateway.capture import ProtocolError, capture_json, capture_sse, logprob_values, token_ids_packed
+from gateway.tokens import pack_ids
 
 
 def chat_body(index: int = 0, ids: list[int] | None = None, text: str = "hi") -> dict:
@@ -140,3 +141,46 @@ def test_stream_reassembles_ids_however_they_are_chunked(ids: list[int], cut: in
     cap = capture_sse(sse(*chunks))
     assert cap.response_token_ids == ids
     assert cap.response_logprobs == [-float(t % 7) for t in ids]
+
+
+def _token_id_reference(value: object) -> bool:
+    """The per-element definition the bulk check must agree with: integers (not booleans) in [0, 2^31)."""
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+                                           for v in value)
+
+
+ITEMS = st.one_of(st.integers(-2**40, 2**40), st.sampled_from([0, 1, 2**31 - 1, 2**31, -1, -2**31, 2**32 - 1, 2**63]),
+                  st.booleans(), st.floats(allow_nan=False), st.none(), st.text(max_size=3))
+
+
+@given(values=st.lists(ITEMS, max_size=12), base=st.lists(st.integers(0, 2**31 - 1), max_size=600))
+def test_token_ids_are_checked_in_bulk_as_element_by_element(values: list, base: list[int]) -> None:
+    for candidate in (values, base, base + values, values + base):
+        packed = token_ids_packed(candidate)
+        assert (packed is not None) == _token_id_reference(candidate)
+        if packed is not None:
+            assert packed == pack_ids(candidate)
+    assert token_ids_packed(tuple(base)) is None and token_ids_packed({"ids": base}) is None
+
+
+@given(values=st.lists(st.one_of(st.floats(allow_nan=False), st.integers(-10**6, 0), st.none(), st.booleans(),
+                                 st.text(max_size=2)), max_size=20))
+def test_logprobs_are_numbers_or_null_checked_in_bulk(values: list) -> None:
+    valid = all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values)
+    if not valid:
+        with pytest.raises(ProtocolError, match="a logprob must be a number or null"):
+            logprob_values(values)
+        return
+    got = logprob_values(values)
+    assert [math.isnan(g) if v is None else g == float(v) and type(g) is float for v, g in zip(values, got)] \
+        == [True] * len(values)
+
+
+def test_the_prompt_ids_are_packed_once_as_they_are_checked() -> None:
+    cap = capture_json({"prompt_token_ids": [1, 2, 3], "choices": [chat_body()]})
+    assert cap.prompt_ids_packed == pack_ids([1, 2, 3])
+    completion = capture_json({"choices": [{"index": 0, "prompt_token_ids": [4, 5], "text": "a"},
+                                           {"index": 1, "prompt_token_ids": [6], "text": "b"}]})
+    assert completion.prompt_ids_packed == pack_ids([4, 5]) and completion.prompt_token_ids == [4, 5]
+    for bad in ([1, True], [1, -1], [1, 2**31], [1, 2.0], [1, None]):
+        assert capture_json({"prompt_token_ids": bad, "choices": [chat_body()]}).broken
