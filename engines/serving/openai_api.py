@@ -17,7 +17,7 @@ from engines.serving import responses as shapes
 from engines.serving.bridge import GenerationFailed, PromptGeneration
 from engines.serving.chat_stream import ChatStreamAssembler
 from engines.serving.chat_template import ChatTemplateError, RenderedChat, render_chat
-from engines.serving.forced_call import ForcedCall, ForcingError, plan_forced_call
+from engines.serving.forced_call import ForcedCall, ForcingError, function_openings, plan_forced_call
 from engines.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -93,7 +93,7 @@ def _forced_call(state: EngineState, body: ChatCompletionRequest, choice: ToolCh
     decode = state.holder.tokenizer.decode
     try:
         return plan_forced_call(lambda text: _encode(state, text), lambda ids: decode(ids, skip_special_tokens=False),
-                                rendered.text, prompt_ids, choice.names)
+                                rendered.text, prompt_ids, choice.names, function_openings(body.tools, choice.names))
     except ForcingError as exc:
         raise RequestError(str(exc), param="tool_choice") from exc
 

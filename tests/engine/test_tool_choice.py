@@ -13,7 +13,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
 from engines.serving.chat_stream import ChatStreamAssembler
-from engines.serving.forced_call import ForcingError, call_opening, plan_forced_call
+from engines.serving.forced_call import ForcingError, call_opening, function_openings, plan_forced_call
 from engines.serving.prefix_constraint import allowed_next_tokens, constrain_logits_BV
 from engines.serving.responses import (
     CONSTRAINED_TOKENS_FIELD,
@@ -93,16 +93,33 @@ def decode(ids: list[int]) -> str:
     return "".join(chr(i) for i in ids)
 
 
+def schema(*keys: str, required: tuple[str, ...] | None = None) -> dict:
+    return {"type": "object", "properties": {key: {"type": "integer"} for key in keys},
+            "required": list(keys if required is None else required)}
+
+
+def test_an_opening_runs_to_the_first_declared_argument_when_it_is_required() -> None:
+    head = '<tool_call>\n{"name": "add", "arguments":'
+    assert call_opening("add", schema("a", "b")) == head + ' {"a":'
+    assert call_opening("add", schema("a", "b", required=("b",))) == head
+    assert call_opening("add", schema("_a", "b")) == head  # ' {"_' is one pre-token: the boundary would move
+    assert call_opening("add", {"type": "object"}) == call_opening("add") == head
+    assert call_opening("add", {"properties": {"e": {"type": "string"}}, "required": ["e"]}) == head + ' {"e": "'
+    tools = [tool("add"), {"type": "function", "function": {"name": "sub", "parameters": schema("x")}}]
+    assert function_openings(tools, ("sub", "add")) == (call_opening("sub", schema("x")), head)
+
+
 def test_one_function_forces_its_whole_opening_into_the_prompt() -> None:
-    forced = plan_forced_call(encode, decode, "<chat>", encode("<chat>"), ("add",))
-    assert call_opening("add") == '<tool_call>\n{"name": "add", "arguments":'
-    assert forced.prompt_ids == tuple(encode("<chat>" + call_opening("add")))
-    assert forced.forced_text == call_opening("add") and forced.forced_tokens == len(call_opening("add"))
+    opening = call_opening("add", schema("a"))
+    forced = plan_forced_call(encode, decode, "<chat>", encode("<chat>"), ("add",), (opening,))
+    assert forced.prompt_ids == tuple(encode("<chat>" + opening))
+    assert forced.forced_text == opening and forced.forced_tokens == len(opening)
     assert forced.continuations == ()
 
 
 def test_several_functions_force_the_shared_opening_and_leave_the_names_to_choose() -> None:
-    forced = plan_forced_call(encode, decode, "<chat>", encode("<chat>"), ("add", "add_two", "multiply"))
+    names = ("add", "add_two", "multiply")
+    forced = plan_forced_call(encode, decode, "<chat>", encode("<chat>"), names, tuple(map(call_opening, names)))
     assert forced.forced_text == '<tool_call>\n{"name": "'
     assert forced.prompt_ids == tuple(encode('<chat><tool_call>\n{"name": "'))
     assert [decode(list(c)) for c in forced.continuations] == [
@@ -111,7 +128,8 @@ def test_several_functions_force_the_shared_opening_and_leave_the_names_to_choos
 
 def test_a_tokenizer_that_does_not_decode_the_prompt_back_is_refused() -> None:
     with pytest.raises(ForcingError, match="use tool_choice 'auto'"):
-        plan_forced_call(encode, lambda ids: decode(ids).upper(), "<chat>", encode("<chat>"), ("add",))
+        plan_forced_call(encode, lambda ids: decode(ids).upper(), "<chat>", encode("<chat>"), ("add",),
+                         (call_opening("add"),))
 
 
 # --- the function-name constraint ----------------------------------------------------------------------------------
