@@ -1,8 +1,9 @@
 """SQL tables of the store (SQLAlchemy Core): rollouts, calls, events, models, meta, artifacts.
 
 Tables are created when missing (`create_tables`); a column added to an existing table since the first release is in
-`ADDED_COLUMNS` and is added to an older database by `ALTER TABLE ... ADD COLUMN` (nullable, or with a default), so a
-store written by an older gateway opens with its rows intact.
+`ADDED_COLUMNS` and is added to an older database by `ALTER TABLE ... ADD COLUMN` (nullable, or with a default), and
+an index added since is in `ADDED_INDEXES` (`CREATE INDEX IF NOT EXISTS`), so a store written by an older gateway
+opens with its rows intact.
 """
 
 from __future__ import annotations
@@ -66,8 +67,18 @@ calls = sa.Table(
     sa.Column("policy_version", sa.Integer),
     sa.Column("latency_ms", sa.Float, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("continuation", sa.LargeBinary),  # what a call continuing this answer starts from, as JSON (the
+    # protocol's items of its chain's turns and its own: gateway.translated); NULL: an answer no call continues (a
+    # protocol without continuations, a failed call), or one an older gateway recorded
     sa.Index("ix_calls_rollout", "rollout_id", "attempt", "seq"),
 )
+
+CONTINUED = sa.Index("ix_calls_continued", calls.c.rollout_id, calls.c.attempt, calls.c.response_id,
+                     sqlite_where=calls.c.continuation.isnot(None), postgresql_where=calls.c.continuation.isnot(None))
+"""The answers a later call may continue, by (rollout, attempt, response id); partial, so the other calls' inserts
+do not maintain it."""
+RECORD_COLUMNS = tuple(column for column in calls.c if column.name != "continuation")
+"""The columns of a `CallRecord` (the continuation is read only by the call that continues the answer)."""
 
 events = sa.Table(
     "events", metadata,
@@ -98,12 +109,16 @@ artifacts = sa.Table(
 )
 
 
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling", "error_code")}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling", "error_code",
+                                                        "continuation")}
 """Columns added to existing tables after the first release, by table: an older database gets them on open."""
+ADDED_INDEXES = (CONTINUED,)
+"""Indexes added to existing tables after the first release: an older database gets them on open (IF NOT EXISTS)."""
 
 
 def create_tables(conn: sa.Connection) -> list[str]:
-    """Create the missing tables, then add the `ADDED_COLUMNS` an older database lacks; the `table.column`s added."""
+    """Create the missing tables, then add the `ADDED_COLUMNS` and `ADDED_INDEXES` an older database lacks; the
+    `table.column`s added."""
     metadata.create_all(conn)
     added = []
     for table_name, names in ADDED_COLUMNS.items():
@@ -112,6 +127,8 @@ def create_tables(conn: sa.Connection) -> list[str]:
             if name not in present:
                 conn.exec_driver_sql(add_column_ddl(metadata.tables[table_name].c[name], conn.dialect))
                 added.append(f"{table_name}.{name}")
+    for index in ADDED_INDEXES:
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
     return added
 
 

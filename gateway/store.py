@@ -24,6 +24,7 @@ from gateway.committer import StoreBusy, make_committer
 from gateway.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StoreUnavailable
 from gateway.records import (
     CallRecord,
+    CallStatus,
     Event,
     EventKind,
     FinishedPage,
@@ -74,6 +75,7 @@ class Store(Protocol):
     async def next_call_seq(self, rollout_id: str, attempt: int) -> int: ...
     async def insert_call(self, row: dict[str, Any]) -> None: ...
     async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]: ...
+    async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None: ...
     async def register_model(self, model: ModelIn) -> ModelRecord: ...
     async def set_model_version(self, name: str, version: int) -> list[ModelRecord]: ...
     async def delete_model(self, name: str, base_url: str | None) -> int: ...
@@ -229,11 +231,21 @@ class SqlStore:
         """A rollout's calls ordered by attempt and arrival."""
         await self.get_rollout(rollout_id)
         c = schema.calls.c
-        query = sa.select(schema.calls).where(c.rollout_id == rollout_id)
+        query = sa.select(*schema.RECORD_COLUMNS).where(c.rollout_id == rollout_id)
         if attempt is not None:
             query = query.where(c.attempt == attempt)
         rows = await self._read(lambda conn: conn.execute(query.order_by(c.attempt, c.seq)).all())
         return [call_row_to_record(row) for row in rows]
+
+    async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None:
+        """The stored continuation of the ok `kind` answer `response_id` of that rollout attempt (one indexed
+        lookup, `schema.CONTINUED`), or None when no such answer has one (none recorded, or an older gateway's)."""
+        c = schema.calls.c
+        query = (sa.select(c.continuation)
+                 .where(c.rollout_id == rollout_id, c.attempt == attempt, c.response_id == response_id,
+                        c.continuation.isnot(None), c.kind == kind, c.status == CallStatus.OK.value)
+                 .limit(1))
+        return await self._read(lambda conn: conn.execute(query).scalar())
 
     # -- models ---------------------------------------------------------------------------------------------
 

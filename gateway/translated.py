@@ -10,8 +10,9 @@ adapter's `model_fault`, e.g. Anthropic tool-call arguments that are not a JSON 
 adapter delivers it in a form the protocol allows (as text), recorded as an ok call with the fault's code, never a
 502 (which the controller would count as the engine's failure).
 Unlike chat, the recorded `response_raw` is the translated answer the harness saw (its JSON, or its SSE events), the
-`response_id` is the adapter's id for it, and every error is in the adapter's shape (`error_body`, or `error` events
-once a stream has begun).
+`response_id` is the adapter's id for it, every error is in the adapter's shape (`error_body`, or `error` events
+once a stream has begun), and an ok answer is recorded with its continuation (`gateway.continuation`), for a call
+that continues it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from gateway.capture import (
     token_ids_packed,
 )
 from gateway.context import GatewayContext
-from gateway.errors import BadRequest, GatewayError
+from gateway.continuation import NONE_STORED, continuation
+from gateway.errors import GatewayError
 from gateway.protocols.base import ProtocolAdapter, StreamTranslator
 from gateway.proxy import (
     CHAT,
@@ -43,7 +45,7 @@ from gateway.proxy import (
     stream_broke,
     upstream_request,
 )
-from gateway.records import CallErrorCode, CallRecord, CallStatus, RolloutMode
+from gateway.records import CallErrorCode, CallStatus, RolloutMode
 from gateway.upstream import UpstreamFailed, read_refused
 
 CHAT_PATH = "/chat/completions"
@@ -62,36 +64,16 @@ class Translated:
     body: dict[str, Any]  # the harness's request, parsed
     response_id: str  # the id the harness sees
     upstream_body: bytes  # the chat-completions request sent to the engine
+    earlier: bytes = NONE_STORED  # the stored turns of the conversation it continues (gateway.continuation)
 
 
 def prepare(adapter: ProtocolAdapter, body: dict[str, Any], chat: dict[str, Any], *, rollout_id: str, attempt: int,
-            seq: int, mode: RolloutMode, served_name: str) -> Translated:
-    """The call for `body` (pure): `chat` (the adapter's `to_chat` of it) streamed as the harness asked, with chat's
-    forced fields (`upstream_request`), and the answer's id."""
+            seq: int, mode: RolloutMode, served_name: str, earlier: bytes = NONE_STORED) -> Translated:
+    """The call for `body` (pure): `chat` (the adapter's `to_chat` of it, continuing the stored turns `earlier`)
+    streamed as the harness asked, with chat's forced fields (`upstream_request`), and the answer's id."""
     return Translated(adapter, body, adapter.response_id(rollout_id, attempt, seq),
-                      upstream_request({**chat, "stream": bool(body.get("stream", False))}, CHAT, mode, served_name))
-
-
-async def history(svc: GatewayContext, adapter: ProtocolAdapter, body: dict[str, Any], rollout_id: str,
-                  attempt: int) -> list[dict[str, Any]]:
-    """The recorded calls `body` continues (following `previous_id` back through this attempt's successful calls of
-    the adapter's kind), oldest first; BadRequest naming an id that is not among them."""
-    previous = adapter.previous_id(body)
-    if previous is None:
-        return []
-    calls = await svc.store.list_calls(rollout_id, attempt)
-    by_id: dict[str, CallRecord] = {c.response_id: c for c in calls if c.response_id is not None
-                                    and c.kind == adapter.kind and c.status == CallStatus.OK}
-    chain: list[dict[str, Any]] = []
-    while previous is not None:
-        call = by_id.pop(previous, None)  # popped: a cycle ends as a missing id
-        if call is None:
-            raise BadRequest(f"previous response {previous!r} is not a recorded answer of attempt {attempt} of "
-                             f"rollout {rollout_id!r}; send the whole conversation instead, or an id this rollout's "
-                             "gateway returned", param="previous_response_id")
-        chain.append({"request": call.request, "response_raw": call.response_raw})
-        previous = adapter.previous_id(call.request)
-    return chain[::-1]
+                      upstream_request({**chat, "stream": bool(body.get("stream", False))}, CHAT, mode, served_name),
+                      earlier)
 
 
 def _headers(ctx: CallContext, version: int | None, content_type: bytes) -> list[tuple[bytes, bytes]]:
@@ -202,7 +184,8 @@ async def _unary(svc: GatewayContext, ctx: CallContext, call: Translated, send, 
     cap.response_id = call.response_id
     await record_call(svc, ctx, call_row(ctx, cap, status=CallStatus.OK, http_status=200,
                                          error=fault.message if fault else None, response_raw=answer,
-                                         policy_version=version, error_code=fault.code if fault else None))
+                                         policy_version=version, error_code=fault.code if fault else None,
+                                         continuation=continuation(adapter, call.body, call.earlier, answer)))
     await _answer(send, 200, answer, _headers(ctx, version, b"application/json"))
 
 
@@ -230,11 +213,13 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
     fault = translator.model_fault if failure is None else None
     error, code = failure or ((fault.message, fault.code) if fault else (None, None))
     cap.response_id = call.response_id
+    answer = b"".join(sent) + events
     try:
         await record_call(svc, ctx, call_row(
             ctx, cap, status=CallStatus.ERROR if failure else CallStatus.OK, http_status=200, error=error,
-            response_raw=b"".join(sent) + events, error_code=code,
-            policy_version=cap.policy_version if cap.policy_version is not None else version))
+            response_raw=answer, error_code=code,
+            policy_version=cap.policy_version if cap.policy_version is not None else version,
+            continuation=None if failure else continuation(adapter, call.body, call.earlier, answer)))
     except GatewayError as exc:  # not recorded: the harness must not take the answer as final
         events = translator.error(exc.message, exc.code or "store_unavailable")
     await send({"type": "http.response.body", "body": events, "more_body": False})

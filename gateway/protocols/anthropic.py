@@ -42,8 +42,11 @@ class MessagesAdapter:
         digest = hashlib.blake2b(f"{rollout_id}|{attempt}|{seq}".encode(), digest_size=12).hexdigest()
         return f"msg_{digest}"
 
-    def to_chat(self, body: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+    def to_chat(self, body: dict[str, Any], earlier: list[Any]) -> dict[str, Any]:
         return anthropic_request.to_chat(body)
+
+    def continued(self, body: dict[str, Any], response_raw: bytes | str) -> None:
+        return None  # no request continues an earlier answer
 
     def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
         return anthropic_answer.from_chat(answer, body, response_id)

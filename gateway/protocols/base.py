@@ -68,11 +68,18 @@ class ProtocolAdapter(Protocol):
         call. Deterministic and distinct for each (rollout, attempt, seq)."""
         ...
 
-    def to_chat(self, body: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+    def to_chat(self, body: dict[str, Any], earlier: list[Any]) -> dict[str, Any]:
         """The chat-completions request (without `model`, `stream`, token-id and logprob flags: the forwarder sets
-        them). `history` holds the rollout's earlier calls this one continues (following `previous_id` back, oldest
-        first), each `{"request": <the harness's request dict>, "response_raw": <the answer as the harness saw it,
-        JSON or SSE text>}`; empty when `previous_id` is None."""
+        them). `earlier` holds the turns of the conversation the answer `previous_id` names continues, oldest first
+        (each the `continued` of one recorded call of its chain, the answer's own last); empty when `previous_id` is
+        None."""
+        ...
+
+    def continued(self, body: dict[str, Any], response_raw: bytes | str) -> Any:
+        """The turn this answered call (`body`, and `response_raw`, its answer as the harness saw it: JSON or SSE
+        text) adds to its conversation for a later call that continues it (JSON-able: stored with the call, after
+        its chain's turns, as the call's continuation); None when the protocol has no continuations (`previous_id`
+        is always None)."""
         ...
 
     def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:

@@ -1,10 +1,10 @@
 """The OpenAI Responses API (`POST /r/{id}/v1/responses`) as a ProtocolAdapter over the engine's chat completions.
 
 Stateless: the gateway keeps no conversation state of its own beyond the calls it records, so `store: false` and
-`store: true` behave alike, and `previous_response_id` is served from the rollout's own recorded calls (the
-forwarder follows the chain; this adapter prepends each earlier call's input items and output items). What each
-request field becomes is in `responses_request.py`; the answer and its SSE events in `responses_answer.py` and
-`responses_stream.py`.
+`store: true` behave alike, and `previous_response_id` is served from the rollout's own recorded calls: each answer
+is recorded with its continuation (its chain's turns, then its own: `continued`, the call's input items and output
+items), and a call that continues it gets them prepended (`gateway/continuation.py`). What each request field becomes
+is in `responses_request.py`; the answer and its SSE events in `responses_answer.py` and `responses_stream.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from gateway.asgi import json_object
 from gateway.errors import BadRequest, error_body
 from gateway.protocols.base import ModelFault
 from gateway.protocols.responses_answer import from_chat, recorded_output, response_id
-from gateway.protocols.responses_request import chat_request, check_fields
+from gateway.protocols.responses_request import as_items, chat_request, check_fields
 from gateway.protocols.responses_stream import ResponsesStream
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -46,10 +46,13 @@ class ResponsesAdapter:
     def response_id(self, rollout_id: str, attempt: int, seq: int) -> str:
         return response_id(rollout_id, attempt, seq)
 
-    def to_chat(self, body: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
-        requests = [entry["request"] for entry in history]
-        outputs = [recorded_output(entry.get("response_raw")) for entry in history]
-        return chat_request(body, requests, outputs)
+    def to_chat(self, body: dict[str, Any], earlier: list[Any]) -> dict[str, Any]:
+        return chat_request(body, [{"input": turn[0]} for turn in earlier], [turn[1] for turn in earlier])
+
+    def continued(self, body: dict[str, Any], response_raw: bytes | str) -> list[list[Any]]:
+        """[the call's input items, its answer's output items]: what `previous_response_id` prepends (the
+        instructions are not carried over)."""
+        return [as_items(body.get("input", [])), recorded_output(response_raw)]
 
     def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
         return from_chat(answer, body, response_id)

@@ -109,21 +109,31 @@ def from_chat(answer: dict[str, Any], body: dict[str, Any], rid: str) -> dict[st
     return response
 
 
+FINAL_EVENTS = ("response.completed", "response.incomplete")
+
+
 def recorded_output(response_raw: bytes | str | None) -> list[dict[str, Any]]:
     """The output items of an answer as the harness saw it: the JSON response's `output`, or for a stream the final
-    response event's `output` (else the items of its `response.output_item.done` events)."""
+    response event's `output` (else the items of its `response.output_item.done` events). A stream's final event is
+    its last: it is looked for from the end, so a whole stream is decoded only when it has none."""
     if not response_raw:
         return []
     raw = response_raw.encode() if isinstance(response_raw, str) else response_raw
     if raw.lstrip().startswith(b"{"):
         return list(orjson.loads(raw).get("output") or [])
+    body = raw.rstrip()
+    last_line = body[body.rfind(b"\n") + 1:]
+    if last_line.startswith(b"data:"):
+        last = orjson.loads(last_line[5:])
+        if last.get("type") in FINAL_EVENTS:
+            return list(last["response"].get("output") or [])
     done: list[dict[str, Any]] = []
     for line in raw.split(b"\n"):
         if not line.startswith(b"data:"):
             continue
         event = orjson.loads(line[5:])
         kind = event.get("type")
-        if kind in ("response.completed", "response.incomplete"):
+        if kind in FINAL_EVENTS:
             return list(event["response"].get("output") or [])
         if kind == "response.output_item.done":
             done.append(event["item"])

@@ -22,6 +22,7 @@ from gateway.artifacts import check_name
 from gateway.asgi import header, json_object, read_body, send_bytes, send_error
 from gateway.auth import Principal, Role, check_key_attempt, harness_authorization
 from gateway.context import GatewayContext
+from gateway.continuation import earlier_conversation
 from gateway.errors import (
     BadRequest,
     Conflict,
@@ -47,7 +48,7 @@ from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord, Sa
 from gateway.routing import is_side_call
 from gateway.sampling import apply_policy, requested_sampling
 from gateway.store import RolloutBrief
-from gateway.translated import count_tokens, forward, history, prepare
+from gateway.translated import count_tokens, forward, prepare
 
 log = logging.getLogger("harnessrl.gateway")
 PROXY_KINDS = {("v1", "chat", "completions"): CHAT, ("v1", "completions"): COMPLETION}
@@ -174,12 +175,13 @@ async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_i
     brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     # translated before the call takes a number: a request the adapter refuses leaves no gap in the calls' seq
-    chat = adapter.to_chat(request, await history(svc, adapter, request, rollout_id, brief.attempt))
+    earlier = await earlier_conversation(svc, adapter, request, rollout_id, brief.attempt)
+    chat = adapter.to_chat(request, earlier.turns)
     chat, sampling = apply_policy(chat, requested_sampling(request), brief.mode, svc.config.sampling)
     ctx = await _call_context(svc, brief, rollout_id, adapter.kind, request, raw, endpoint, started, created_at,
                               header(scope, b"traceparent"), sampling)
     call = prepare(adapter, request, chat, rollout_id=rollout_id, attempt=brief.attempt, seq=ctx.seq,
-                   mode=brief.mode, served_name=endpoint.served_name)
+                   mode=brief.mode, served_name=endpoint.served_name, earlier=earlier.stored)
     await forward(svc, ctx, call, send)
 
 

@@ -25,7 +25,10 @@ TOOL_READ = {"type": "function", "name": "read", "description": "Read a file",
 
 
 def chat_of(body: dict[str, Any], history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return RESPONSES.to_chat(RESPONSES.parse(orjson.dumps(body)), history or [])
+    """The chat request of `body` continuing the recorded calls `history` (each its request and its answer as the
+    harness saw it), as the gateway builds it: the calls' turns (`continued`) stored as one JSON continuation."""
+    turns = [RESPONSES.continued(entry["request"], entry["response_raw"]) for entry in history or []]
+    return RESPONSES.to_chat(RESPONSES.parse(orjson.dumps(body)), orjson.loads(orjson.dumps(turns)))
 
 
 def tool_call(call: dict[str, Any]) -> dict[str, Any]:

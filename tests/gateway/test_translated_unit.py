@@ -1,6 +1,7 @@
-"""The translated-call forwarder's pure parts and its history lookup (gateway/translated.py): the upstream request
-carries chat's forced fields, `previous_id` chains are followed back through the attempt's recorded calls (a missing
-or cyclic id is a 400 naming it), the tokenizer's URL and answer."""
+"""The translated-call forwarder's pure parts (gateway/translated.py) and the conversation a call continues
+(gateway/continuation.py): the upstream request carries chat's forced fields; a stored continuation is read alone and
+extended without decoding; an older gateway's `previous_id` chain is followed back through the attempt's recorded
+calls (a missing or cyclic id is a 400 naming it); the tokenizer's URL and answer."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import orjson
 import pytest
 
 from gateway.capture import Captured, ProtocolError, capture_chunk, capture_sse
+from gateway.continuation import NOTHING, Earlier, continuation, earlier_conversation
 from gateway.errors import BadRequest
 from gateway.protocols.anthropic import ADAPTER
 from gateway.records import CallRecord, RolloutMode
 from gateway.scripted import Script, _chat_stream
-from gateway.translated import history, prepare, tokenize_url, tokenized_ids
+from gateway.translated import prepare, tokenize_url, tokenized_ids
 
 REQUEST = {"model": "claude-x", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -34,12 +36,16 @@ def test_prepare_forces_chats_fields_and_fixes_the_answers_id(mode: RolloutMode,
 
 
 class Chained:
-    """A minimal adapter whose requests continue an earlier answer through `previous`."""
+    """A minimal adapter whose requests continue an earlier answer through `previous`; a call's turn is its `n`
+    and its answer."""
 
     kind = "chained"
 
     def previous_id(self, body: dict[str, Any]) -> str | None:
         return body.get("previous")
+
+    def continued(self, body: dict[str, Any], response_raw: bytes | str) -> list[Any]:
+        return [body["n"], response_raw.decode() if isinstance(response_raw, bytes) else response_raw]
 
 
 def record(seq: int, response_id: str, previous: str | None = None, *, kind: str = "chained",
@@ -51,20 +57,41 @@ def record(seq: int, response_id: str, previous: str | None = None, *, kind: str
                       n_choices=1, policy_version=0, latency_ms=1.0, created_at=0.0)
 
 
-def lookup(calls: list[CallRecord], body: dict[str, Any]) -> list[dict[str, Any]]:
+def lookup(calls: list[CallRecord], body: dict[str, Any], stored: dict[str, bytes] | None = None) -> Earlier:
+    """`earlier_conversation` over a store holding `calls` and the continuations `stored` (by response id)."""
+    listed = []
+
+    async def continuation(rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None:
+        assert (rollout_id, attempt, kind) == ("r", 0, "chained")
+        return (stored or {}).get(response_id)
+
     async def list_calls(rollout_id: str, attempt: int) -> list[CallRecord]:
         assert (rollout_id, attempt) == ("r", 0)
+        listed.append(attempt)
         return calls
 
-    svc = SimpleNamespace(store=SimpleNamespace(list_calls=list_calls))
-    return asyncio.run(history(svc, Chained(), body, "r", 0))
+    svc = SimpleNamespace(store=SimpleNamespace(continuation=continuation, list_calls=list_calls))
+    earlier = asyncio.run(earlier_conversation(svc, Chained(), body, "r", 0))
+    assert not (stored and body.get("previous") in stored and listed)  # a stored continuation: no chain read
+    return earlier
 
 
-def test_history_follows_previous_ids_back_oldest_first() -> None:
+def test_an_older_gateways_chain_is_followed_back_oldest_first() -> None:
     calls = [record(0, "a"), record(1, "b", "a"), record(2, "c", "b"), record(3, "other")]
-    assert lookup(calls, {"previous": "c"}) == [{"request": {"n": n, "previous": p}, "response_raw": f"answer {n}"}
-                                                for n, p in ((0, None), (1, "a"), (2, "b"))]
-    assert lookup(calls, {}) == []
+    earlier = lookup(calls, {"previous": "c"})
+    assert earlier.turns == [[0, "answer 0"], [1, "answer 1"], [2, "answer 2"]]
+    assert orjson.loads(earlier.stored) == earlier.turns
+    assert lookup(calls, {}) == NOTHING
+
+
+def test_a_stored_continuation_is_read_alone_and_extended_without_decoding() -> None:
+    stored = orjson.dumps([[0, "answer 0"], [1, "answer 1"]])
+    earlier = lookup([], {"previous": "b"}, {"b": stored})
+    assert earlier == Earlier([[0, "answer 0"], [1, "answer 1"]], stored)
+    extended = continuation(Chained(), {"n": 2}, earlier.stored, b"answer 2")
+    assert orjson.loads(extended) == [[0, "answer 0"], [1, "answer 1"], [2, "answer 2"]]
+    assert orjson.loads(continuation(Chained(), {"n": 0}, NOTHING.stored, b"first")) == [[0, "first"]]
+    assert continuation(ADAPTER, REQUEST, NOTHING.stored, b"{}") is None  # Messages: nothing continues an answer
 
 
 @pytest.mark.parametrize(("calls", "previous", "missing"), [

@@ -172,8 +172,9 @@ def test_logprobs_are_numbers_or_null_checked_in_bulk(values: list) -> None:
             logprob_values(values)
         return
     got = logprob_values(values)
-    assert [math.isnan(g) if v is None else g == float(v) and type(g) is float for v, g in zip(values, got)] \
-        == [True] * len(values)
+    assert len(got) == len(values)
+    assert all(math.isnan(g) if v is None else g == float(v) and type(g) is float
+               for v, g in zip(values, got, strict=True))
 
 
 def test_the_prompt_ids_are_packed_once_as_they_are_checked() -> None:

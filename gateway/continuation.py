@@ -1,0 +1,94 @@
+"""The conversation a translated call continues (`previous_id`, Responses' `previous_response_id`), in constant time.
+
+Every ok answer of a protocol with continuations is recorded with its continuation (`calls.continuation`): the turns
+of its conversation as a later call needs them, as JSON, oldest first: the continuation of the answer it continued,
+then its own turn (the adapter's `continued`: for Responses its input items and its output items). A call that
+continues an answer reads that one stored value by an indexed lookup (`Store.continuation`), whatever the chain's
+length, and never the chain's requests and answers: its instructions, tools and the other fields of every earlier
+request stay unread. Each continuation holds its conversation once more, as a request sending that conversation whole
+would (its `request`).
+
+An answer recorded without a continuation (by a gateway older than the column) is resolved as before: the chain
+followed back through the attempt's recorded calls of the adapter's kind that are ok, each call's turn taken from its
+request and answer; a missing id (unknown, another rollout's or attempt's, a failed call's, a cycle) is a 400 naming
+it either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.context import GatewayContext
+from gateway.errors import BadRequest
+from gateway.protocols.base import ProtocolAdapter
+from gateway.records import CallRecord, CallStatus
+
+NONE_STORED = b"[]"
+"""The stored JSON of an empty conversation (a call that continues nothing)."""
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """The conversation a call continues: its turns, oldest first (what the adapter's `to_chat` takes), and their
+    JSON as stored (what the call's own continuation extends)."""
+
+    turns: list[Any]
+    stored: bytes
+
+
+NOTHING = Earlier([], NONE_STORED)
+"""A call that continues no answer."""
+
+
+async def earlier_conversation(svc: GatewayContext, adapter: ProtocolAdapter, body: dict[str, Any], rollout_id: str,
+                               attempt: int) -> Earlier:
+    """The conversation `body` continues (`NOTHING` when it names no earlier answer): the stored continuation of
+    that answer of this rollout attempt; for an answer an older gateway recorded, its chain followed back. BadRequest
+    naming an id that is no ok answer of the adapter's kind in this attempt."""
+    previous = adapter.previous_id(body)
+    if previous is None:
+        return NOTHING
+    stored = await svc.store.continuation(rollout_id, attempt, previous, adapter.kind)
+    if stored is not None:
+        return Earlier(orjson.loads(stored), stored)
+    turns = recorded_chain(adapter, previous, await svc.store.list_calls(rollout_id, attempt), rollout_id, attempt)
+    return Earlier(turns, orjson.dumps(turns))
+
+
+def recorded_chain(adapter: ProtocolAdapter, previous: str, calls: list[CallRecord], rollout_id: str,
+                   attempt: int) -> list[Any]:
+    """The turns of the chain ending with the answer `previous`, followed back through `calls` (one attempt's ok
+    calls of the adapter's kind count), oldest first; BadRequest naming the first id that is not among them."""
+    by_id: dict[str, CallRecord] = {c.response_id: c for c in calls if c.response_id is not None
+                                    and c.kind == adapter.kind and c.status == CallStatus.OK}
+    chain: list[CallRecord] = []
+    current: str | None = previous
+    while current is not None:
+        call = by_id.pop(current, None)  # popped: a cycle ends as a missing id
+        if call is None:
+            raise BadRequest(f"previous response {current!r} is not a recorded answer of attempt {attempt} of "
+                             f"rollout {rollout_id!r}; send the whole conversation instead, or an id this rollout's "
+                             "gateway returned", param="previous_response_id")
+        chain.append(call)
+        current = adapter.previous_id(call.request)
+    return [adapter.continued(call.request, call.response_raw) for call in reversed(chain)]
+
+
+def continuation(adapter: ProtocolAdapter, body: dict[str, Any], earlier: bytes, response_raw: bytes) -> bytes | None:
+    """The stored continuation of the ok answer `response_raw` to `body`: `earlier` (the stored turns it continued)
+    with its own turn appended, as JSON; None when the protocol has no continuations."""
+    turn = adapter.continued(body, response_raw)
+    if turn is None:
+        return None
+    return append_json(earlier, turn)
+
+
+def append_json(stored: bytes, item: Any) -> bytes:
+    """The JSON list `stored` (compact, as orjson writes it) with `item` appended, without decoding `stored`."""
+    encoded = orjson.dumps(item)
+    if stored == NONE_STORED:
+        return b"[" + encoded + b"]"
+    return stored[:-1] + b"," + encoded + b"]"
