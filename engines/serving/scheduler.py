@@ -311,8 +311,9 @@ class GenerationScheduler:
 
     def _emit_tokens(self, rows: list[_Row], logits_BV: torch.Tensor, lengths_B: list[int],
                      batch: kv_batch.KVBatch) -> list[int]:
-        """Samples one token per row, emits it, and returns the indices of rows that continue; a finished row's
-        cache is stored before its last token is emitted (the harness's next call may follow at once)."""
+        """Samples one token per row (a row under a prefix constraint among its allowed tokens, reported with a NaN
+        logprob), emits it, and returns the indices of rows that continue; a finished row's cache is stored before
+        its last token is emitted (the harness's next call may follow at once)."""
         allowed = [allowed_next_tokens(r.request.params.continuations, r.tokens) for r in rows]
         tokens_B, logprobs_BV = sample_step(constrain_logits_BV(logits_BV, allowed),
                                             [r.request.params.sampling for r in rows],
