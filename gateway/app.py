@@ -19,6 +19,7 @@ from gateway.config import GatewayConfig
 from gateway.context import GatewayContext, open_context
 from gateway.errors import BadRequest, Forbidden, GatewayError, InternalError, error_body
 from gateway.openapi import harness_paths
+from gateway.openapi_schemas import harness_schemas
 from gateway.routes import artifacts, calls, control, models, rollouts
 from gateway.routes.harness import handle_harness
 
@@ -80,6 +81,7 @@ def _extend_openapi(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = base()
             schema["paths"].update(harness_paths())
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(harness_schemas())
             app.openapi_schema = schema
         return app.openapi_schema
 

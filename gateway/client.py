@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from pydantic import TypeAdapter
@@ -32,6 +33,12 @@ from gateway.records import (
     RolloutSpec,
     RolloutState,
 )
+
+
+def _segment(name: str) -> str:
+    """`name` as one path segment: every reserved character percent-encoded, dots too ('..' would be a dot
+    segment, which HTTP clients resolve away)."""
+    return quote(name, safe="").replace(".", "%2E")
 
 
 class GatewayAPIError(RuntimeError):
@@ -91,13 +98,14 @@ class GatewayClient:
 
     def set_model_version(self, name: str, version: int) -> list[ModelRecord]:
         """Set a model's policy version."""
-        data = self._call("PATCH", f"/v1/admin/models/{name}", json=ModelVersionPatch(version=version).model_dump())
+        data = self._call("PATCH", f"/v1/admin/models/{_segment(name)}",
+                          json=ModelVersionPatch(version=version).model_dump())
         return [ModelRecord.model_validate(m) for m in data]
 
     def delete_model(self, name: str, base_url: str | None = None) -> int:
         """Unregister a model's endpoints (only `base_url` when given); how many were removed."""
         params = {"base_url": base_url} if base_url is not None else None
-        return int(self._call("DELETE", f"/v1/admin/models/{name}", params=params)["removed"])
+        return int(self._call("DELETE", f"/v1/admin/models/{_segment(name)}", params=params)["removed"])
 
     def list_models(self) -> list[ModelRecord]:
         """Registered endpoints."""

@@ -1,4 +1,5 @@
-"""OpenAPI descriptions of the harness-facing paths, which are served as raw ASGI outside FastAPI's router."""
+"""OpenAPI descriptions of the harness-facing paths, which are served as raw ASGI outside FastAPI's router; their
+request bodies are the components of `openapi_schemas.harness_schemas`."""
 
 from __future__ import annotations
 
@@ -13,29 +14,20 @@ _OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "
 _ANTHROPIC_ERR = {"description": "Anthropic-style error: {\"type\": \"error\", \"error\": {type, message}} (the "
                                  "gateway's code in brackets at the end of message)"}
 _ANTHROPIC_ERRORS = {status: _ANTHROPIC_ERR for status in _ERRORS}
-_ANTHROPIC_MESSAGES = {"type": "array", "minItems": 1, "items": {
-    "type": "object", "required": ["role", "content"],
-    "properties": {"role": {"type": "string", "enum": ["user", "assistant"]}, "content": {"type": "string"}}}}
-_ANTHROPIC_TOOLS = {"type": "array", "items": {
-    "type": "object", "required": ["name", "input_schema"],
-    "properties": {"name": {"type": "string"}, "description": {"type": "string"},
-                   "input_schema": {"type": "object"}}}}
 
 
-def _anthropic(summary: str, answer: str, *, count: bool) -> dict:
-    properties: dict = {"model": {"type": "string"}, "messages": _ANTHROPIC_MESSAGES, "system": {"type": "string"},
-                        "tools": _ANTHROPIC_TOOLS}
-    if not count:
-        properties |= {"max_tokens": {"type": "integer", "minimum": 1}, "stream": {"type": "boolean"},
-                       "temperature": {"type": "number"}, "stop_sequences": {"type": "array",
-                                                                              "items": {"type": "string"}}}
-    schema = {"type": "object", "required": ["model", "messages"] if count else ["model", "max_tokens", "messages"],
-              "properties": properties}
+def _body(component: str) -> dict:
+    """A required JSON request body described by one of `harness_schemas()`."""
+    return {"required": True, "content": {"application/json": {"schema": {
+        "$ref": f"#/components/schemas/{component}"}}}}
+
+
+def _anthropic(summary: str, answer: str, component: str) -> dict:
     return {"post": {
         "tags": ["harness"], "summary": summary, "parameters": [_ROLLOUT], "security": _SECURITY,
         "description": "The rollout key as `x-api-key: <key>` (Anthropic's header) or `Authorization: Bearer <key>`; "
                        "any `anthropic-version` and `anthropic-beta` headers are accepted.",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+        "requestBody": _body(component),
         "responses": {"200": {"description": answer}, **_ANTHROPIC_ERRORS},
     }}
 
@@ -43,10 +35,10 @@ def _anthropic(summary: str, answer: str, *, count: bool) -> dict:
 _BYTE_FOR_BYTE = "The engine's answer, byte for byte (JSON, or SSE when stream=true); header X-Policy-Version."
 
 
-def _proxy(summary: str, answer: str = _BYTE_FOR_BYTE) -> dict:
+def _proxy(summary: str, component: str, answer: str = _BYTE_FOR_BYTE) -> dict:
     return {"post": {
         "tags": ["harness"], "summary": summary, "parameters": [_ROLLOUT], "security": _SECURITY,
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+        "requestBody": _body(component),
         "responses": {"200": {"description": answer}, **_ERRORS},
     }}
 
@@ -54,28 +46,28 @@ def _proxy(summary: str, answer: str = _BYTE_FOR_BYTE) -> dict:
 def harness_paths() -> dict:
     """Path items for /r/{rollout_id}/..."""
     return {
-        "/r/{rollout_id}/v1/chat/completions": _proxy("OpenAI chat completions, recorded with token IDs"),
-        "/r/{rollout_id}/v1/completions": _proxy("OpenAI completions, recorded with token IDs"),
+        "/r/{rollout_id}/v1/chat/completions": _proxy("OpenAI chat completions, recorded with token IDs",
+                                                      "ChatCompletionRequest"),
+        "/r/{rollout_id}/v1/completions": _proxy("OpenAI completions, recorded with token IDs", "CompletionRequest"),
         "/r/{rollout_id}/v1/responses": _proxy("OpenAI Responses, translated to the engine's chat completions and "
                                                "recorded with its token IDs (previous_response_id served from this "
-                                               "rollout's recorded calls)",
+                                               "rollout's recorded calls)", "ResponsesRequest",
                                                "A response object (JSON, or the Responses SSE events when "
                                                "stream=true); header X-Policy-Version."),
         "/r/{rollout_id}/v1/messages": _anthropic(
             "Anthropic Messages, translated to the engine's chat completions and recorded with its token IDs",
             "An Anthropic message (JSON, or Anthropic's SSE events when stream=true); header X-Policy-Version.",
-            count=False),
+            "MessagesRequest"),
         "/r/{rollout_id}/v1/messages/count_tokens": _anthropic(
             "Anthropic token count: the prompt the engine would see, counted by its tokenizer (recorded as a side "
-            "call)", "{\"input_tokens\": N}", count=True),
+            "call)", "{\"input_tokens\": N}", "CountTokensRequest"),
         "/r/{rollout_id}/v1/models": {"get": {
             "tags": ["harness"], "summary": "Models served", "parameters": [_ROLLOUT], "security": _SECURITY,
             "responses": {"200": {"description": "OpenAI model list"}, **_ERRORS}}},
         "/r/{rollout_id}/events": {"post": {
             "tags": ["harness"], "summary": "Post an agent_output or log event for this rollout",
             "parameters": [_ROLLOUT], "security": _SECURITY,
-            "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                "$ref": "#/components/schemas/EventIn"}}}},
+            "requestBody": _body("HarnessEvent"),
             "responses": {"200": {"description": "The stored event"}, **_ERRORS}}},
         "/r/{rollout_id}/artifacts/{name}": _artifact(),
     }

@@ -219,7 +219,9 @@ class Event(WireModel):
 class ModelIn(WireModel):
     """Register one upstream endpoint serving a model."""
 
-    name: str = Field(min_length=1, max_length=200, description="Name harnesses ask for in `model`.")
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$",
+                      description="Name harnesses ask for in `model` (no control characters; in a path, "
+                      "percent-encoded: `Qwen/Qwen3-8B` is `Qwen%2FQwen3-8B`).")
     base_url: str = Field(max_length=500, json_schema_extra={"format": "uri", "pattern": "^https?://[^/?#@]+"},
                           description="Upstream OpenAI base URL, e.g. http://host:8000/v1: absolute http(s) with a "
                           "host, no query, fragment or credentials, not the gateway itself (422).")

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.capture import MAX_CHOICES
 from gateway.errors import BadRequest
 from gateway.records import RolloutMode, SamplingRecord
+from gateway.strict_json import is_integer
 
 GREEDY_BELOW = 1e-5
 """A temperature below this is greedy (vLLM's `_SAMPLING_EPS`): the engine takes the argmax and ignores top-p,
@@ -70,14 +71,14 @@ def check_types(requested: dict[str, Any]) -> None:
         raise BadRequest(f"'temperature' must be at least 0 (0: greedy), got {requested['temperature']!r}",
                          param="temperature")
     top_k = requested.get("top_k")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
+    if top_k is not None and not is_integer(top_k):
         raise BadRequest(f"'top_k' must be an integer (0 or -1: off), got {top_k!r}", param="top_k")
 
 
 def check_choices(n: Any) -> None:
     """BadRequest unless `n` (the choices asked for) is absent or an integer in [1, MAX_CHOICES]: more choices than
     the gateway records would come back as an answer off the protocol, a failure the harness chose."""
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES):
+    if n is not None and (not is_integer(n) or not 1 <= n <= MAX_CHOICES):
         raise BadRequest(f"'n' must be an integer from 1 to {MAX_CHOICES}, got {str(n)[:40]}", param="n")
 
 

@@ -32,6 +32,14 @@ _LONG_RUN = b"0" * 19  # every integer out of range has at least 19 digits
 _MAX_INT_DIGITS = 20  # digits of INT_MAX; longer literals are refused without converting them
 
 
+def is_integer(value: Any) -> bool:
+    """Whether `value` is a JSON integer the store keeps: an int, or a whole float (`2.0` is the integer 2 in JSON and
+    in its schemas; JavaScript writes no difference), within [INT_MIN, INT_MAX]; never a bool."""
+    if isinstance(value, float):
+        return value.is_integer() and INT_MIN <= value <= INT_MAX
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class NotJson(BadRequest):
     """The body is not JSON at all."""
 

@@ -24,6 +24,7 @@ import json
 from typing import Any
 
 from gateway.errors import BadRequest
+from gateway.strict_json import is_integer
 
 TOOL_ERROR_PREFIX = "Error: "  # how a tool_result with is_error=true reaches the model
 TEXT_JOIN = "\n"  # text blocks of one turn are joined as vLLM joins text parts
@@ -87,15 +88,15 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
-    if "max_tokens" in body:
-        chat["max_tokens"] = body["max_tokens"]
+    if "max_tokens" in body:  # an integer, maybe written 8.0 (check_fields; count_tokens samples nothing)
+        chat["max_tokens"] = int(body["max_tokens"]) if _is_int(body["max_tokens"]) else body["max_tokens"]
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
             chat[key] = _number(body[key], key)
     if body.get("top_k") is not None:
         if not _is_int(body["top_k"]):
             raise BadRequest(f"'top_k' must be an integer, got {body['top_k']!r}", param="top_k")
-        chat["top_k"] = body["top_k"]
+        chat["top_k"] = int(body["top_k"])
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
@@ -262,7 +263,7 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return is_integer(value)
 
 
 def _number(value: Any, key: str) -> float:

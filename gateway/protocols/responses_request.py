@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import BadRequest
+from gateway.strict_json import is_integer
 
 HANDLED = frozenset({"model", "stream", "previous_response_id"})  # by the forwarder and the adapter
 IGNORED = frozenset({
@@ -35,7 +36,7 @@ DROPPED_TOOL_TYPES = frozenset({
     "shell", "custom", "apply_patch", "file_search", "code_interpreter", "computer_use_preview", "computer",
     "image_generation", "mcp", "tool_search",
 })
-FIELD_TYPES = (("max_output_tokens", (int,), "a positive integer"), ("temperature", (int, float), "a number"),
+FIELD_TYPES = (("max_output_tokens", (int, float), "a positive integer"), ("temperature", (int, float), "a number"),
                ("top_p", (int, float), "a number"), ("stop", (str, list), "a string or a list of strings"),
                ("parallel_tool_calls", (bool,), "a boolean"))
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
@@ -63,6 +64,9 @@ def check_fields(body: dict[str, Any]) -> None:
         value = body.get(key)
         if value is not None and (not isinstance(value, types) or isinstance(value, bool) != (bool in types)):
             raise BadRequest(f"'{key}' must be {what}, not {str(value)[:80]}", param=key)
+    if body.get("max_output_tokens") is not None and not is_integer(body["max_output_tokens"]):
+        raise BadRequest(f"'max_output_tokens' must be a positive integer, not {str(body['max_output_tokens'])[:80]}",
+                         param="max_output_tokens")
     if body.get("max_output_tokens") is not None and body["max_output_tokens"] < 1:
         raise BadRequest("'max_output_tokens' must be a positive integer", param="max_output_tokens")
     stop = body.get("stop")
@@ -103,6 +107,8 @@ def chat_request(body: dict[str, Any], history: list[dict[str, Any]],
                            ("top_p", "top_p"), ("stop", "stop")):
         if body.get(source) is not None:
             chat[target] = body[source]
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = int(body["max_output_tokens"])  # an integer (check_fields), maybe written 8.0
     response_format = chat_response_format(body.get("text"))
     if response_format is not None:
         chat["response_format"] = response_format

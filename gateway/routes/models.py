@@ -35,7 +35,7 @@ async def list_models(svc: GatewayContext = Depends(context)) -> list[ModelRecor
     return await svc.store.list_models()
 
 
-@router.patch("/{name}")
+@router.patch("/{name:path}")
 async def set_version(name: str, body: ModelVersionPatch, svc: GatewayContext = Depends(context)) -> list[ModelRecord]:
     """Set the policy version of a model (after a weight update)."""
     records = await svc.store.set_model_version(name, body.version)
@@ -43,7 +43,7 @@ async def set_version(name: str, body: ModelVersionPatch, svc: GatewayContext = 
     return records
 
 
-@router.delete("/{name}")
+@router.delete("/{name:path}")
 async def delete_model(name: str, base_url: str | None = Query(None, description="Only this endpoint."),
                        svc: GatewayContext = Depends(context)) -> dict[str, int]:
     """Unregister a model's endpoints."""

@@ -108,6 +108,21 @@ def test_a_well_formed_base_url_is_registered_without_trailing_slashes(admin, ba
     admin.delete_model(name)
 
 
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-8B", "a?b#c", "50% off", "two words", "..", "x/"])
+def test_a_model_of_any_registered_name_can_be_re_versioned_and_deleted(admin, scripted, name) -> None:
+    """Found by the longer run: a name with '/', '?' or '#' could be registered, then never changed nor deleted."""
+    admin.register_model(name, scripted.base_url)
+    assert [m.version for m in admin.set_model_version(name, 7)] == [7]
+    assert admin.delete_model(name) == 1
+    assert name not in [m.name for m in admin.list_models()]
+
+
+def test_a_model_name_with_a_control_character_is_400(gateway) -> None:
+    response = httpx.post(gateway.url + "/v1/admin/models", json={"name": "a\nb", "base_url": "http://engine/v1"},
+                          headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+    assert error_of(response, 400)["param"] == "name"
+
+
 def _self_urls(port: int) -> dict[str, str]:
     return {"the URL it serves on": f"http://127.0.0.1:{port}/v1", "localhost": f"http://localhost:{port}",
             "another loopback address": f"http://127.0.0.2:{port}/v1", "IPv6 loopback": f"http://[::1]:{port}/v1",

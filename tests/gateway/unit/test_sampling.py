@@ -45,11 +45,12 @@ def test_the_config_takes_the_policy_and_refuses_unknown_modes_and_temperatures(
         apply_policy({}, {"min_p": "0.1"}, RolloutMode.TRAIN, SamplingPolicy())
 
 
-@pytest.mark.parametrize("n", [0, -1, 1025, 10**30, 2.0, True, "3", [1]])
+@pytest.mark.parametrize("n", [0, -1, 1025, 10**30, 2.5, 1025.0, True, "3", [1]])
 def test_more_choices_than_the_gateway_records_are_refused_before_the_engine(n) -> None:
-    """n past MAX_CHOICES came back as an answer off the protocol: a failure the harness chose, now a 400."""
+    """n past MAX_CHOICES came back as an answer off the protocol: a failure the harness chose, now a 400. A whole
+    number written 2.0 is JSON's integer 2 (as the OpenAPI schema's `integer` takes it)."""
     with pytest.raises(BadRequest) as refused:
         apply_policy({**BODY, "n": n}, requested_sampling(BODY), RolloutMode.TRAIN, SamplingPolicy())
     assert refused.value.param == "n"
-    for ok in (1, 1024, None):
+    for ok in (1, 1024, 2.0, None):
         apply_policy({**BODY, "n": ok}, requested_sampling(BODY), RolloutMode.TRAIN, SamplingPolicy())

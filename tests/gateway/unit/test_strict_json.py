@@ -1,0 +1,54 @@
+"""strict_json: one rule for every stored body - a value the store cannot keep exactly is a 400 naming its field."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from gateway.errors import BadRequest
+from gateway.strict_json import INT_MAX, INT_MIN, NotJson, check, is_integer, loads
+
+
+@pytest.mark.parametrize(("raw", "field", "words"), [
+    (b'{"a": [1, {"b": 123456789012345678901234}]}', "a.1.b", "the integer 123456789012345678901234"),
+    (b'{"a": 18446744073709551616}', "a", "outside the range"),
+    (b'{"a": -9223372036854775809}', "a", "outside the range"),
+    (b'{"x": NaN}', "x", "NaN, which is not a JSON number"),
+    (b'{"x": {"y": -Infinity}}', "x.y", "-Infinity"),
+    (b'{"x": 1e400}', "x", "past the range of a 64-bit float"),
+    (b'{"s": "\\ud800"}', "s", "lone UTF-16 surrogate"),
+    (b'{"k": {"\\udc00": 1}}', "k", "has a key that holds a lone UTF-16 surrogate"),
+    (b"[0, NaN]", "1", "NaN"),
+    (b"1" + b"0" * 5000, None, "(5001 digits)"),
+])
+def test_a_value_the_store_cannot_keep_is_refused_naming_its_field(raw, field, words) -> None:
+    with pytest.raises(BadRequest) as refused:
+        loads(raw)
+    assert (type(refused.value), refused.value.param, words in refused.value.message) == (BadRequest, field, True)
+    with pytest.raises(BadRequest):
+        check(raw)
+
+
+@pytest.mark.parametrize("raw", [b'{"top": 18446744073709551615, "bottom": -9223372036854775808}',
+                                 b'{"text": "12345678901234567890123 digits in a string", "f": 0.000340316431377329}',
+                                 b'{"emoji": "\\ud83d\\ude00", "big float": 1e308, "e": 1.5e-300}', b'[]'])
+def test_what_the_store_keeps_is_parsed_as_orjson_parses_it(raw) -> None:
+    assert loads(raw) == orjson.loads(raw) == json.loads(raw)
+    check(raw)
+    assert orjson.loads(orjson.dumps(loads(raw))) == json.loads(raw)  # stored and read back unchanged
+
+
+def test_a_body_that_is_not_json_is_not_json_and_check_leaves_it_to_the_parser() -> None:
+    with pytest.raises(NotJson, match="not valid JSON"):
+        loads(b'{"a": ')
+    check(b'{"a": ')
+    check(b"name=policy")
+
+
+@pytest.mark.parametrize(("value", "integer"), [(2, True), (2.0, True), (-0.0, True), (2.5, False), (True, False),
+                                                ("2", False), (None, False), (float(INT_MAX) * 2, False),
+                                                (INT_MIN, True), (1e300, False)])
+def test_a_json_integer_is_a_whole_number_however_written(value, integer) -> None:
+    assert is_integer(value) is integer
