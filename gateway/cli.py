@@ -27,9 +27,12 @@ def serve(
 
     from gateway.app import create_app
     from gateway.config import load_gateway_config
+    from gateway.heap import settle
 
     cfg = load_gateway_config(config, host=host, port=port, db_url=db, public_url=public_url)
-    uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
+    asgi_app = create_app(cfg)
+    settle()  # what start-up built is never garbage: kept out of the collector's scans (gateway/heap.py)
+    uvicorn.run(asgi_app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
                 loop="uvloop", http="httptools", timeout_keep_alive=75, lifespan="on", proxy_headers=False,
                 server_header=False)
 
