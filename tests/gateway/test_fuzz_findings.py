@@ -69,6 +69,20 @@ def test_a_value_the_store_cannot_keep_is_400_naming_the_field(gateway, admin, t
     assert _status(gateway, f"/v1/admin/rollouts/{new}") == 404
 
 
+@pytest.mark.parametrize(("method", "path", "body", "field", "who"), STORED.values(), ids=STORED.keys())
+def test_nesting_deeper_than_the_store_writes_is_400_naming_the_field(gateway, admin, target, method, path, body,
+                                                                      field, who) -> None:
+    """300 levels of arrays: orjson reads them and refuses to write them (a TypeError, 500), found beside the
+    integers."""
+    token = {"admin": ADMIN_TOKEN, "grader": GRADER_TOKEN, "key": target.api_key}[who]
+    raw = body.replace("{new}", new_id("deep")).replace("{v}", "[" * 300 + "]" * 300)
+    events, calls = len(admin.list_events(target.id)), len(admin.calls(target.id))
+    with httpx.Client(base_url=gateway.url, timeout=30) as client:
+        error = error_of(_send(client, method, path.format(id=target.id), raw, token), 400)
+    assert (error["param"].startswith(f"{field}.0.0"), "nested past 254 levels" in error["message"]) == (True, True)
+    assert (len(admin.list_events(target.id)), len(admin.calls(target.id))) == (events, calls)
+
+
 def test_integers_at_the_edges_of_the_kept_range_are_stored_exactly(gateway, admin) -> None:
     new = new_id("edges")
     raw = ('{"rollouts": [{"id": "NEW", "group_id": "g", "input": {"top": 18446744073709551615, '

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gateway.errors import BadRequest
-from gateway.strict_json import INT_MAX, INT_MIN, NotJson, check, is_integer, loads
+from gateway.strict_json import INT_MAX, INT_MIN, MAX_DEPTH, NotJson, check, is_integer, loads
 
 
 @pytest.mark.parametrize(("raw", "field", "words"), [
@@ -38,6 +38,15 @@ def test_what_the_store_keeps_is_parsed_as_orjson_parses_it(raw) -> None:
     assert loads(raw) == orjson.loads(raw) == json.loads(raw)
     check(raw)
     assert orjson.loads(orjson.dumps(loads(raw))) == json.loads(raw)  # stored and read back unchanged
+
+
+def test_nesting_past_what_orjson_writes_is_refused_naming_the_field() -> None:
+    loads(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH)
+    with pytest.raises(BadRequest, match=f"nested past {MAX_DEPTH} levels") as refused:
+        loads(b'{"a": [1, {"b": ' + b"[" * MAX_DEPTH + b"]" * MAX_DEPTH + b"}]}")
+    assert refused.value.param == "a.1.b" + ".0" * (MAX_DEPTH - 3)
+    with pytest.raises(NotJson):  # past orjson's own parsing depth: not JSON it reads
+        loads(b"[" * 1100 + b"]" * 1100)
 
 
 def test_a_body_that_is_not_json_is_not_json_and_check_leaves_it_to_the_parser() -> None:
