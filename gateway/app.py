@@ -117,8 +117,7 @@ class GatewayApp:
                 await send_error(send, error)
                 return
             receive = _replay(body, receive)
-        await self.admin(scope, receive, send)
-
+        await _answered(self.admin, scope, receive, send)
 
     def _admit(self, scope: dict) -> None:
         """Unauthorized or Forbidden unless the caller of a non-public admin path holds an admin or grader token (the
@@ -128,6 +127,24 @@ class GatewayApp:
         principal = self.context.auth.identify(header(scope, b"authorization"))
         if principal.role == Role.ROLLOUT:
             raise Forbidden("a rollout key may not use the admin API; it is valid only under /r/{rollout_id}/")
+
+
+async def _answered(app, scope: dict, receive, send) -> None:
+    """Run `app`; an exception it raises after its answer is complete is dropped. Starlette re-raises an unexpected
+    error once its handler (`unexpected_error`: a logged 500) has answered, and the server would then close the
+    connection: a client's keep-alive connection outlives a bug of one request."""
+    complete = False
+
+    async def tracked(message: dict) -> None:
+        nonlocal complete
+        await send(message)
+        complete = complete or (message["type"] == "http.response.body" and not message.get("more_body", False))
+
+    try:
+        await app(scope, receive, tracked)
+    except Exception:
+        if not complete:
+            raise
 
 
 def _replay(body: bytes, receive):

@@ -83,6 +83,25 @@ def test_nesting_deeper_than_the_store_writes_is_400_naming_the_field(gateway, a
     assert (len(admin.list_events(target.id)), len(admin.calls(target.id))) == (events, calls)
 
 
+def _local_port(response: httpx.Response) -> int:
+    return response.extensions["network_stream"].get_extra_info("client_addr")[1]
+
+
+def test_a_bug_of_one_admin_request_leaves_its_keep_alive_connection_open(gateway, monkeypatch) -> None:
+    """The 500 of an unexpected error (here a store read made to fail) is answered, and the connection then serves
+    the next request: the server used to drop it after each such error."""
+
+    async def broken() -> list:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(gateway._server.config.app.context.store, "list_models", broken)
+    with httpx.Client(base_url=gateway.url, timeout=30, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
+        failed = client.get("/v1/admin/models")
+        port = _local_port(failed)
+        after = client.get("/health")
+        assert (error_of(failed, 500)["code"], after.status_code, _local_port(after)) == ("internal_error", 200, port)
+
+
 def test_integers_at_the_edges_of_the_kept_range_are_stored_exactly(gateway, admin) -> None:
     new = new_id("edges")
     raw = ('{"rollouts": [{"id": "NEW", "group_id": "g", "input": {"top": 18446744073709551615, '
