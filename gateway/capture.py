@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from gateway.records import MAX_VERSION
+
 MAX_TOKEN_ID = 2**31 - 1  # token IDs are stored as int32
 SIGN_BYTE = 3 if sys.byteorder == "little" else 0
 """The byte of a packed int32 that holds its sign bit, in this machine's byte order."""
@@ -180,11 +182,13 @@ def _add_choice(cap: Captured, choice: Any) -> None:
 
 
 def _version(value: Any) -> int:
-    if _is_int(value) and value >= 0:
+    """A policy version from an answer's body or header: an integer in [0, MAX_VERSION] (the store's column; a
+    larger one was a 500 on SQLite and an unrecorded call), else ProtocolError."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
+        value = int(value)
+    if _is_int(value) and 0 <= value <= MAX_VERSION:
         return value
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    raise ProtocolError(f"policy_version must be a non-negative integer, got {_short(value)}")
+    raise ProtocolError(f"policy_version must be an integer from 0 to {MAX_VERSION}, got {_short(value)}")
 
 
 def _add_body(cap: Captured, body: Any) -> None:

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.capture import ProtocolError, capture_json, capture_sse, logprob_values, token_ids_packed
+from gateway import capture as capture_module
+from gateway.capture import (
+    ProtocolError,
+    capture_json,
+    capture_sse,
+    logprob_values,
+    parse_version_header,
+    token_ids_packed,
+)
 from gateway.tokens import pack_ids
 
 
@@ -185,3 +193,12 @@ def test_the_prompt_ids_are_packed_once_as_they_are_checked() -> None:
     assert completion.prompt_ids_packed == pack_ids([4, 5]) and completion.prompt_token_ids == [4, 5]
     for bad in ([1, True], [1, -1], [1, 2**31], [1, 2.0], [1, None]):
         assert capture_json({"prompt_token_ids": bad, "choices": [chat_body()]}).broken
+
+
+@pytest.mark.parametrize("version", [2**31, 2**63, "9223372036854775808", "99999999999999999999", -1, "1e3", True])
+def test_a_policy_version_past_the_stores_column_is_a_protocol_error_not_a_500(version):
+    """An engine's x-policy-version of 2**63 was a 500 on SQLite with nothing recorded (fuzz review): now off the
+    protocol, a recorded upstream error."""
+    with pytest.raises(ProtocolError, match="policy_version must be an integer from 0 to"):
+        parse_version_header(str(version)) if isinstance(version, str) else capture_module._version(version)
+    assert parse_version_header(str(2**31 - 1)) == 2**31 - 1 and parse_version_header(" 7 ") == 7
