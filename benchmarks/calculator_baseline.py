@@ -37,7 +37,7 @@ from gateway.records import CallRecord, RolloutSpec  # noqa: E402
 from tests.gateway.support import ADMIN_TOKEN  # noqa: E402
 from tests.inprocess import InProcessGateway  # noqa: E402
 
-HARNESS_TIMEOUT_S = 300
+HARNESS_TIMEOUT_S = 600  # the profile's controller.harness_timeout_s
 
 
 def tool_computed(calls: list[CallRecord]) -> bool:
@@ -60,16 +60,20 @@ def run_rollout(admin: GatewayClient, task: dict[str, Any], folder: Path) -> dic
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "ANTHROPIC_"))}
     env |= {"OPENAI_BASE_URL": created.base_url, "OPENAI_API_KEY": created.api_key,
             "HARNESSRL_TASK": str(workdir / TASK_FILE)}
-    done = subprocess.run(RECIPE.harness_command(), cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=HARNESS_TIMEOUT_S)
+    try:
+        done = subprocess.run(RECIPE.harness_command(), cwd=workdir, env=env, capture_output=True, text=True,
+                              timeout=HARNESS_TIMEOUT_S)
+        exit_code, stderr = done.returncode, done.stderr
+    except subprocess.TimeoutExpired as expired:  # killed, as the controller does: graded on what it recorded
+        exit_code, stderr = None, f"timed out after {HARNESS_TIMEOUT_S} s: {expired.stderr!r}"
     calls = admin.calls(task["id"])
-    grade = RECIPE.grade(GradeInput(task=task, workdir=workdir, calls=calls, exit_code=done.returncode))
-    return {"id": task["id"], "operation": task["operation"], "exit": done.returncode, "reward": grade.reward,
+    grade = RECIPE.grade(GradeInput(task=task, workdir=workdir, calls=calls, exit_code=exit_code))
+    return {"id": task["id"], "operation": task["operation"], "exit": exit_code, "reward": grade.reward,
             "calls": len(calls), "first_call_tool": bool(calls) and called_a_tool(calls[0]),
             "any_tool": grade.details["tool_calls"] > 0, "tool_computed": tool_computed(calls),
             "unparsed_tool_calls": sum(c.error_code == "model_tool_arguments" for c in calls),
             "final": grade.details["answer_text"][-80:], "expected": grade.details["expected"],
-            "stderr": done.stderr[-400:]}
+            "stderr": stderr[-400:]}
 
 
 def summary(force: str, temperature: float, rows: list[dict[str, Any]], seconds: float) -> str:
