@@ -21,7 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
-import yarl
+try:
+    import yarl  # aiohttp's URL parser: what the gateway's HTTP client will parse
+except ImportError:  # a venv that holds only the wire records (the trainer's verl venv) registers no models
+    yarl = None
 
 SCHEMES = {"http": 80, "https": 443}
 """The schemes an upstream may have, with their default ports."""
@@ -63,7 +66,8 @@ def _check_host(url: str, parts: SplitResult) -> None:
     else:
         try:
             host.encode("idna")
-            yarl.URL(url)  # what the HTTP client will parse
+            if yarl is not None:
+                yarl.URL(url)  # what the HTTP client will parse
         except (UnicodeError, ValueError):
             problem = "is not a host name (a label is empty, longer than 63 characters or not encodable)"
     if problem:
