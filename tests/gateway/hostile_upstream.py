@@ -4,10 +4,10 @@ of answers that break the protocol (issue 12, point 5). Served from a thread of 
 from __future__ import annotations
 
 import asyncio
-import threading
 from dataclasses import dataclass, field
 
 from tests.gateway.support import free_port
+from tests.loopback_server import LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -21,36 +21,14 @@ class Answer:
 
 
 @dataclass
-class HostileUpstream:
+class HostileUpstream(LoopbackServer):
     """Answers every request with `answer` (set it before each call)."""
 
     answer: Answer = field(default_factory=lambda: Answer((b"{}",)))
     port: int = field(default_factory=free_port)
 
     def __post_init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hostile-upstream", daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> HostileUpstream:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError(f"the hostile upstream did not start on port {self.port}")
-        return self
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
-        self._ready.set()
-        self._loop.run_forever()
+        self._init_server("hostile-upstream")
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

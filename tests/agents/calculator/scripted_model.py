@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +14,7 @@ import orjson
 
 from gateway.scripted import Script, chat_answer
 from tests.gateway.support import free_port
+from tests.loopback_server import LoopbackServer
 
 Reply = dict[str, Any]  # the answer's assistant message: {"content": str} and optionally {"tool_calls": [...]}
 Policy = Callable[[dict[str, Any]], Reply]  # chat request body -> the assistant message
@@ -50,7 +50,7 @@ def solver(body: dict[str, Any]) -> Reply:
 
 
 @dataclass
-class ScriptedModel:
+class ScriptedModel(LoopbackServer):
     """Answers every chat request with `policy(request)`; `requests` holds each request body received."""
 
     policy: Policy
@@ -58,29 +58,7 @@ class ScriptedModel:
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scripted-model", daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> ScriptedModel:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError(f"the scripted model did not start on port {self.port}")
-        return self
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
-        self._ready.set()
-        self._loop.run_forever()
+        self._init_server("scripted-model")
 
     def answer(self, body: dict[str, Any]) -> bytes:
         """The vLLM-shaped answer to one chat request."""
