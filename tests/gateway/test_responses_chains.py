@@ -56,12 +56,6 @@ def gateway(store_path, upstream):
     gw.stop()
 
 
-@pytest.fixture
-def admin(gateway):
-    with GatewayClient(gateway.url, ADMIN_TOKEN) as client:
-        yield client
-
-
 def respond(base_url: str, key: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(base_url + "/responses", json=body, headers={"authorization": f"Bearer {key}"}, timeout=30)
 

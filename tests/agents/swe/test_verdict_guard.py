@@ -62,6 +62,13 @@ _runner.call_and_report = _types.FunctionType(compile(
     "def f(*a, **k):\\n    return g(*a, **k)\\n", "/usr/lib/python3/dist-packages/other.py", "exec").co_consts[0],
     {"g": _call_and_report})
 '''
+FORGED_STR_NAME = FORGED_FILE_NAME.replace(
+    '_code = compile(_source, "/usr/lib/python3/dist-packages/helper.py", "exec")',
+    '_code = compile(_source, type("S", (str,), {})("/usr/lib/python3/dist-packages/helper.py"), "exec")')
+CODE_FROM_BYTES = '''
+import marshal as _marshal
+_marshal.loads(_marshal.dumps(compile("1", "<x>", "eval")))
+'''
 FORGERIES = {"a profiler installed at import": SET_PROFILE, "a tracer from inside a test": SET_TRACE_IN_A_TEST,
              "test functions' code replaced": SWAP_TEST_CODE, "the heap walked": HEAP_WALK,
              "code compiled under a borrowed file name": FORGED_FILE_NAME}
