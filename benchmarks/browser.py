@@ -9,10 +9,13 @@ reads that text, and captures PNG screenshots. No browser is downloaded: what ru
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -116,12 +119,14 @@ def headless_chromium(binary: str | None = None, *, width_px: int = 1600, height
     binary = binary or find_chromium()
     if binary is None:
         raise BrowserError("no Chromium installed: apt-get install chromium (or `make chromium` as root)")
-    with tempfile.TemporaryDirectory(prefix="harnessrl-chromium-") as profile:
+    # Chromium's helpers (crashpad, zygote) may still write the profile for a moment after the browser is gone: the
+    # whole session is killed on exit, and a file they leave behind does not fail the caller (a CI run did).
+    with tempfile.TemporaryDirectory(prefix="harnessrl-chromium-", ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen(
             [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--no-first-run", "--no-default-browser-check", "--hide-scrollbars", "--remote-debugging-port=0",
              "--remote-allow-origins=*", f"--user-data-dir={profile}", f"--window-size={width_px},{height_px}",
-             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             browser_ws = _devtools_url(process)
             with connect(_page_ws(browser_ws), max_size=None, open_timeout=START_TIMEOUT_S) as socket:
@@ -135,6 +140,8 @@ def headless_chromium(binary: str | None = None, *, width_px: int = 1600, height
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
 
 
 def _devtools_url(process: subprocess.Popen) -> str:
