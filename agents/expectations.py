@@ -178,7 +178,7 @@ def _multistep_rules() -> list[Rule]:
 
     return [*required_field("topic", "text"), *required_field("steps", "list"),
             Rule("steps_known", "steps", "custom", "every part is {request, instruction} with a known kind",
-                 derive=bad_steps), *integer_field("compact_every", min_value=1)]
+                 derive=bad_steps), *integer_field("compact_above_tokens", min_value=1)]
 
 
 def _search_rules() -> list[Rule]:
