@@ -21,6 +21,7 @@ from trainer.backends.base import Backend
 from trainer.checkpoints import model_dir
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import FeedConfig
+from trainer.task_mix import TaskMix, mix_stream, plan_mix
 
 
 @dataclass(frozen=True)
@@ -135,11 +136,17 @@ def process_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) 
                            sampling=config.gateway.sampling)
 
 
-def feed_config(config: RunConfig, plan: RunPlan) -> FeedConfig:
-    """How the training feed forms groups."""
+def feed_config(config: RunConfig, plan: RunPlan, mix: TaskMix | None = None) -> FeedConfig:
+    """How the training feed forms groups (`mix`: each batch takes its quota of every stratum)."""
     r = config.rollout
     return FeedConfig(r.group_size, f"{plan.name}-train", max_attempts=r.max_attempts,
-                      task_overrides=r.task_overrides or None)
+                      task_overrides=r.task_overrides or None, mix=mix)
+
+
+def task_mix(config: RunConfig, rows: Sequence[dict]) -> TaskMix:
+    """The training rows' constant mix per batch of `rollout.batch_groups` groups, stratified by `level` (the SWE
+    ladder's; rows without it are one stratum): the same composition every iteration (`trainer/task_mix.py`)."""
+    return plan_mix(rows, config.rollout.batch_groups)
 
 
 def in_flight_target(config: RunConfig, groups_still_needed: int | None = None) -> int:
@@ -151,11 +158,16 @@ def in_flight_target(config: RunConfig, groups_still_needed: int | None = None) 
     return target if groups_still_needed is None else max(min(target, groups_still_needed), 0)
 
 
-def task_stream(rows: Sequence[dict], start: int, reopen: Sequence[int] = ()) -> Iterator[tuple[int, dict]]:
+def task_stream(rows: Sequence[dict], start: int, reopen: Sequence[int] = (),
+                mix: TaskMix | None = None) -> Iterator[tuple[int, dict]]:
     """(index, task): first the `reopen` indices (groups a resumed run had open), then from `start` on, cycling
-    through the rows (index keeps counting: ids stay unique)."""
+    through the rows (index keeps counting: ids stay unique); with `mix`, each block of a batch's indices holds
+    every stratum's quota (`trainer.task_mix.mix_stream`)."""
     if not rows:
         raise ValueError("no training tasks: check data.source and data.train_tasks")
+    if mix is not None:
+        yield from mix_stream(rows, mix, start, reopen)
+        return
     for index in itertools.chain(reopen, itertools.count(start)):
         yield index, rows[index % len(rows)]
 

@@ -36,6 +36,7 @@ from flows.setup import (
     resumed_plan,
     run_name,
     splits_store,
+    task_mix,
     task_stream,
     upload_due,
     validation_due,
@@ -149,8 +150,10 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
     assert processes.admin is not None and processes.engine is not None
     r = config.rollout
     state = plan.state
-    feed = RolloutFeed(processes.admin, feed_config(config, plan),
-                       task_stream(train_rows, state.next_task, reopen=state.open_tasks), next_task=state.next_task)
+    mix = task_mix(config, train_rows)  # the same level composition every iteration (trainer/task_mix.py)
+    feed = RolloutFeed(processes.admin, feed_config(config, plan, mix),
+                       task_stream(train_rows, state.next_task, reopen=state.open_tasks, mix=mix),
+                       next_task=state.next_task)
     decode = token_decoder(plan.base_model)
     total = config.algorithm.iterations
     progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")

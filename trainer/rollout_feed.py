@@ -22,6 +22,7 @@ from gateway.client import GatewayAPIError
 from gateway.records import CallRecord, Event, FinishedPage, Rollout, RolloutCreated, RolloutMode, RolloutSpec
 from trainer.infra_rate import needs_events
 from trainer.rollout_groups import FinishedGroup, PendingGroup, graded_tamper
+from trainer.task_mix import TaskMix, stratum_of, take_by_quota
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ class FeedConfig:
     """Fetch each member's recorded calls (final attempt) when its group completes; off where only rewards count."""
     fetch_grades: bool = True
     """Read each graded member's reward event for the grader's `tamper` flag (`FinishedGroup.tampered`)."""
+    mix: TaskMix | None = None
+    """The constant per-batch task mix (`trainer/task_mix.py`): a take of a whole number of batches holds each
+    stratum's quota (its earliest complete groups), and waiting for it waits for those; None: completion order."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1:
@@ -103,6 +107,15 @@ class RolloutFeed:
     def open_tasks(self) -> list[int]:
         """Task indices of the groups submitted and not taken yet (a resume submits them again first)."""
         return sorted(self._index.values())
+
+    def _take_positions(self, groups: int) -> list[int] | None:
+        """Positions in the complete groups of what `take(groups)` takes; None while they are not ready. With a mix
+        and a whole number of batches: each stratum's quota, earliest first; otherwise the earliest `groups`."""
+        mix = self.config.mix
+        if mix is not None and groups > 0 and groups % mix.batch_groups == 0:
+            strata = [stratum_of(group.task, mix.field) for group in self._complete]
+            return take_by_quota(strata, mix.quotas, groups // mix.batch_groups)
+        return list(range(groups)) if self.ready >= groups else None
 
     def submit(self, groups: int, policy_version: int) -> int:
         """Creates up to `groups` new groups (fewer when the tasks run out); returns how many. When the gateway
@@ -185,10 +198,11 @@ class RolloutFeed:
         is logged and tried again after `poll_s` (a busy gateway on a loaded machine is slow, not gone); any other
         error is raised."""
         deadline = self._clock() + timeout_s
-        while self.ready < groups:
+        while self._take_positions(groups) is None:
             if not self._pending:
-                raise RuntimeError(f"waiting for {groups} complete groups but only {self.ready} are ready and none "
-                                   "is in flight; submit more groups first (are the tasks exhausted?)")
+                mix = "" if self.config.mix is None else f" (by the task mix {dict(self.config.mix.quotas)})"
+                raise RuntimeError(f"waiting for {groups} complete groups{mix} but only {self.ready} are ready and "
+                                   "none is in flight; submit more groups first (are the tasks exhausted?)")
             left_s = deadline - self._clock()
             if left_s <= 0:
                 raise TimeoutError(f"{self.ready} of {groups} groups complete after {timeout_s:.0f} s with "
@@ -214,8 +228,13 @@ class RolloutFeed:
         return taken
 
     def take(self, groups: int) -> list[FinishedGroup]:
-        """The `groups` earliest completed groups (fewer if fewer are ready), removed from the feed."""
-        taken, self._complete = self._complete[:groups], self._complete[groups:]
+        """The `groups` earliest completed groups (fewer if fewer are ready), removed from the feed; with a task mix
+        and a whole number of batches, each stratum's quota of them (`FeedConfig.mix`), or its earliest ones when
+        some stratum is short."""
+        positions = self._take_positions(groups)
+        chosen = set(range(min(groups, self.ready)) if positions is None else positions)
+        taken = [group for position, group in enumerate(self._complete) if position in chosen]
+        self._complete = [group for position, group in enumerate(self._complete) if position not in chosen]
         for group in taken:
             del self._index[group.group_id]
         return taken
