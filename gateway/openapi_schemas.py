@@ -166,8 +166,13 @@ def _responses_items() -> Schema:
                     "namespace": STRING}, ("type", "call_id", "name"))
     output = _object({"type": _const("function_call_output"), "call_id": {"type": "string", "minLength": 1},
                       "output": content, "id": STRING}, ("type", "call_id", "output"))
+    custom_call = _object({"type": _const("custom_tool_call"), "call_id": {"type": "string", "minLength": 1},
+                           "name": {"type": "string", "minLength": 1}, "input": STRING, "id": STRING,
+                           "status": STRING}, ("type", "call_id", "name"))
+    custom_output = _object({"type": _const("custom_tool_call_output"), "call_id": {"type": "string", "minLength": 1},
+                             "output": content, "id": STRING}, ("type", "call_id", "output"))
     reasoning = _object({"type": _const("reasoning")}, ("type",))
-    return _one_of(message, call, output, reasoning)
+    return _one_of(message, call, output, custom_call, custom_output, reasoning)
 
 
 def _responses_tools() -> Schema:
@@ -175,8 +180,10 @@ def _responses_tools() -> Schema:
                         "description": STRING, "parameters": OBJECT, "strict": BOOLEAN}, ("type", "name"))
     namespace = _object({"type": _const("namespace"), "name": STRING, "tools": _array(function)},
                         ("type", "tools"))
+    custom = _object({"type": _const("custom"), "name": {"type": "string", "minLength": 1}, "description": STRING,
+                      "format": OBJECT}, ("type", "name"))
     hosted = _object({"type": {"enum": sorted(responses_request.DROPPED_TOOL_TYPES)}}, ("type",))
-    return _array(_one_of(function, namespace, hosted))
+    return _array(_one_of(function, namespace, custom, hosted))
 
 
 def responses() -> Schema:

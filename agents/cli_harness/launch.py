@@ -24,7 +24,8 @@ REPO_DIR = "repo"  # the SWE recipe's layout: the task's repository copy in the 
 HOME_DIR = ".cli-home"  # the CLI's throw-away HOME inside the working directory (not graded: only repo/ is)
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "TERM")  # from the harness's own environment, nothing else
 CLAUDE_TOOLS = ("Bash", "Read", "Edit", "Write")  # the tools Claude Code may use without asking
-DEFAULTS: dict[str, Any] = {"model": "policy", "step_limit": 30, "max_tokens": 1024, "command_timeout_s": 60}
+DEFAULTS: dict[str, Any] = {"model": "policy", "codex_model": "gpt-5.5", "step_limit": 30, "max_tokens": 1024,
+                            "command_timeout_s": 60}
 QUIET_CLAUDE_ENV = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
                     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 CLAUDE_MODEL_ENV = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
@@ -73,7 +74,11 @@ class Launch:
 def task_settings(task: Mapping[str, Any]) -> dict[str, Any]:
     """The task's harness settings over DEFAULTS. `model` defaults to "policy", the name the flows register the
     policy under (gateway.model_name), as for mini-swe-agent; null lets the CLI name its own models (Claude and GPT
-    names), which the gateway then maps to the policy through its `model_aliases` / `default_model`."""
+    names), which the gateway then maps to the policy through its `model_aliases` / `default_model`.
+    `codex_model` (default "gpt-5.5") is the name Codex is configured with instead: a model Codex has metadata for,
+    so that it offers the tools its users see (gpt-5.5: `apply_patch` as a free-form `custom` tool, which the gateway
+    carries to the policy; under an unknown name such as "policy" Codex offers no edit tool at all); the gateway
+    maps it to the policy (`model_aliases` `gpt-*`, or the one registered model). Null: `model`."""
     return DEFAULTS | dict(task)
 
 
@@ -116,7 +121,8 @@ def codex_config_toml(contract: Contract, task: Mapping[str, Any]) -> str:
     no history, no subagents (each would be a conversation of its own, its own thread of calls in the rollout), and
     the agent's commands without the rollout key in their environment."""
     settings = task_settings(task)
-    model = [f"model = {toml_string(str(settings['model']))}"] if settings["model"] else []
+    name = settings["codex_model"] or settings["model"]
+    model = [f"model = {toml_string(str(name))}"] if name else []
     return "\n".join([
         *model,
         'model_provider = "harnessrl"',

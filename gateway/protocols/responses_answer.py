@@ -2,7 +2,8 @@
 answer read back (for `previous_response_id`).
 
 A chat answer becomes a `response` object: its text a `message` item with one `output_text` part, each tool call a
-`function_call` item (`call_id` = the engine's tool-call id), `status` `incomplete` with
+`function_call` item (`call_id` = the engine's tool-call id), or a `custom_tool_call` item when it calls a `custom`
+tool (its `input`: the call's one string argument, `custom_input`), `status` `incomplete` with
 `incomplete_details.reason: max_output_tokens` when the engine stopped on length, `usage` in Responses' names.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.capture import ProtocolError
-from gateway.protocols.responses_request import tool_namespaces
+from gateway.protocols.responses_request import CUSTOM_ARGUMENT, custom_tool_names, tool_namespaces
 
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -73,8 +74,35 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str
     return item if namespace is None else {**item, "namespace": namespace}
 
 
-def output_items(message: dict[str, Any], rid: str, status: str,
-                 namespaces: dict[str, str]) -> list[dict[str, Any]]:
+def custom_item(item_id: str, call_id: str, name: str, text: str, status: str) -> dict[str, Any]:
+    """A `custom_tool_call` output item: a call of a free-form tool with its `input` text."""
+    return {"id": item_id, "type": "custom_tool_call", "status": status, "call_id": call_id, "name": name,
+            "input": text}
+
+
+def custom_input(arguments: str) -> str:
+    """The `input` of a custom tool's call from the arguments the model wrote for its function: the one string
+    argument when the arguments are exactly `{"input": "..."}`, else the arguments as written (the model's answer,
+    carried as it came: the tool gets it and answers what is wrong with it)."""
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    if isinstance(parsed, dict) and list(parsed) == [CUSTOM_ARGUMENT] and isinstance(parsed[CUSTOM_ARGUMENT], str):
+        return parsed[CUSTOM_ARGUMENT]
+    return arguments
+
+
+def tool_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str, namespaces: dict[str, str],
+                   customs: frozenset[str]) -> dict[str, Any]:
+    """The output item of one tool call: a `custom_tool_call` for a custom tool, else a `function_call`."""
+    if name in customs:
+        return custom_item(item_id.replace("fc_", "ctc_", 1), call_id, name, custom_input(arguments), status)
+    return call_item(item_id, call_id, name, arguments, status, namespaces.get(name))
+
+
+def output_items(message: dict[str, Any], rid: str, status: str, namespaces: dict[str, str],
+                 customs: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The output items of one chat choice's message: its text (if any, or nothing at all), then its tool calls.
     ProtocolError (a broken answer) for a message off the chat shapes."""
     suffix = rid.removeprefix("resp_")
@@ -90,7 +118,7 @@ def output_items(message: dict[str, Any], rid: str, status: str,
         call_id = call.get("id") or f"call_{suffix}_{i}" if isinstance(call, dict) else None
         if not all(isinstance(value, str) for value in (name, arguments, call_id)):
             raise ProtocolError(f"tool call {i} of the answer is off the chat shape: {str(call)[:120]}")
-        items.append(call_item(f"fc_{suffix}_{i}", call_id, name, arguments, "completed", namespaces.get(name)))
+        items.append(tool_call_item(f"fc_{suffix}_{i}", call_id, name, arguments, "completed", namespaces, customs))
     return items
 
 
@@ -104,7 +132,7 @@ def from_chat(answer: dict[str, Any], body: dict[str, Any], rid: str) -> dict[st
     response = skeleton(body, rid, int(answer.get("created") or time.time()))
     response.update(status=status, incomplete_details=incomplete,
                     output=output_items(choice.get("message") or {}, rid, status,
-                                        tool_namespaces(body.get("tools"))),
+                                        tool_namespaces(body.get("tools")), custom_tool_names(body.get("tools"))),
                     usage=usage(counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0)))
     return response
 

@@ -3,20 +3,26 @@
 What each field becomes (anything not listed is refused with a 400 naming it):
 - `instructions` -> the first system message (an earlier response's instructions are not carried over, as OpenAI
   documents for `previous_response_id`); `input` (a string, or items) -> messages: `message` items (roles user,
-  assistant, system, developer -> system; text parts joined by a newline), consecutive `function_call` items -> one
-  assistant message with parallel `tool_calls` (`call_id` kept), `function_call_output` -> a `tool` message,
-  `reasoning` items dropped (the model has no reasoning); images, files and audio refused (the model takes text only).
+  assistant, system, developer -> system; text parts joined by a newline), consecutive `function_call` and
+  `custom_tool_call` items -> one assistant message with parallel `tool_calls` (`call_id` kept; a custom call's
+  `input` as the arguments `{"input": ...}`), `function_call_output` and `custom_tool_call_output` -> a `tool`
+  message, `reasoning` items dropped (the model has no reasoning); images, files and audio refused (the model takes
+  text only).
 - `tools` of type `function` -> chat function tools (those inside a `namespace` tool too, under their own names;
-  a call's `namespace` is restored in the answer); the hosted and built-in types (`DROPPED_TOOL_TYPES`: web search,
-  local shell, custom/freeform, file search, ...) are dropped, as the policy can only call functions (Codex sends
-  `web_search` with its function tools); `tool_choice`, `parallel_tool_calls`, `max_output_tokens` (-> `max_tokens`),
-  `temperature`, `top_p`, `stop`, `text.format` (-> `response_format`) carried over.
+  a call's `namespace` is restored in the answer); `custom` (free-form) tools, such as Codex's `apply_patch` -> a
+  function tool of one string argument `input` (`custom_function`: the tool's format, a grammar or plain text, in that
+  argument's description), a call of it answered as a `custom_tool_call` with that string as its `input`; the hosted
+  and built-in types (`DROPPED_TOOL_TYPES`: web search, local shell, file search, ...) are dropped, as the policy can
+  only call functions (Codex sends `web_search` with its function tools); `tool_choice`, `parallel_tool_calls`,
+  `max_output_tokens` (-> `max_tokens`), `temperature`, `top_p`, `stop`, `text.format` (-> `response_format`)
+  carried over.
 - Accepted and ignored (`IGNORED`): fields that do not change what the model computes (`store`: the gateway records
   every call anyway; `include`, `prompt_cache_key`, `metadata`, `reasoning`: the model has no reasoning; ...).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.errors import BadRequest
@@ -33,7 +39,7 @@ TRANSLATED = frozenset({
 })
 DROPPED_TOOL_TYPES = frozenset({
     "web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26", "local_shell",
-    "shell", "custom", "apply_patch", "file_search", "code_interpreter", "computer_use_preview", "computer",
+    "shell", "apply_patch", "file_search", "code_interpreter", "computer_use_preview", "computer",
     "image_generation", "mcp", "tool_search",
 })
 FIELD_TYPES = (("max_output_tokens", (int, float), "a positive integer"), ("temperature", (int, float), "a number"),
@@ -43,6 +49,9 @@ TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio"})
 MESSAGE_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TOOL_CHOICE_OPTIONS = frozenset({"auto", "none", "required"})
+CUSTOM_ARGUMENT = "input"
+"""The one string argument of the function tool a `custom` tool is offered to the model as (named after the
+`custom_tool_call`'s `input`, the text the harness gets)."""
 
 
 def check_fields(body: dict[str, Any]) -> None:
@@ -131,13 +140,16 @@ def add_items(messages: list[dict[str, Any]], items: list[Any], where: str) -> N
             messages.append(_message(item, at))
         elif kind == "function_call":
             _add_function_call(messages, item, at)
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            _add_custom_call(messages, item, at)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             messages.append({"role": "tool", "tool_call_id": _text_field(item, "call_id", at),
                              "content": _content_text(item.get("output"), f"{at}.output")})
         elif kind != "reasoning":  # reasoning items are dropped: the model has no reasoning
             raise BadRequest(f"{at}.type={kind!r} is not supported: the gateway takes message, function_call, "
-                             "function_call_output and reasoning items (the model can only call function tools; "
-                             "nothing is stored server-side for item_reference)", param=f"{at}.type")
+                             "function_call_output, custom_tool_call, custom_tool_call_output and reasoning items "
+                             "(the model can only call function and custom tools; nothing is stored server-side for "
+                             "item_reference)", param=f"{at}.type")
 
 
 def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
@@ -152,8 +164,27 @@ def _add_function_call(messages: list[dict[str, Any]], item: dict[str, Any], at:
     arguments = item.get("arguments", "")
     if not isinstance(arguments, str):
         raise BadRequest(f"{at}.arguments must be a JSON string", param=f"{at}.arguments")
-    call = {"id": _text_field(item, "call_id", at), "type": "function",
-            "function": {"name": _text_field(item, "name", at), "arguments": arguments}}
+    _join_call(messages, {"id": _text_field(item, "call_id", at), "type": "function",
+                          "function": {"name": _text_field(item, "name", at), "arguments": arguments}})
+
+
+def _add_custom_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> None:
+    """A custom tool's call as the call of its function (`custom_function`): its `input` as that one argument."""
+    text = item.get("input", "")
+    if not isinstance(text, str):
+        raise BadRequest(f"{at}.input must be a string", param=f"{at}.input")
+    _join_call(messages, {"id": _text_field(item, "call_id", at), "type": "function",
+                          "function": {"name": _text_field(item, "name", at),
+                                       "arguments": custom_arguments(text)}})
+
+
+def custom_arguments(text: str) -> str:
+    """The function-call arguments (JSON, `json.dumps` spacing as the chat templates write them) of a custom call
+    whose input is `text`."""
+    return json.dumps({CUSTOM_ARGUMENT: text}, ensure_ascii=False)
+
+
+def _join_call(messages: list[dict[str, Any]], call: dict[str, Any]) -> None:
     if messages and messages[-1]["role"] == "assistant":
         messages[-1].setdefault("tool_calls", []).append(call)
     else:
@@ -222,6 +253,9 @@ def _function_tools(tools: Any, where: str) -> list[dict[str, Any]]:
         if kind == "namespace":
             chat.extend(_function_tools(tool.get("tools"), f"{where}[{i}].tools"))
             continue
+        if kind == "custom" and isinstance(tool.get("name"), str):
+            chat.append(custom_function(tool))
+            continue
         if kind != "function" or not isinstance(tool.get("name"), str):
             raise BadRequest(f"{where}[{i}] of type {kind!r} is not supported: the model calls function tools "
                              f"(with a 'name', or in a namespace); hosted tools {sorted(DROPPED_TOOL_TYPES)} are "
@@ -230,6 +264,38 @@ def _function_tools(tools: Any, where: str) -> list[dict[str, Any]]:
                     if tool.get(key) is not None}
         chat.append({"type": "function", "function": function})
     return chat
+
+
+def custom_function(tool: dict[str, Any]) -> dict[str, Any]:
+    """A `custom` (free-form) tool as the chat function tool the model calls: one required string argument `input`
+    whose description gives the tool's format (a grammar's syntax and definition, or plain text)."""
+    fmt = tool.get("format") if isinstance(tool.get("format"), dict) else {}
+    if fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
+        shape = (f"Free-form text (not JSON), the whole input of the tool, following this {fmt.get('syntax', '')} "
+                 f"grammar:\n{fmt['definition']}")
+    else:
+        shape = "Free-form text (not JSON), the whole input of the tool."
+    function: dict[str, Any] = {"name": tool["name"]}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    function["parameters"] = {"type": "object", "properties": {CUSTOM_ARGUMENT: {"type": "string",
+                                                                                "description": shape}},
+                              "required": [CUSTOM_ARGUMENT], "additionalProperties": False}
+    return {"type": "function", "function": function}
+
+
+def custom_tool_names(tools: Any) -> frozenset[str]:
+    """The names of the `custom` tools offered (top level or in a namespace): their calls are answered as
+    `custom_tool_call` items."""
+    found: set[str] = set()
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "custom" and isinstance(tool.get("name"), str):
+            found.add(tool["name"])
+        elif tool.get("type") == "namespace":
+            found |= custom_tool_names(tool.get("tools"))
+    return frozenset(found)
 
 
 def tool_namespaces(tools: Any) -> dict[str, str]:

@@ -4,7 +4,8 @@ Events, each `event: TYPE` + `data: JSON` with a `sequence_number` from 0: `resp
 `response.in_progress` on the first chunk; per text item `response.output_item.added`, `response.content_part.added`,
 `response.output_text.delta`..., `response.output_text.done`, `response.content_part.done`,
 `response.output_item.done`; per tool call `response.output_item.added`, `response.function_call_arguments.delta`...,
-`response.function_call_arguments.done`, `response.output_item.done`; last `response.completed` (or
+`response.function_call_arguments.done`, `response.output_item.done` (a custom tool's call: its `custom_tool_call`
+item with `response.custom_tool_call_input.delta` / `.done`); last `response.completed` (or
 `response.incomplete` when the engine stopped on length), or on an error `error` then `response.failed`.
 Text streams as it comes until the first tool call; from there on the answer is held and its items go out at the end
 (each call whole: one arguments delta), so tool-call deltas in any order of their `index` (chat allows interleaving)
@@ -21,14 +22,15 @@ import orjson
 from gateway.capture import ProtocolError
 from gateway.protocols.base import ModelFault
 from gateway.protocols.responses_answer import (
-    call_item,
+    custom_input,
     message_item,
     skeleton,
     status_of,
     text_part,
+    tool_call_item,
     usage,
 )
-from gateway.protocols.responses_request import tool_namespaces
+from gateway.protocols.responses_request import custom_tool_names, tool_namespaces
 
 
 class ResponsesStream:
@@ -38,6 +40,7 @@ class ResponsesStream:
         self.body = body
         self.rid = rid
         self.namespaces = tool_namespaces(body.get("tools"))
+        self.customs = custom_tool_names(body.get("tools"))
         self.seq = 0
         self.response: dict[str, Any] | None = None
         self.items: list[dict[str, Any]] = []  # output items, finished ones in their final shape
@@ -122,14 +125,19 @@ class ResponsesStream:
         held[2].append(arguments)
 
     def _call(self, call_id: str, name: str, arguments: str) -> None:
-        """One whole function_call item: added, its arguments in one delta, done."""
+        """One whole function_call (or custom_tool_call) item: added, its arguments (input) in one delta, done."""
         self._close()
         position = len(self.items)
-        item = call_item(f"fc_{self._suffix()}_{position}", call_id or f"call_{self._suffix()}_{position}", name, "",
-                         "in_progress", self.namespaces.get(name))
+        item = tool_call_item(f"fc_{self._suffix()}_{position}", call_id or f"call_{self._suffix()}_{position}",
+                              name, "", "in_progress", self.namespaces, self.customs)
         self.open = item
         self._emit("response.output_item.added", output_index=position, item=item)
-        if arguments:
+        if item["type"] == "custom_tool_call":
+            item["input"] = custom_input(arguments)
+            if item["input"]:
+                self._emit("response.custom_tool_call_input.delta", item_id=item["id"], output_index=position,
+                           delta=item["input"])
+        elif arguments:
             item["arguments"] = arguments
             self._emit("response.function_call_arguments.delta", item_id=item["id"], output_index=position,
                        delta=arguments)
@@ -159,6 +167,10 @@ class ResponsesStream:
                        text=text, logprobs=[])
             self._emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
                        part=text_part(text))
+        elif item["type"] == "custom_tool_call":
+            done = {**item, "status": "completed"}
+            self._emit("response.custom_tool_call_input.done", item_id=item["id"], output_index=index,
+                       input=item["input"])
         else:
             done = {**item, "status": "completed"}
             self._emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,

@@ -89,7 +89,7 @@ def test_claude_code_model_is_passed_only_when_the_task_names_one():
 
 
 def test_codex_config_toml_names_the_gateway_as_the_only_provider():
-    config = tomllib.loads(codex_config_toml(CONTRACT, TASK | {"model": "po\"licy"}))
+    config = tomllib.loads(codex_config_toml(CONTRACT, TASK | {"codex_model": "po\"licy"}))
     assert config["model"] == "po\"licy" and config["model_provider"] == "harnessrl"
     assert config["model_providers"] == {"harnessrl": {"name": "harnessrl gateway", "wire_api": "responses",
                                                        "base_url": "http://127.0.0.1:18080/r/ro-1/v1",
@@ -101,9 +101,11 @@ def test_codex_config_toml_names_the_gateway_as_the_only_provider():
     assert config["shell_environment_policy"] == {"inherit": "core", "exclude": ["OPENAI_API_KEY"]}
 
 
-def test_codex_config_default_model_is_policy_and_null_leaves_codex_its_own():
-    assert tomllib.loads(codex_config_toml(CONTRACT, {"problem_statement": "p"}))["model"] == "policy"
-    assert "model" not in tomllib.loads(codex_config_toml(CONTRACT, {"problem_statement": "p", "model": None}))
+def test_codex_config_default_model_is_one_codex_knows_then_model_and_null_leaves_codex_its_own():
+    assert tomllib.loads(codex_config_toml(CONTRACT, {"problem_statement": "p"}))["model"] == "gpt-5.5"
+    task = {"problem_statement": "p", "codex_model": None}
+    assert tomllib.loads(codex_config_toml(CONTRACT, task))["model"] == "policy"
+    assert "model" not in tomllib.loads(codex_config_toml(CONTRACT, task | {"model": None}))
 
 
 def test_codex_launch_writes_its_config_under_the_throwaway_home():

@@ -94,7 +94,7 @@ NAMESPACE = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-
 
 def test_namespaced_functions_are_offered_by_name_and_their_calls_keep_the_namespace():
     body = {"model": "gpt-5-codex", "input": "hi", "tools": [TOOL_READ, NAMESPACE]}
-    assert [t["function"]["name"] for t in chat_of(body)["tools"]] == ["read", "spawn_agent"]
+    assert [t["function"]["name"] for t in chat_of(body)["tools"]] == ["read", "spawn_agent", "freeform"]
     spawn = {"type": "function_call", "call_id": "call_s", "name": "spawn_agent", "arguments": "{}"}
     answer = RESPONSES.from_chat(chat_answer(None, [spawn, CALL_A], "tool_calls"), body, "resp_1")
     assert [(i["name"], i.get("namespace")) for i in answer["output"]] == [("spawn_agent", "multi_agent_v1"),
