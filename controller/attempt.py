@@ -37,7 +37,7 @@ def recipe_name(rollout: Rollout, configured: str | None) -> str:
 def rollout_key(admin: GatewayClient, rollout: Rollout) -> tuple[str, str]:
     """(base_url, api_key) of a rollout, by re-posting its own spec: creation is idempotent and returns its key."""
     spec = RolloutSpec(id=rollout.id, group_id=rollout.group_id, input=rollout.input, mode=rollout.mode,
-                       max_attempts=rollout.max_attempts)
+                       max_attempts=rollout.max_attempts, sampling_seed=rollout.sampling_seed)
     created = admin.create_rollouts([spec])[0]
     return created.base_url, created.api_key
 

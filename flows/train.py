@@ -241,7 +241,7 @@ def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, tracker:
     r, swe = config.rollout, config.recipe == "swe"
     metrics, groups = run_validation(processes.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
                                      policy_version, r.wait_timeout_s, r.pass_threshold, r.max_attempts,
-                                     r.task_overrides or None, fetch_calls=swe)
+                                     r.task_overrides or None, fetch_calls=swe, sampling_seed=r.val_seed)
     if config.tracking.traces.validation == "all":
         log_rollout_traces(tracker, processes.admin, groups, config.recipe, iteration)
     return {**metrics, **swe_rollout_metrics(groups, r.pass_threshold, "val", mini_swe_agent=swe)}

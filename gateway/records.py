@@ -12,6 +12,7 @@ from gateway.upstream_url import check_base_url
 MAX_ATTEMPT = 1_000_000  # the largest attempt number a request may name (the store's integers are 64-bit)
 MAX_CURSOR = 2**63 - 1  # the largest `finished` cursor (SQLite's and PostgreSQL's BIGINT)
 MAX_VERSION = 2**31 - 1  # the largest policy version (stored as a 32-bit INTEGER on PostgreSQL)
+MAX_SAMPLING_SEED = 2**63 - 1  # the largest rollout sampling seed (a BIGINT)
 
 class RolloutState(StrEnum):
     """Lifecycle of one rollout; the store enforces TRANSITIONS."""
@@ -119,6 +120,11 @@ class RolloutSpec(WireModel):
     input: dict[str, Any] = Field(default_factory=dict, description="The task input handed to the harness.")
     mode: RolloutMode = Field(default=RolloutMode.TRAIN, description="train or val.")
     max_attempts: int = Field(default=3, ge=1, le=100, description="Attempts allowed before an infra failure is final.")
+    sampling_seed: int | None = Field(default=None, ge=0, le=MAX_SAMPLING_SEED,
+                                      description="Seeds every call of the rollout: the gateway sets each call's "
+                                      "`seed` to one derived from this and the call's number in its attempt "
+                                      "(`gateway.sampling.call_seed`), whatever the harness sent, so the same "
+                                      "weights give the same answers (seeded validation). None: the harness's own.")
 
 
 class CreateRolloutsRequest(WireModel):
@@ -146,6 +152,7 @@ class Rollout(WireModel):
     state: RolloutState = Field(description="Current state.")
     attempt: int = Field(description="Number of times the rollout was claimed (0 before the first claim).")
     max_attempts: int = Field(description="Attempts allowed.")
+    sampling_seed: int | None = Field(default=None, description="The rollout's sampling seed (RolloutSpec).")
     failure_kind: FailureKind | None = Field(default=None, description="Set when state is failed.")
     error: str | None = Field(default=None, description="Human-readable failure reason.")
     reward: float | None = Field(default=None, description="Reward posted by the grader.")
@@ -278,6 +285,8 @@ class SamplingRecord(WireModel):
                                       "logit_bias); empty when it sent none.")
     enforced: bool = Field(default=False, description="True when the gateway applied the policy's sampling in place "
                            "of the harness's (gateway config `sampling.train: enforce`, train rollouts).")
+    seed: int | None = Field(default=None, description="The seed the engine sampled with: the gateway's for a "
+                             "rollout with a sampling seed, else the harness's own; None: unseeded.")
 
 
 class CallRecord(WireModel):

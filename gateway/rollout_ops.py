@@ -40,7 +40,7 @@ def row_to_rollout(row: Any) -> Rollout:
         attempt=row.attempt, max_attempts=row.max_attempts, failure_kind=row.failure_kind, error=row.error,
         reward=row.reward, lease_owner=row.lease_owner, lease_expires_at=row.lease_expires_at,
         created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
-        finished_seq=row.finished_seq,
+        finished_seq=row.finished_seq, sampling_seed=row.sampling_seed,
     )
 
 
@@ -70,7 +70,7 @@ def create_rollouts(conn: sa.Connection, specs: Sequence[RolloutSpec], now: floa
             continue
         values = {"id": spec.id, "group_id": spec.group_id, "input": orjson.dumps(spec.input),
                   "mode": spec.mode.value, "state": RolloutState.QUEUED.value, "attempt": 0,
-                  "max_attempts": spec.max_attempts, "created_at": now}
+                  "max_attempts": spec.max_attempts, "created_at": now, "sampling_seed": spec.sampling_seed}
         new_rows.append(values)
         out.append((Rollout(**{**values, "input": spec.input}), True))
     if new_rows:
@@ -80,7 +80,8 @@ def create_rollouts(conn: sa.Connection, specs: Sequence[RolloutSpec], now: floa
 
 def _check_same_spec(row: Any, spec: RolloutSpec) -> None:
     same = (row.group_id == spec.group_id and orjson.loads(row.input) == spec.input
-            and row.mode == spec.mode.value and row.max_attempts == spec.max_attempts)
+            and row.mode == spec.mode.value and row.max_attempts == spec.max_attempts
+            and row.sampling_seed == spec.sampling_seed)
     if not same:
         raise Conflict(f"rollout {spec.id!r} already exists with a different spec; use a new id", param="id")
 

@@ -7,11 +7,18 @@ go to the engine as it sent them. Either way the four parameters are sent explic
 value), so what the record says the engine applied does not depend on an engine's defaults (vLLM's
 `--generation-config auto` would otherwise apply the checkpoint's own).
 
+A rollout created with a `sampling_seed` (seeded validation: `trainer.rollout_feed.FeedConfig.sampling_seed`) has
+every call seeded by the gateway, whatever the harness sent: call `seq` of an attempt samples with
+`call_seed(sampling_seed, seq)` (`seed_record`, `seeded_body`), recorded in the call's `SamplingRecord.seed`. The
+harness need not cooperate: the same weights, the same task and the same seed give the same answers (on an engine
+that honours a per-request seed: the embedded engine and vLLM do), and a retried attempt samples as the first did.
+
 Pure functions; the proxy (`routes/harness.py`) and the translated protocols (`translated.py`) call `apply_policy`.
 """
 
 from __future__ import annotations
 
+import hashlib
 from enum import StrEnum
 from typing import Any
 
@@ -30,7 +37,7 @@ NEUTRAL: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0,
 PENALTY_FIELDS = ("frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias")
 """Other request fields that change the distribution a token is sampled from: recorded in `requested`, removed when
 the policy is enforced, forwarded as sent otherwise."""
-REQUESTED_FIELDS = (*NEUTRAL, *PENALTY_FIELDS)
+REQUESTED_FIELDS = (*NEUTRAL, *PENALTY_FIELDS, "seed")
 """The harness's sampling fields copied into `SamplingRecord.requested` (any protocol: Anthropic Messages sends
 temperature / top_p / top_k, Responses temperature / top_p, chat and completions any of these)."""
 
@@ -117,4 +124,31 @@ def apply_policy(chat: dict[str, Any], requested: dict[str, Any], mode: RolloutM
     else:
         values = {**NEUTRAL, **{key: chat[key] for key in NEUTRAL if chat.get(key) is not None}}
     forwarded.update(values)
-    return forwarded, SamplingRecord(**applied_values(values), requested=requested, enforced=enforces(policy, mode))
+    own_seed = int(forwarded["seed"]) if is_integer(forwarded.get("seed")) else None  # the harness's own
+    return forwarded, SamplingRecord(**applied_values(values), requested=requested, enforced=enforces(policy, mode),
+                                     seed=own_seed)
+
+
+CALL_SEED_BITS = 31
+"""Call seeds are below 2**31: every engine takes them (vLLM's and the embedded engine's per-request `seed`)."""
+
+
+def call_seed(sampling_seed: int, seq: int) -> int:
+    """The seed of call `seq` (its number in the attempt) of a rollout seeded with `sampling_seed`: a hash of both,
+    so neighbouring rollouts and calls draw unrelated streams."""
+    digest = hashlib.blake2b(f"{sampling_seed}:{seq}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << CALL_SEED_BITS) - 1)
+
+
+def seed_record(sampling: SamplingRecord | None, sampling_seed: int | None, seq: int) -> SamplingRecord | None:
+    """`sampling` with the gateway's seed for call `seq` when the rollout has a `sampling_seed` (else as it is)."""
+    if sampling is None or sampling_seed is None:
+        return sampling
+    return sampling.model_copy(update={"seed": call_seed(sampling_seed, seq)})
+
+
+def seeded_body(body: dict[str, Any], sampling: SamplingRecord | None) -> dict[str, Any]:
+    """The engine-bound `body` with the `seed` its sampling record says the engine samples with."""
+    if sampling is None or sampling.seed is None:
+        return body
+    return {**body, "seed": sampling.seed}

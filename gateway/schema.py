@@ -36,6 +36,7 @@ rollouts = sa.Table(
     sa.Column("started_at", sa.Float),
     sa.Column("finished_at", sa.Float),
     sa.Column("finished_seq", sa.Integer, unique=True),
+    sa.Column("sampling_seed", sa.BigInteger),  # RolloutSpec.sampling_seed; NULL: unseeded, or an older gateway's
 )
 
 calls = sa.Table(
@@ -110,7 +111,8 @@ artifacts = sa.Table(
 
 
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling", "error_code",
-                                                        "continuation")}
+                                                        "continuation"),
+                                              "rollouts": ("sampling_seed",)}
 """Columns added to existing tables after the first release, by table: an older database gets them on open."""
 ADDED_INDEXES = (CONTINUED,)
 """Indexes added to existing tables after the first release: an older database gets them on open (IF NOT EXISTS)."""

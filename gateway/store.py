@@ -56,6 +56,8 @@ class RolloutBrief:
     state: RolloutState
     attempt: int
     mode: RolloutMode
+    sampling_seed: int | None = None
+    """Seeds every call of the rollout (`RolloutSpec.sampling_seed`)."""
 
 
 class Store(Protocol):
@@ -150,7 +152,7 @@ class SqlStore:
         if cached is not None:
             return cached
         rollout = await self.get_rollout(rollout_id)
-        brief = RolloutBrief(rollout.state, rollout.attempt, rollout.mode)
+        brief = RolloutBrief(rollout.state, rollout.attempt, rollout.mode, rollout.sampling_seed)
         if self._cache_rollouts:
             self._briefs[rollout_id] = brief
         return brief

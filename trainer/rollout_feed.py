@@ -6,10 +6,14 @@ every member is terminal. It knows nothing of training: the loop decides how man
 batch for the synchronous schedule, more for the asynchronous one) and how many complete groups to take. Its data
 position for a resume is `next_task` plus `open_tasks` (groups submitted but not taken: in flight or complete).
 `val_pass` is the one-pass use (validation, difficulty probes, evaluation): every task once, unfinished ones listed.
+With `FeedConfig.sampling_seed` every rollout is created seeded (`rollout_sampling_seed`: from the run's seed, the
+task's id and the member's number), so the gateway seeds each of its calls and the same weights give the same
+answers on the same task, pass after pass (seeded validation: step-to-step differences are the policy's).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,6 +68,9 @@ class FeedConfig:
     """Fetch each member's recorded calls (final attempt) when its group completes; off where only rewards count."""
     fetch_grades: bool = True
     """Read each graded member's reward event for the grader's `tamper` flag (`FinishedGroup.tampered`)."""
+    sampling_seed: int | None = None
+    """Seeds every rollout (`rollout_sampling_seed` of this, the task's id and the member): the gateway seeds each
+    call from it, so a pass over the same tasks with the same weights gives the same answers; None: unseeded."""
     mix: TaskMix | None = None
     """The constant per-batch task mix (`trainer/task_mix.py`): a take of a whole number of batches holds each
     stratum's quota (its earliest complete groups), and waiting for it waits for those; None: completion order."""
@@ -71,6 +78,13 @@ class FeedConfig:
     def __post_init__(self) -> None:
         if self.group_size < 1:
             raise ValueError(f"group_size={self.group_size} must be >= 1 (rollouts per task)")
+
+
+def rollout_sampling_seed(run_seed: int, task_id: str, member: int) -> int:
+    """The sampling seed of member `member` of the group of task `task_id` under `run_seed` (63 bits of a hash):
+    the same in every pass and every run with that seed, distinct between a group's members."""
+    digest = hashlib.blake2b(f"{run_seed}:{task_id}:{member}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 class RolloutFeed:
@@ -144,8 +158,13 @@ class RolloutFeed:
     def _specs(self, index: int, task: dict) -> list[RolloutSpec]:
         group_id = self._group_id(index)
         return [RolloutSpec(id=f"{group_id}-{k}", group_id=group_id, input=self._task_input(task),
-                            mode=self.config.mode, max_attempts=self.config.max_attempts)
+                            mode=self.config.mode, max_attempts=self.config.max_attempts,
+                            sampling_seed=self._seed(index, task, k))
                 for k in range(self.config.group_size)]
+
+    def _seed(self, index: int, task: dict, member: int) -> int | None:
+        seed = self.config.sampling_seed
+        return None if seed is None else rollout_sampling_seed(seed, str(task.get("id", index)), member)
 
     def _record(self, index: int, task: dict, policy_version: int) -> None:
         group_id = self._group_id(index)

@@ -46,7 +46,7 @@ from gateway.proxy import (
 )
 from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord, SamplingRecord
 from gateway.routing import is_side_call
-from gateway.sampling import apply_policy, requested_sampling
+from gateway.sampling import apply_policy, requested_sampling, seed_record, seeded_body
 from gateway.store import RolloutBrief
 from gateway.translated import count_tokens, forward, prepare
 
@@ -141,17 +141,18 @@ async def _proxy(svc: GatewayContext, scope: dict, receive, send, rollout_id: st
     brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     forwarded, sampling = apply_policy(request, requested_sampling(request), brief.mode, svc.config.sampling)
-    body = upstream_request(forwarded, kind, brief.mode, endpoint.served_name)
     ctx = await _call_context(svc, brief, rollout_id, kind, request, raw, endpoint, started, created_at,
                               header(scope, b"traceparent"), sampling)
+    body = upstream_request(seeded_body(forwarded, ctx.sampling), kind, brief.mode, endpoint.served_name)
     await (forward_stream if ctx.stream else forward_unary)(svc, ctx, body, send)
 
 
 async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: str, kind: str, request: dict,
                         raw: bytes, endpoint: ModelRecord, started: float, created_at: float,
                         traceparent: str | None = None, sampling: SamplingRecord | None = None) -> CallContext:
-    """The context of a call about to go upstream, with its arrival number; QuotaExceeded (429) once the attempt
-    has made `max_calls_per_attempt` calls. Every kind of call (chat, completion, translated) is built here."""
+    """The context of a call about to go upstream, with its arrival number and, for a seeded rollout, its seed in
+    `sampling` (`gateway.sampling.seed_record`); QuotaExceeded (429) once the attempt has made
+    `max_calls_per_attempt` calls. Every kind of call (chat, completion, translated) is built here."""
     seq = await svc.store.next_call_seq(rollout_id, brief.attempt)
     if seq >= svc.config.max_calls_per_attempt:
         raise QuotaExceeded(f"attempt {brief.attempt} of rollout {rollout_id!r} has made its "
@@ -162,7 +163,7 @@ async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: st
                        stream=bool(request.get("stream", False)), model=model, endpoint=endpoint, request_raw=raw,
                        created_at=created_at, started=started,
                        side=is_side_call(kind, model, svc.config.side_models), traceparent=traceparent,
-                       sampling=sampling)
+                       sampling=seed_record(sampling, brief.sampling_seed, seq))
 
 
 async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_id: str,
@@ -180,8 +181,8 @@ async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_i
     chat, sampling = apply_policy(chat, requested_sampling(request), brief.mode, svc.config.sampling)
     ctx = await _call_context(svc, brief, rollout_id, adapter.kind, request, raw, endpoint, started, created_at,
                               header(scope, b"traceparent"), sampling)
-    call = prepare(adapter, request, chat, rollout_id=rollout_id, attempt=brief.attempt, seq=ctx.seq,
-                   mode=brief.mode, served_name=endpoint.served_name, earlier=earlier.stored)
+    call = prepare(adapter, request, seeded_body(chat, ctx.sampling), rollout_id=rollout_id, attempt=brief.attempt,
+                   seq=ctx.seq, mode=brief.mode, served_name=endpoint.served_name, earlier=earlier.stored)
     await forward(svc, ctx, call, send)
 
 

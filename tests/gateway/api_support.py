@@ -32,7 +32,7 @@ def current_key(admin: GatewayClient, rollout_id: str) -> RolloutCreated:
     idempotent re-creation: a key is bound to the attempt it was minted for)."""
     r = admin.get_rollout(rollout_id)
     (created,) = admin.create_rollouts([RolloutSpec(id=r.id, group_id=r.group_id, input=r.input, mode=r.mode,
-                                                    max_attempts=r.max_attempts)])
+                                                    max_attempts=r.max_attempts, sampling_seed=r.sampling_seed)])
     return created
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from gateway.client import GatewayClient
 from gateway.records import CallStatus, RolloutMode, SamplingRecord
-from tests.gateway.api_support import chat, completion, create_rollouts, error_of, write_config
+from gateway.sampling import call_seed
+from tests.gateway.api_support import chat, completion, create_rollouts, current_key, error_of, write_config
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
 
@@ -154,3 +155,29 @@ def test_a_sampling_field_that_is_not_a_number_is_refused_naming_it_and_nothing_
 def test_count_tokens_samples_nothing(enforcing) -> None:
     _, (record,) = post(enforcing, "/messages/count_tokens", messages(temperature=0.3))
     assert record.kind == "count_tokens" and record.sampling is None
+
+
+@pytest.mark.parametrize(("path", "body"), [(CASES["chat"][0], chat(seed=5)), (CASES["messages stream"][0],
+                                                                                 CASES["messages stream"][1])],
+                         ids=["chat", "messages"])
+def test_a_seeded_rollouts_calls_sample_with_the_gateways_seed_numbered_by_call(enforcing, scripted, path,
+                                                                                 body) -> None:
+    """Seeded validation (issue 28 point 2): the engine gets call_seed(rollout seed, seq) whatever the harness sent,
+    the record says so, and a re-created spec with the same seed is the same rollout (the controller's key)."""
+    (created,) = create_rollouts(enforcing, prefix="seeded", mode=RolloutMode.VAL, sampling_seed=77)
+    sent = []
+    for _ in range(2):
+        response = httpx.post(created.base_url + path, json=body, timeout=30,
+                              headers={"authorization": f"Bearer {created.api_key}"})
+        assert response.status_code == 200, response.text
+        sent.append(forwarded(scripted)["seed"])
+    records = enforcing.calls(created.id)
+    assert sent == [call_seed(77, 0), call_seed(77, 1)] == [r.sampling.seed for r in records]
+    assert records[0].sampling.requested.get("seed") == body.get("seed")
+    rollout = enforcing.get_rollout(created.id)
+    assert rollout.sampling_seed == 77 and current_key(enforcing, created.id).created is False
+
+
+def test_an_unseeded_rollout_records_the_harnesss_own_seed(enforcing, scripted) -> None:
+    _, (record,) = post(enforcing, "/chat/completions", chat(seed=9), mode=RolloutMode.VAL)
+    assert forwarded(scripted)["seed"] == 9 and record.sampling.seed == 9
