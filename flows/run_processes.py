@@ -65,12 +65,15 @@ class ProcessSettings:
     """Extra `controller run` options (runner, concurrency, timeouts)."""
     sampling: SamplingPolicy = field(default_factory=SamplingPolicy)
     """The started gateway's sampling policy for train calls (enforced or recorded)."""
+    recorded_turns: bool = False
+    """The started gateway gives the engine the recorded tokens of re-sent turns (gateway config `recorded_turns`)."""
 
 
 def gateway_settings(settings: ProcessSettings) -> dict[str, Any]:
     """The config of the gateway a run starts: harness model names sent to the policy, side calls marked, the run's
-    sampling policy for train calls."""
-    return {**policy_routing(settings.model_name), "sampling": settings.sampling.model_dump(mode="json")}
+    sampling policy for train calls, recorded turns when the recipe's harness re-serialises its history."""
+    recorded = {"recorded_turns": True} if settings.recorded_turns else {}
+    return {**policy_routing(settings.model_name), "sampling": settings.sampling.model_dump(mode="json"), **recorded}
 
 
 def engine_host_port(url: str) -> tuple[str, int]:

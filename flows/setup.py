@@ -23,6 +23,10 @@ from trainer.loop_state import LoopState
 from trainer.rollout_feed import FeedConfig
 from trainer.task_mix import TaskMix, mix_stream, plan_mix
 
+RECORDED_TURN_RECIPES = frozenset({"claude-code", "codex"})
+"""The recipes whose runs' gateway gives the engine the recorded tokens of the turns a harness re-sends (the coding
+CLIs re-serialise their history: gateway config `recorded_turns`, gateway/recorded_turns.py)."""
+
 
 @dataclass(frozen=True)
 class RunPlan:
@@ -133,7 +137,7 @@ def process_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) 
     return ProcessSettings(run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
                            model_name=config.gateway.model_name, engine=config.engine, gateway_url=config.gateway.url,
                            start_controller=c.start, controller_args=controller_args,
-                           sampling=config.gateway.sampling)
+                           sampling=config.gateway.sampling, recorded_turns=config.recipe in RECORDED_TURN_RECIPES)
 
 
 def feed_config(config: RunConfig, plan: RunPlan, mix: TaskMix | None = None) -> FeedConfig:

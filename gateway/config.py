@@ -53,6 +53,12 @@ class GatewayConfig(BaseModel):
                                      "`train: enforce` (default; the policy's `temperature`, top_p 1, top_k and "
                                      "min_p off) or `train: record` (the harness's values); val rollouts always "
                                      "sample as the harness asks. Every call records its sampling.")
+    recorded_turns: bool = Field(default=False, description="Give the engine the recorded tokens of an assistant "
+                                 "turn a harness sends back re-serialised (gateway/recorded_turns.py): a translated "
+                                 "call whose history continues an earlier call of its attempt is prompted with that "
+                                 "call's prompt and answer tokens, so its rollout stays one sample (on for the "
+                                 "claude-code and codex recipes' runs; the engine must take vLLM's "
+                                 "kv_transfer_params.prompt_token_ids).")
     admin_token: str | None = Field(default=None, description="Admin token; default $HARNESSRL_ADMIN_TOKEN.")
     grader_token: str | None = Field(default=None, description="Grader token; default $HARNESSRL_GRADER_TOKEN.")
 

@@ -75,9 +75,10 @@ class CallContext:
 
 def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status: int, error: str | None,
              response_raw: bytes | None, policy_version: int | None, error_code: CallErrorCode | None = None,
-             continuation: bytes | None = None) -> dict[str, Any]:
+             continuation: bytes | None = None, recorded_prefix: int | None = None) -> dict[str, Any]:
     """The store row of one call (`error_code`: what went wrong, by who caused it; None for a clean answer;
-    `continuation`: what a later call continuing the answer starts from, `gateway.continuation`)."""
+    `continuation`: what a later call continuing the answer starts from, `gateway.continuation`; `recorded_prefix`:
+    prompt tokens from the attempt's records, `gateway.recorded_turns`)."""
     return {
         "rollout_id": ctx.rollout_id, "attempt": ctx.attempt, "seq": ctx.seq, "kind": ctx.kind,
         "stream": ctx.stream, "model": ctx.model, "upstream": ctx.endpoint.base_url, "status": status.value,
@@ -91,7 +92,7 @@ def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status
         "extra_choices": pack_extra_choices(cap), "side": ctx.side, "sampling": pack_sampling(ctx.sampling),
         "policy_version": policy_version,
         "latency_ms": (time.perf_counter() - ctx.started) * 1000, "created_at": ctx.created_at,
-        "continuation": continuation,
+        "continuation": continuation, "recorded_prefix": recorded_prefix,
     }
 
 

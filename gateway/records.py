@@ -325,6 +325,11 @@ class CallRecord(WireModel):
                                             "call that samples nothing (count_tokens) and for calls recorded by a "
                                             "gateway older than this field.")
     policy_version: int | None = Field(description="Engine policy version that produced the response.")
+    recorded_prefix: int | None = Field(default=None, description="How many of the prompt's tokens are an earlier "
+                                        "call's of this attempt, its prompt and answer, given to the engine in place "
+                                        "of the history the harness re-sent (gateway config `recorded_turns`); 0 "
+                                        "when they were sent and the engine rendered the messages instead; None "
+                                        "when nothing was substituted.")
     latency_ms: float = Field(description="Time from arrival to the response being complete.")
     created_at: float = Field(description="Arrival, unix seconds.")
 

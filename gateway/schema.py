@@ -71,6 +71,7 @@ calls = sa.Table(
     sa.Column("continuation", sa.LargeBinary),  # what a call continuing this answer starts from, as JSON (the
     # protocol's items of its chain's turns and its own: gateway.translated); NULL: an answer no call continues (a
     # protocol without continuations, a failed call), or one an older gateway recorded
+    sa.Column("recorded_prefix", sa.Integer),  # prompt tokens from the attempt's records (gateway.recorded_turns)
     sa.Index("ix_calls_rollout", "rollout_id", "attempt", "seq"),
 )
 
@@ -111,7 +112,7 @@ artifacts = sa.Table(
 
 
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling", "error_code",
-                                                        "continuation"),
+                                                        "continuation", "recorded_prefix"),
                                               "rollouts": ("sampling_seed",)}
 """Columns added to existing tables after the first release, by table: an older database gets them on open."""
 ADDED_INDEXES = (CONTINUED,)

@@ -85,5 +85,6 @@ def call_row_to_record(row: Any) -> CallRecord:
         finish_reason=row.finish_reason, n_choices=row.n_choices,
         extra_choices=unpack_extra_choices(row.extra_choices), side=bool(row.side),
         sampling=unpack_sampling(row.sampling), policy_version=row.policy_version,
+        recorded_prefix=row.recorded_prefix,
         latency_ms=row.latency_ms, created_at=row.created_at,
     )

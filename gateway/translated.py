@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -48,6 +48,9 @@ from gateway.proxy import (
 from gateway.records import CallErrorCode, CallStatus, RolloutMode
 from gateway.upstream import UpstreamFailed, read_refused
 
+if TYPE_CHECKING:
+    from gateway.recorded_turns import RecordedPrompt
+
 CHAT_PATH = "/chat/completions"
 TOKENIZE_PATH = "/tokenize"  # vLLM's (and the embedded engine's): at the server root, not under /v1
 UNTRANSLATABLE = (ProtocolError, TypeError, AttributeError, KeyError, ValueError)
@@ -65,15 +68,26 @@ class Translated:
     response_id: str  # the id the harness sees
     upstream_body: bytes  # the chat-completions request sent to the engine
     earlier: bytes = NONE_STORED  # the stored turns of the conversation it continues (gateway.continuation)
+    recorded: RecordedPrompt | None = None  # the prompt given from the attempt's records (gateway.recorded_turns)
 
 
 def prepare(adapter: ProtocolAdapter, body: dict[str, Any], chat: dict[str, Any], *, rollout_id: str, attempt: int,
-            seq: int, mode: RolloutMode, served_name: str, earlier: bytes = NONE_STORED) -> Translated:
-    """The call for `body` (pure): `chat` (the adapter's `to_chat` of it, continuing the stored turns `earlier`)
-    streamed as the harness asked, with chat's forced fields (`upstream_request`), and the answer's id."""
+            seq: int, mode: RolloutMode, served_name: str, earlier: bytes = NONE_STORED,
+            recorded: RecordedPrompt | None = None) -> Translated:
+    """The call for `body` (pure): `chat` (the adapter's `to_chat` of it, continuing the stored turns `earlier`;
+    with the recorded prompt `recorded` when there is one) streamed as the harness asked, with chat's forced fields
+    (`upstream_request`), and the answer's id."""
     return Translated(adapter, body, adapter.response_id(rollout_id, attempt, seq),
                       upstream_request({**chat, "stream": bool(body.get("stream", False))}, CHAT, mode, served_name),
-                      earlier)
+                      earlier, recorded)
+
+
+def recorded_prefix(call: Translated, cap: Captured) -> int | None:
+    """The call's `recorded_prefix`: the recorded tokens it was given when the engine's prompt is the one sent, 0
+    when the engine rendered the messages instead, None when it was given none."""
+    if call.recorded is None:
+        return None
+    return call.recorded.recorded_tokens if cap.prompt_token_ids == call.recorded.prompt_token_ids else 0
 
 
 def _headers(ctx: CallContext, version: int | None, content_type: bytes) -> list[tuple[bytes, bytes]]:
@@ -185,7 +199,8 @@ async def _unary(svc: GatewayContext, ctx: CallContext, call: Translated, send, 
     await record_call(svc, ctx, call_row(ctx, cap, status=CallStatus.OK, http_status=200,
                                          error=fault.message if fault else None, response_raw=answer,
                                          policy_version=version, error_code=fault.code if fault else None,
-                                         continuation=continuation(adapter, call.body, call.earlier, answer)))
+                                         continuation=continuation(adapter, call.body, call.earlier, answer),
+                                         recorded_prefix=recorded_prefix(call, cap)))
     await _answer(send, 200, answer, _headers(ctx, version, b"application/json"))
 
 
@@ -219,7 +234,8 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
             ctx, cap, status=CallStatus.ERROR if failure else CallStatus.OK, http_status=200, error=error,
             response_raw=answer, error_code=code,
             policy_version=cap.policy_version if cap.policy_version is not None else version,
-            continuation=None if failure else continuation(adapter, call.body, call.earlier, answer)))
+            continuation=None if failure else continuation(adapter, call.body, call.earlier, answer),
+            recorded_prefix=recorded_prefix(call, cap)))
     except GatewayError as exc:  # not recorded: the harness must not take the answer as final
         events = translator.error(exc.message, exc.code or "store_unavailable")
     await send({"type": "http.response.body", "body": events, "more_body": False})

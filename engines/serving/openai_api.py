@@ -98,9 +98,24 @@ def _forced_call(state: EngineState, body: ChatCompletionRequest, choice: ToolCh
         raise RequestError(str(exc), param="tool_choice") from exc
 
 
+def _given_prompt(state: EngineState, body: ChatCompletionRequest) -> list[int] | None:
+    """vLLM's pre-tokenized chat prompt (`kv_transfer_params.prompt_token_ids`), checked; None when not given."""
+    given = (body.kv_transfer_params or {}).get("prompt_token_ids")
+    if given is None:
+        return None
+    vocab = state.holder.config.vocab_size
+    if not isinstance(given, list) or not given or any(type(t) is not int or not 0 <= t < vocab for t in given):
+        raise RequestError(f"kv_transfer_params.prompt_token_ids must be a non-empty list of token ids in [0, {vocab})",
+                           param="kv_transfer_params.prompt_token_ids")
+    return given
+
+
 def _chat_prompt(state: EngineState, body: ChatCompletionRequest,
                  choice: ToolChoice) -> tuple[list[int], ForcedCall | None]:
     """The prompt the engine generates from, and the forced call when `tool_choice` forces one."""
+    given = _given_prompt(state, body)
+    if given is not None and not choice.forces_call:
+        return given, None
     rendered = _rendered(state, body.messages, body.tools, body.add_generation_prompt, body.continue_final_message,
                          body.chat_template_kwargs)
     prompt_ids = _encode(state, rendered.text)

@@ -110,6 +110,10 @@ class ChatCompletionRequest(SamplingFields):
     """Continue the last (assistant) message instead of starting a new one."""
     chat_template_kwargs: dict[str, Any] | None = None
     """Extra variables for the chat template."""
+    kv_transfer_params: dict[str, Any] | None = None
+    """vLLM's: `prompt_token_ids` (non-empty, in the vocabulary) is the prompt, in place of the rendered `messages`
+    (still read for the tools), as vLLM 0.32 takes a pre-tokenized chat prompt; other keys are ignored. Not with a
+    `tool_choice` that forces a call: the forced opening is planned on the rendering, which is then used."""
 
     @model_validator(mode="after")
     def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:

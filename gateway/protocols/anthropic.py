@@ -48,6 +48,9 @@ class MessagesAdapter:
     def continued(self, body: dict[str, Any], response_raw: bytes | str) -> None:
         return None  # no request continues an earlier answer
 
+    def answer_turn(self, response_raw: bytes | str) -> dict[str, Any]:
+        return anthropic_request.assistant_message(anthropic_answer.recorded_content(response_raw))
+
     def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
         return anthropic_answer.from_chat(answer, body, response_id)
 

@@ -125,6 +125,31 @@ def content_of(message: dict[str, Any], response_id: str) -> tuple[list[dict[str
     return content, faults
 
 
+def recorded_content(response_raw: bytes | str) -> list[dict[str, Any]]:
+    """The content blocks of an answer as the harness saw it: the message's `content`, or for a stream the blocks its
+    `content_block_*` events built (text deltas joined, a tool_use block's `input_json_delta`s parsed)."""
+    raw = response_raw.encode() if isinstance(response_raw, str) else response_raw
+    if raw.lstrip().startswith(b"{"):
+        return list(orjson.loads(raw).get("content") or [])
+    blocks: list[dict[str, Any]] = []
+    partial: dict[int, list[str]] = {}
+    for line in raw.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        event = orjson.loads(line[5:])
+        if event.get("type") == "content_block_start":
+            blocks.append(dict(event["content_block"]))
+        elif event.get("type") == "content_block_delta":
+            delta = event["delta"]
+            if delta.get("type") == "text_delta":
+                blocks[event["index"]]["text"] += delta["text"]
+            elif delta.get("type") == "input_json_delta":
+                partial.setdefault(event["index"], []).append(delta["partial_json"])
+    for index, parts in partial.items():
+        blocks[index]["input"] = orjson.loads("".join(parts))
+    return blocks
+
+
 def from_chat(answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
     """The Anthropic message for a (non-streamed) chat-completions answer; ProtocolError when it has no choice or
     is off the chat shapes. A tool call whose arguments are not a JSON object is the model's answer: a text block."""

@@ -197,6 +197,11 @@ def _assistant(blocks: list[Any], where: str) -> list[dict[str, Any]]:
     return [message]
 
 
+def assistant_message(blocks: list[Any]) -> dict[str, Any]:
+    """The chat message of an assistant turn's blocks, as `to_chat` translates the turn when a harness sends it."""
+    return _assistant(blocks, "answer")[0]
+
+
 def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
     for key in ("id", "name"):
         if not isinstance(block.get(key), str) or not block[key]:

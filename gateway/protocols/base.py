@@ -82,6 +82,12 @@ class ProtocolAdapter(Protocol):
         is always None)."""
         ...
 
+    def answer_turn(self, response_raw: bytes | str) -> dict[str, Any] | None:
+        """The chat assistant message an ok answer (as the harness saw it: JSON or SSE text) is when a harness sends it
+        back as it came, as `to_chat` translates it (`gateway.recorded_turns` compares a re-sent turn with it); None
+        when it is not one assistant message."""
+        ...
+
     def from_chat(self, answer: dict[str, Any], body: dict[str, Any], response_id: str) -> dict[str, Any]:
         """The harness protocol's answer (with id `response_id`) built from the engine's non-streamed
         chat-completions answer (first choice; vLLM's shape: `message.content`, `message.tool_calls`,

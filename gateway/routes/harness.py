@@ -44,6 +44,7 @@ from gateway.proxy import (
     parse_request,
     upstream_request,
 )
+from gateway.recorded_turns import recorded_prompt, with_recorded
 from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord, SamplingRecord
 from gateway.routing import is_side_call
 from gateway.sampling import apply_policy, requested_sampling, seed_record, seeded_body
@@ -178,11 +179,15 @@ async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_i
     # translated before the call takes a number: a request the adapter refuses leaves no gap in the calls' seq
     earlier = await earlier_conversation(svc, adapter, request, rollout_id, brief.attempt)
     chat = adapter.to_chat(request, earlier.turns)
-    chat, sampling = apply_policy(chat, requested_sampling(request), brief.mode, svc.config.sampling)
+    recorded = await recorded_prompt(svc, adapter, chat, rollout_id, brief.attempt, endpoint) \
+        if svc.config.recorded_turns else None
+    chat, sampling = apply_policy(with_recorded(chat, recorded), requested_sampling(request), brief.mode,
+                                  svc.config.sampling)
     ctx = await _call_context(svc, brief, rollout_id, adapter.kind, request, raw, endpoint, started, created_at,
                               header(scope, b"traceparent"), sampling)
     call = prepare(adapter, request, seeded_body(chat, ctx.sampling), rollout_id=rollout_id, attempt=brief.attempt,
-                   seq=ctx.seq, mode=brief.mode, served_name=endpoint.served_name, earlier=earlier.stored)
+                   seq=ctx.seq, mode=brief.mode, served_name=endpoint.served_name, earlier=earlier.stored,
+                   recorded=recorded)
     await forward(svc, ctx, call, send)
 
 

@@ -5,15 +5,21 @@ logprobs, `tool_calls` in OpenAI's format, `policy_version`) and `/tokenize`. Th
 episode is: the number of `tool` messages in the request (the CLI's tool results, translated by the gateway) picks the
 next step of the script (read the file, edit it, run the tests), and after the last step it answers a closing text.
 A request without the episode's tools (a CLI's side call) gets a short text. Each CLI gets steps in its own tools:
-Claude Code `Read`/`Edit`/`Bash`, Codex `exec_command` with `cmd`.
+Claude Code `Read`/`Edit`/`Bash`, Codex `exec_command` with `cmd` and its free-form `apply_patch` (offered by the
+gateway as a function of one string argument `input`).
+
+Token IDs are those of a real engine's: the conversation rendered as ChatML with Hermes tool calls (`render`: tools,
+then each message; a tool call's arguments as parsed JSON in `json.dumps` spacing, as HF's `tojson` writes them), one
+token per character and `<|im_end|>` one token (`IM_END`), and the answer is the rendering of its assistant turn
+closed by `IM_END`. So a conversation re-sent as it was answered renders to a prompt that extends the earlier call's
+prompt and answer (one sample), and one re-sent otherwise does not. A request with vLLM's
+`kv_transfer_params.prompt_token_ids` is answered on those prompt tokens, as vLLM does.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
-import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -60,19 +66,60 @@ def claude_code_steps(repo: Path, bug_patch: str) -> list[ToolStep]:
             ToolStep("Bash", {"command": "python -m pytest -q", "description": "Run the tests"})]
 
 
-def codex_steps(bug_patch: str) -> list[ToolStep]:
-    """The same episode as shell commands through Codex's `exec_command` (the edit's texts in base64: no quoting)."""
+def codex_patch(bug_patch: str) -> str:
+    """The fix as Codex's `apply_patch` input (its own patch format: the buggy lines out, the fixed ones in)."""
     path, (buggy, fixed) = bug_file(bug_patch), fix_of(bug_patch)
-    old, new = (base64.b64encode(text.encode()).decode() for text in (buggy, fixed))
-    edit = (f"python -c \"import base64, pathlib; p = pathlib.Path('{path}'); d = base64.b64decode; "
-            f"p.write_text(p.read_text().replace(d('{old}').decode(), d('{new}').decode()))\"")
-    return [ToolStep("exec_command", {"cmd": f"cat {path}"}), ToolStep("exec_command", {"cmd": edit}),
+    lines = [f"-{line}" for line in buggy.splitlines()] + [f"+{line}" for line in fixed.splitlines()]
+    return "\n".join(["*** Begin Patch", f"*** Update File: {path}", "@@", *lines, "*** End Patch", ""])
+
+
+def codex_steps(bug_patch: str) -> list[ToolStep]:
+    """The same episode in Codex's tools: `exec_command` to read and test, its free-form `apply_patch` to edit."""
+    path = bug_file(bug_patch)
+    return [ToolStep("exec_command", {"cmd": f"cat {path}"}),
+            ToolStep("apply_patch", {"input": codex_patch(bug_patch)}),
             ToolStep("exec_command", {"cmd": "python -m pytest -q"})]
 
 
-def token_ids(text: str, base: int) -> list[int]:
-    """Stand-in token IDs: one per 4 characters, deterministic in the text, in [base, base + 30000)."""
-    return [base + zlib.crc32(text[i:i + 4].encode()) % 30000 for i in range(0, max(len(text), 1), 4)]
+IM_END = 2  # `<|im_end|>`, one token; every other character is a token of its own (`encode`)
+
+
+def encode(text: str) -> list[int]:
+    """One token per character (code point + 10)."""
+    return [ord(ch) + 10 for ch in text]
+
+
+def _content(message: dict[str, Any]) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    function = call.get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except json.JSONDecodeError:
+        arguments = function.get("arguments")
+    return "<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": arguments}) + "\n</tool_call>"
+
+
+def turn_body(message: dict[str, Any]) -> list[int]:
+    """An assistant (or any) message's rendered body: its text, then each tool call as a Hermes block."""
+    parts = [_content(message)] if _content(message) else []
+    parts += [_call_text(call) for call in message.get("tool_calls") or []]
+    return encode("\n".join(parts))
+
+
+def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+           add_generation_prompt: bool = True) -> list[int]:
+    """The prompt tokens of a chat request: the tools in a system turn, each message a turn, the assistant header."""
+    ids = encode("<|im_start|>system\n# Tools\n" + "\n".join(json.dumps(t) for t in tools)) + [IM_END] + encode("\n") \
+        if tools else []
+    for message in messages:
+        ids += encode(f"<|im_start|>{message.get('role')}\n") + turn_body(message) + [IM_END] + encode("\n")
+    return ids + encode("<|im_start|>assistant\n") if add_generation_prompt else ids
 
 
 @dataclass
@@ -106,12 +153,18 @@ def _tool_call(step: ToolStep, index: int, call_id: str) -> dict[str, Any]:
             "function": {"name": step.name, "arguments": json.dumps(step.arguments)}}
 
 
+def prompt_ids(request: dict[str, Any]) -> list[int]:
+    """The request's prompt tokens: vLLM's `kv_transfer_params.prompt_token_ids` when given, else its rendering."""
+    given = (request.get("kv_transfer_params") or {}).get("prompt_token_ids")
+    return list(given) if given else render(request.get("messages", []), request.get("tools"))
+
+
 def chat_answer(number: int, request: dict[str, Any], text: str | None, calls: list[ToolStep],
                 finish: str) -> dict[str, Any]:
     """The unary chat completion (vLLM's shape, token IDs and logprobs included)."""
-    prompt = token_ids(json.dumps(request.get("messages", [])), 1000)
+    prompt = prompt_ids(request)
     tool_calls = [_tool_call(step, i, f"call_{number}_{i}") for i, step in enumerate(calls)]
-    ids = token_ids((text or "") + json.dumps([c["function"] for c in tool_calls]), 40000)
+    ids = turn_body({"content": text, "tool_calls": tool_calls}) + [IM_END]
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in tool_calls]
@@ -160,7 +213,8 @@ class EpisodeUpstream:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 if self.path.endswith("/tokenize"):
-                    ids = token_ids(json.dumps(request.get("messages", request.get("prompt", ""))), 1000)
+                    ids = encode(request.get("prompt", "")) if "messages" not in request else \
+                        render(request["messages"], request.get("tools"), request.get("add_generation_prompt", True))
                     self._send(200, json.dumps({"count": len(ids), "tokens": ids, "max_model_len": 65536}).encode())
                     return
                 with lock:

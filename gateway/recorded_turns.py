@@ -1,0 +1,234 @@
+"""Recorded turns: the engine sees the tokens the policy produced for an assistant turn a harness sends back.
+
+A harness re-sends each earlier answer as part of its history, re-serialised its own way: Claude Code adds a
+defaulted argument to every earlier `Edit` call (`replace_all: false`), others reorder keys or trim text. Rendered by
+the chat template, such a history no longer extends the tokens the engine consumed and sampled before, so the
+trainer starts a new sample at every such turn, and the policy is trained on a context it never produced. With
+`recorded_turns` on (gateway config; the CLI recipes' runs), a translated call whose history continues an earlier
+call of the same rollout attempt goes to the engine with the recorded tokens in place of the re-rendered ones:
+
+- Match (pure, `matched_call`): the latest ok main call of the attempt's last `MAX_CANDIDATES` of its protocol whose
+  request translates to exactly this call's first messages (its assistant turns compared as below) with the same
+  tools, and whose answer (the adapter's `answer_turn`) is the next message: the same text (up to surrounding
+  whitespace), the same tool calls in order (id, name, and arguments equal as JSON values, once the keys the re-sent
+  call adds with the value its tool's schema declares as `default` are dropped). Anything else sent differently
+  (a tool result, a system prompt, the tools) is no match: the engine then renders the history as sent.
+- Splice (`spliced`): the engine's own tokenizer (`POST /tokenize`) renders that call's messages (A: with the
+  generation prompt; B: closed by its answer's turn) and this call's (C: its messages with the answer's turn as
+  recorded); when B extends A and C extends B, the prompt is the earlier call's recorded prompt and answer tokens,
+  then what the template writes after the answer's end-of-turn token (at most `MAX_BRIDGE_TOKENS`), then C after
+  B. Every substituted token is one the engine consumed or sampled for this rollout attempt, and the rest is the
+  engine's rendering of what the harness sent: no harness can put tokens in the policy's mouth.
+- Not for a call whose `tool_choice` forces a call (the engines plan the forced opening on their own rendering).
+- The engine gets them as vLLM's chat completions take a pre-tokenized prompt (`kv_transfer_params.
+  prompt_token_ids`, vLLM 0.32; the embedded engine too), with the messages it would have rendered. The call is
+  recorded with `recorded_prefix`: how many prompt tokens came from the records when the engine's reported prompt
+  is the one sent (0 when an engine rendered the messages instead; None when nothing was substituted).
+
+Its cost, only when on: the attempt's calls read once per call, and three `/tokenize` calls of the engine, together,
+inside the pause gate (a paused gateway holds them as it holds the call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.capture import ProtocolError
+from gateway.context import GatewayContext
+from gateway.continuation import earlier_conversation
+from gateway.errors import GatewayError
+from gateway.protocols.base import ProtocolAdapter
+from gateway.records import CallRecord, CallStatus, ModelRecord
+from gateway.upstream import UpstreamFailed
+
+MAX_CANDIDATES = 4  # earlier calls tried, latest first (a side call between two main calls is not one)
+MAX_BRIDGE_TOKENS = 4  # what a template writes after an answer's end-of-turn token (ChatML: a newline)
+ENDED = frozenset({"stop", "tool_calls"})  # an answer that ended on its own (its last token closes the turn)
+TOKENIZE_PATH = "/tokenize"
+
+
+@dataclass(frozen=True)
+class RecordedPrompt:
+    """What the engine gets for a call whose history continues a recorded one."""
+
+    messages: list[dict[str, Any]]  # the call's messages, the re-sent turn as the earlier answer was
+    prompt_token_ids: list[int]  # the earlier call's prompt and answer, the template's bridge, the rest rendered
+    recorded_tokens: int  # of which from the record (the earlier call's prompt and answer)
+
+
+@dataclass(frozen=True)
+class Match:
+    """The earlier call a history continues."""
+
+    call: CallRecord
+    messages: list[dict[str, Any]]  # its messages as sent to the engine
+    answer: dict[str, Any]  # its answer's assistant message
+
+
+def _schemas(tools: Sequence[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """Each function's parameter properties, by name."""
+    found = {}
+    for tool in tools or ():
+        function = tool.get("function") or {}
+        properties = (function.get("parameters") or {}).get("properties")
+        found[function.get("name")] = properties if isinstance(properties, dict) else {}
+    return found
+
+
+def same_arguments(sent: str, recorded: str, properties: dict[str, Any]) -> bool:
+    """Whether re-sent tool-call arguments are the recorded ones: equal JSON values, once the keys the re-sent call
+    adds with their schema's `default` value are dropped."""
+    if sent == recorded:
+        return True
+    try:
+        again, original = orjson.loads(sent), orjson.loads(recorded)
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(again, dict) or not isinstance(original, dict):
+        return again == original
+    for key in set(again) - set(original):
+        schema = properties.get(key)
+        if not isinstance(schema, dict) or "default" not in schema or schema["default"] != again[key]:
+            return False
+    return all(key in again and again[key] == value for key, value in original.items())
+
+
+def same_turn(sent: dict[str, Any], recorded: dict[str, Any], properties: dict[str, dict[str, Any]]) -> bool:
+    """Whether a re-sent message is the recorded one: same role, text up to surrounding whitespace, the same tool
+    calls in order (`same_arguments`); a message that is not the assistant's must be equal."""
+    if sent.get("role") != recorded.get("role"):
+        return False
+    if sent.get("role") != "assistant":
+        return sent == recorded
+    if str(sent.get("content") or "").strip() != str(recorded.get("content") or "").strip():
+        return False
+    calls, answered = sent.get("tool_calls") or [], recorded.get("tool_calls") or []
+    if len(calls) != len(answered):
+        return False
+    for call, original in zip(calls, answered, strict=True):
+        function, recorded_function = call.get("function") or {}, original.get("function") or {}
+        if call.get("id") != original.get("id") or function.get("name") != recorded_function.get("name"):
+            return False
+        if not same_arguments(function.get("arguments") or "", recorded_function.get("arguments") or "",
+                              properties.get(function.get("name"), {})):
+            return False
+    return True
+
+
+def continues(chat: dict[str, Any], earlier: dict[str, Any], answer: dict[str, Any]) -> bool:
+    """Whether `chat` is `earlier`'s conversation (same tools), its answer `answer`, then more."""
+    messages, before = chat["messages"], earlier["messages"]
+    if chat.get("tools") != earlier.get("tools") or len(messages) <= len(before) + 1:
+        return False
+    properties = _schemas(chat.get("tools"))
+    turns = zip(messages[:len(before) + 1], [*before, answer], strict=True)
+    return all(same_turn(sent, recorded, properties) for sent, recorded in turns)
+
+
+def candidates(calls: Sequence[CallRecord], kind: str) -> list[CallRecord]:
+    """The attempt's last main calls of `kind` that may be continued, latest first: ok, answered with tokens, ended on
+    their own."""
+    found = []
+    for call in reversed(calls):
+        if call.kind != kind or call.side:
+            continue
+        if len(found) == MAX_CANDIDATES:
+            break
+        if call.status == CallStatus.OK and call.response_token_ids and call.finish_reason in ENDED:
+            found.append(call)
+    return found
+
+
+def spliced(recorded: Sequence[int], opened: Sequence[int], closed: Sequence[int],
+            whole: Sequence[int]) -> list[int] | None:
+    """The prompt of a call that continues a recorded one, or None where the renderings do not line up.
+
+    `recorded`: the earlier call's prompt then answer (ending with its end-of-turn token); `opened`: its messages
+    rendered with the generation prompt; `closed`: the same closed by its answer's turn; `whole`: this call's
+    messages, that answer's turn as recorded."""
+    if not recorded or list(closed[:len(opened)]) != list(opened) or list(whole[:len(closed)]) != list(closed):
+        return None
+    turn = list(closed[len(opened):])
+    end = recorded[-1]
+    if end not in turn:
+        return None
+    after = len(turn) - 1 - turn[::-1].index(end)
+    bridge = turn[after + 1:]
+    if len(bridge) > MAX_BRIDGE_TOKENS:
+        return None
+    return [*recorded, *bridge, *whole[len(closed):]]
+
+
+async def _messages_of(svc: GatewayContext, adapter: ProtocolAdapter, call: CallRecord) -> dict[str, Any] | None:
+    """The chat request an earlier call went to the engine as (its messages and tools), or None."""
+    try:
+        earlier = await earlier_conversation(svc, adapter, call.request, call.rollout_id, call.attempt)
+        return adapter.to_chat(call.request, earlier.turns)
+    except (GatewayError, ValueError, KeyError, TypeError):
+        return None
+
+
+async def matched_call(svc: GatewayContext, adapter: ProtocolAdapter, chat: dict[str, Any], calls: list[CallRecord]
+                       ) -> Match | None:
+    """The latest earlier call whose conversation and answer `chat` continues (`continues`), or None."""
+    for call in candidates(calls, adapter.kind):
+        try:
+            answer = adapter.answer_turn(call.response_raw or "")
+        except (ValueError, KeyError, TypeError, IndexError, GatewayError):
+            continue
+        earlier = await _messages_of(svc, adapter, call) if answer is not None else None
+        if earlier is not None and continues(chat, earlier, answer):
+            return Match(call, earlier["messages"], answer)
+    return None
+
+
+async def _tokenize(svc: GatewayContext, endpoint: ModelRecord, messages: list[dict[str, Any]],
+                    tools: list[dict[str, Any]] | None, generation_prompt: bool) -> list[int] | None:
+    request: dict[str, Any] = {"model": endpoint.served_name, "messages": messages,
+                               "add_generation_prompt": generation_prompt}
+    if tools:
+        request["tools"] = tools
+    url = endpoint.base_url.rstrip("/").removesuffix("/v1") + TOKENIZE_PATH
+    try:
+        status, _, payload = await svc.upstream.request(url, orjson.dumps(request))
+        tokens = orjson.loads(payload).get("tokens") if status == 200 else None
+    except (UpstreamFailed, orjson.JSONDecodeError, AttributeError, ProtocolError):
+        return None
+    return tokens if isinstance(tokens, list) and all(type(t) is int for t in tokens) else None
+
+
+async def recorded_prompt(svc: GatewayContext, adapter: ProtocolAdapter, chat: dict[str, Any], rollout_id: str,
+                          attempt: int, endpoint: ModelRecord) -> RecordedPrompt | None:
+    """The recorded prompt of a translated call whose history continues an earlier call of this attempt, or None
+    (no such call, renderings that do not line up, an engine that cannot tokenize: the engine renders as sent)."""
+    if len(chat["messages"]) < 3 or chat.get("tool_choice") not in (None, "auto", "none"):
+        return None  # nothing to continue, or a forced call (its opening is planned on the engine's rendering)
+    match = await matched_call(svc, adapter, chat, await svc.store.list_calls(rollout_id, attempt))
+    if match is None:
+        return None
+    k = len(match.messages)
+    messages = [*match.messages, match.answer, *chat["messages"][k + 1:]]
+    tools = chat.get("tools")
+    async with svc.gate.admit():
+        opened, closed, whole = await asyncio.gather(
+            _tokenize(svc, endpoint, match.messages, tools, True),
+            _tokenize(svc, endpoint, [*match.messages, match.answer], tools, False),
+            _tokenize(svc, endpoint, messages, tools, True))
+    if opened is None or closed is None or whole is None:
+        return None
+    recorded = [*match.call.prompt_token_ids, *match.call.response_token_ids]
+    prompt = spliced(recorded, opened, closed, whole)
+    return None if prompt is None else RecordedPrompt(messages, prompt, len(recorded))
+
+
+def with_recorded(chat: dict[str, Any], recorded: RecordedPrompt | None) -> dict[str, Any]:
+    """The chat request the engine gets: as it was, or with the recorded prompt (vLLM's pre-tokenized prompt)."""
+    if recorded is None:
+        return chat
+    return {**chat, "messages": recorded.messages,
+            "kv_transfer_params": {"prompt_token_ids": recorded.prompt_token_ids}}
