@@ -143,11 +143,14 @@ def common_rules(recipe: str) -> list[Rule]:
 
 
 def recipe_rules(recipe: str) -> list[Rule]:
-    """The recipe's suite: the common rules and the fields its harness and grader read."""
-    if recipe not in RECIPE_RULES:
-        raise KeyError(f"no expectation suite for recipe {recipe!r}; recipes with one: "
-                       f"{', '.join(sorted(RECIPE_RULES))} (a new recipe adds its rules to RECIPE_RULES)")
-    return common_rules(recipe) + RECIPE_RULES[recipe]()
+    """The recipe's suite: the common rules and the fields its harness and grader read: the recipe's own
+    `task_rules()` hook when it defines one, else the built-in suite of that name (RECIPE_RULES), else none beyond
+    the common rules."""
+    from rollouts.registry import get_recipe
+
+    hook = getattr(get_recipe(recipe), "task_rules", None)
+    own = hook() if hook is not None else RECIPE_RULES.get(recipe, list)()
+    return common_rules(recipe) + list(own)
 
 
 def _instruction_rules() -> list[Rule]:

@@ -50,7 +50,7 @@ class ControllerConfig(BaseModel):
     controller_id: str = Field(default_factory=_default_controller_id, min_length=1,
                                description="Lease owner name; unique per controller process.")
     runner: Literal["local", "kubernetes"] = Field(default="local", description="Where harnesses run.")
-    concurrency: int = Field(default=4, ge=1, description="Most attempts running at once.")
+    concurrency: int = Field(default=8, ge=1, description="Most attempts running at once.")
     recipe: str | None = Field(default=None, description="Recipe for every rollout; none: the task's 'recipe' key.")
     lease_s: float = Field(default=60.0, gt=0, description="Lease asked for at claim and renewal.")
     renew_every_s: float = Field(default=20.0, gt=0, description="Lease renewal period (well under lease_s).")

@@ -1,7 +1,9 @@
 """The run config of a training flow: typed sections, loaded from a YAML profile, with dotted-key overrides.
 
-`load_run_config("swe-local", {"algorithm.iterations": 3})` reads `deploy/configs/swe-local.yaml` (or any YAML path),
-applies the overrides and validates. Unknown keys anywhere are errors naming the key, its section and the valid keys.
+`load_run_config("if-local", {"algorithm.iterations": 3})` reads `deploy/configs/if-local.yaml` (or any YAML path),
+applies the recipe's own run settings (a recipe file's `settings:`) and the overrides, and validates; the recipe is any
+reference the registry loads (`rollouts.registry`: a registered name, a recipe file, `module:OBJECT`).
+Unknown keys anywhere are errors naming the key, its section and the valid keys.
 Component settings are the components' own configs (trainer.losses.LossConfig is `backend.loss`...), so each knob has
 one default; deploy/configs/README.md lists them all (`python -m flows.config_reference`). The resolved config is what
 MLflow logs as the run's params, so two runs compare key by key.
@@ -15,13 +17,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from controller.config import ControllerConfig
 from controller.settings_file import read_settings
 from engines import embedded
 from engines.vllm import VLLMConfig
 from flows.config_schema import options_model, unknown_key_error
 from gateway.sampling import SamplingPolicy
+from rollouts.recipe import recipe_hooks
+from rollouts.registry import (
+    get_recipe,
+    is_file_reference,
+    is_object_reference,
+    recipe_names,
+)
 from trainer.advantages import AdvantageConfig
 from trainer.backends.torch import OptimizerConfig, TorchBackendConfig
 from trainer.backends.verl import VerlBackendConfig
@@ -33,9 +43,6 @@ from trainer.scheduling import ScheduleConfig
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILES_DIR = PROJECT_ROOT / "deploy" / "configs"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
-RECIPE_VARIANTS = {"swe": ("swe", "claude-code", "codex")}
-"""The recipes a flow of one recipe also runs: train-swe trains the SWE tasks with mini-swe-agent (swe), Claude Code
-or Codex as the harness, as the profile's `recipe` says."""
 
 
 class Section(BaseModel):
@@ -57,9 +64,9 @@ class DataSection(Section):
     train_tasks: int = Field(default=64, ge=1, description="Tasks in the training split.")
     val_tasks: int = Field(default=8, ge=0, description="Tasks held out for validation.")
     seed: int = Field(default=0, description="Seed of generation and of the split.")
-    generator: dict[str, Any] = Field(default_factory=dict, description="Options of the recipe's generator "
-                                      "(source 'generated'); swe: `levels`, the difficulty ladder's mix (level -> "
-                                      "weight, agents/swe/ladder.py).")
+    generator: dict[str, Any] = Field(default_factory=dict, description="Keyword options of the recipe's "
+                                      "`generate` (source 'generated'), as its README lists them (e.g. the coding "
+                                      "recipe's `levels`, its difficulty ladder's mix).")
 
 
 class RolloutSection(Section):
@@ -114,7 +121,8 @@ class GatewaySection(Section):
 class ControllerSection(Section):
     start: bool = Field(default=True, description="Start a controller (false: one already serves the gateway).")
     runner: Literal["local", "kubernetes"] = Field(default="local", description="Where harnesses run.")
-    concurrency: int = Field(default=8, ge=1, description="Harness attempts at once.")
+    concurrency: int = Field(default=ControllerConfig.model_fields["concurrency"].default, ge=1,
+                             description="Harness attempts at once.")
     harness_timeout_s: float = Field(default=1800.0, gt=0, description="Wall-clock limit of one attempt.")
 
 
@@ -169,9 +177,9 @@ class CheckpointSection(Section):
 class RunConfig(Section):
     """Everything a training run is, as logged to MLflow."""
 
-    recipe: Literal["swe", "instruction_following", "search", "claude-code", "codex", "multistep",
-                    "calculator"] = Field(
-        description="The recipe trained on (claude-code, codex: the swe tasks with that CLI as the harness).")
+    recipe: str = Field(description="The recipe trained on: a registered name (`harnessrl train --help` lists "
+                        "them), a recipe file (my_recipe.yaml; relative: to the current directory) or "
+                        "module:OBJECT from your own folder ($HARNESSRL_RECIPE_PATH).")
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$", description="Run name; also the "
                              "resume key (same name: continue from its last checkpoint). None: generated.")
     work_dir: Path = Field(default=Path("runs"), description="Run directories (relative: project root).")
@@ -193,6 +201,23 @@ class RunConfig(Section):
             raise ValueError(error)
         return data
 
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, value: str) -> str:
+        """A registered name, or a recipe file / module:OBJECT that loads (its own errors named)."""
+        if is_file_reference(value):
+            value = str(Path(value).expanduser().resolve())
+        elif not is_object_reference(value):
+            if value not in recipe_names():
+                raise ValueError(f"unknown recipe {value!r}; registered recipes: {', '.join(recipe_names())}, or a "
+                                 "recipe file (my_recipe.yaml), or module:OBJECT from your own folder")
+            return value  # loaded when the run needs it (a recipe may need packages the config does not)
+        try:
+            get_recipe(value)
+        except (KeyError, ImportError, ValueError) as error:
+            raise ValueError(str(error)) from error
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         if self.rollout.schedule == "async" and self.rollout.max_inflight_groups < self.rollout.batch_groups:
@@ -202,14 +227,18 @@ class RunConfig(Section):
         if self.backend.schedule.num_workers != 1:
             raise ValueError(f"backend.schedule.num_workers={self.backend.schedule.num_workers}: the backend sets it "
                              "(torch: 1; verl: backend.verl.n_gpus_per_node x backend.verl.nnodes); leave it out")
-        if self.algorithm.advantage.format_reward and self.recipe != "swe":
+        if self.algorithm.advantage.format_reward and recipe_hooks(get_recipe(self.recipe)).shaping_shares is None:
             raise ValueError(f"algorithm.advantage.format_reward={self.algorithm.advantage.format_reward} with recipe "
-                             f"{self.recipe!r}: the format term reads mini-swe-agent's action format (recipe swe "
-                             "only); set it to 0")
+                             f"{self.recipe!r}: the recipe defines no shaping term (no `shaping_shares` hook, "
+                             "rollouts/recipe.py); set it to 0")
         if self.backend.verl.temperature is not None:
             raise ValueError("backend.verl.temperature is removed: verl trains at the temperature the calls were "
                              "sampled at (recorded by the gateway); set gateway sampling.temperature instead")
         return self
+
+    def recipe_label(self) -> str:
+        """The recipe's own name (a recipe file's `name`), for run names and tags."""
+        return str(getattr(get_recipe(self.recipe), "name", self.recipe))
 
     def tracking_uri(self) -> str:
         """tracking.tracking_uri with a relative sqlite path resolved against the project root."""
@@ -250,16 +279,43 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> dict[
     return result
 
 
-def load_run_config(profile: str | Path, overrides: Mapping[str, Any] | None = None,
+def load_run_config(profile: str | Path | None, overrides: Mapping[str, Any] | None = None,
                     recipe: str | None = None) -> RunConfig:
-    """Reads a profile, applies `overrides` (dotted keys) and `recipe` (when given), validates."""
-    path = profile_path(profile)
-    data = apply_overrides(read_settings(path, {}, "run settings"), overrides or {})
+    """Reads a profile (None: every setting at its default), sets `recipe` (when given: the profile must name the same
+    one or none), applies the recipe's own run settings (its optional `run_settings` mapping, e.g. a recipe file's
+    `settings:`), then `overrides` (dotted keys), and validates."""
+    data = read_settings(profile_path(profile), {}, "run settings") if profile is not None else {}
     if recipe is not None:
-        allowed = RECIPE_VARIANTS.get(recipe, (recipe,))
-        if data.get("recipe", recipe) not in allowed:
-            wanted = " or ".join(map(repr, allowed))
-            raise ValueError(f"profile {path.name} is for recipe {data['recipe']!r}, not {wanted}; "
-                             "pick a profile of this recipe")
-        data.setdefault("recipe", recipe)
-    return RunConfig.model_validate(data)
+        if data.get("recipe", recipe) != recipe:
+            raise ValueError(f"profile {profile_path(profile).name} is for recipe {data['recipe']!r}, not {recipe!r}; "
+                             f"pick a profile of this recipe, or leave the recipe out to train {data['recipe']!r}")
+        data["recipe"] = recipe
+    data = apply_overrides(data, dotted(recipe_settings(data.get("recipe"))))
+    return RunConfig.model_validate(apply_overrides(data, overrides or {}))
+
+
+def dotted(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested sections as dotted keys (`{"a": {"b": 1}}` -> `{"a.b": 1}`), so that they merge into a profile key by
+    key; a mapping-valued setting (rollout.task_overrides, data.generator) is merged key by key too."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def recipe_settings(recipe: Any) -> Mapping[str, Any]:
+    """The run settings a recipe brings (dotted keys or sections; its optional `run_settings` attribute); {} for a
+    name the registry does not know (validation names it)."""
+    if not isinstance(recipe, str) or not (is_file_reference(recipe) or is_object_reference(recipe)
+                                            or recipe in recipe_names()):
+        return {}
+    try:
+        settings = getattr(get_recipe(recipe), "run_settings", None) or {}
+    except (KeyError, ImportError, ValueError):
+        return {}  # the recipe field's validator names the error
+    if "recipe" in settings:
+        raise ValueError(f"recipe {recipe!r}: its run settings set `recipe`; leave it out")
+    return settings

@@ -1,4 +1,9 @@
-"""Training flows `train-swe`, `train-if`, `train-search`: one loop, read top to bottom as the algorithm.
+"""The training flow `train`: one loop for every recipe, read top to bottom as the algorithm.
+
+The recipe is a parameter (a registered name, a recipe file, `module:OBJECT`); whatever is recipe-specific (extra
+metrics, the shaping term's shares, the no-signal hint, the data expectations) comes from the recipe's optional hooks
+(`rollouts.recipe.RecipeHooks`), so the loop names no recipe. The deployments users know (`train-swe/default`, ...)
+are deployments of this flow under their old flow names (`flows/named_flows.py`).
 
 load and validate data → start (or connect to) engine, gateway and controller → per iteration: keep groups of n
 rollouts in flight → wait for enough complete groups → drop too-stale rollouts → samples → advantages → collocated
@@ -12,16 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm.auto import trange
 
-from agents.swe.datasets import default_store
-from agents.swe.run_metrics import rollout_format_shares, swe_rollout_metrics
-from agents.swe.splits import split_store_root
-from agents.task_data import split_rows
 from engines.model_cache import resolve_model
 from flows.config import RunConfig, load_run_config
 from flows.run_processes import RunProcesses
@@ -41,8 +44,11 @@ from flows.setup import (
     upload_due,
     validation_due,
 )
+from rollouts.groups import FinishedGroup
+from rollouts.recipe import RecipeHooks, recipe_hooks
+from rollouts.registry import get_recipe
 from storage.checkpoint_store import CheckpointStore
-from tasks.data import load_dataset, load_swe_splits, validate_tasks
+from tasks.data import SPLITS_PREFIX, load_dataset, load_versioned_splits, split_tasks, validate_tasks
 from tasks.rollouts import collect_groups, fill_in_flight, run_validation
 from tasks.tracking import log_rollout_traces, log_trajectories
 from tasks.training import (
@@ -63,35 +69,23 @@ from trainer.dynamic_sampling import collect_with_signal, group_has_signal
 from trainer.infra_rate import infra_metrics
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import RolloutFeed
-from trainer.rollout_groups import FinishedGroup
 
 log = logging.getLogger(__name__)
-SPLITS_PREFIX = "splits:"
-"""data.source of a versioned SWE split written by `prepare-swe-data`: `splits:file:///…/NAME/VERSION` or s3://."""
 
 
-@flow(name="train-swe", log_prints=True)
-def train_swe(profile: str = "swe-local", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Trains the SWE coding agent (mini-swe-agent) on SWE-smith-style tasks."""
-    return train(load_run_config(profile, overrides, recipe="swe"))
+@flow(name="train", log_prints=True)
+def train_flow(profile: str | None = None, overrides: dict[str, Any] | None = None, recipe: str | None = None,
+               recipe_file: str | None = None) -> dict[str, Any]:
+    """Trains `recipe` (a registered name or module:OBJECT) or the recipe file `recipe_file` with `profile` (a profile
+    name or YAML path; none: the defaults and the recipe's own settings) and `overrides` (dotted keys)."""
+    return train(load_run_config(profile, overrides, recipe_reference(recipe, recipe_file)))
 
 
-@flow(name="train-if", log_prints=True)
-def train_if(profile: str = "if-local", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Trains the instruction-following recipe."""
-    return train(load_run_config(profile, overrides, recipe="instruction_following"))
-
-
-@flow(name="train-search", log_prints=True)
-def train_search(profile: str = "search-local", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Trains the search agent."""
-    return train(load_run_config(profile, overrides, recipe="search"))
-
-
-@flow(name="train-calculator", log_prints=True)
-def train_calculator(profile: str = "calculator-local", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Trains the calculator agent (the anthropic SDK's tool runner with a calculator tool)."""
-    return train(load_run_config(profile, overrides, recipe="calculator"))
+def recipe_reference(recipe: str | None, recipe_file: str | None) -> str | None:
+    """The recipe the flow was asked for: `recipe`, or the recipe file (absolute: a worker may run elsewhere)."""
+    if recipe and recipe_file:
+        raise ValueError(f"recipe={recipe!r} and recipe_file={recipe_file!r}: give one of them")
+    return str(Path(recipe_file).expanduser().resolve()) if recipe_file else recipe
 
 
 def train(config: RunConfig) -> dict[str, Any]:
@@ -101,7 +95,7 @@ def train(config: RunConfig) -> dict[str, Any]:
     train_rows, val_rows = load_rows(config, plan)
     report = validate_tasks(train_rows + val_rows, config.recipe)  # a failed suite stops the flow with its report
     tracker = MlflowTracker(config.tracking_uri(), config.tracking.experiment, plan.name,
-                            tags={"recipe": config.recipe, "schedule": config.rollout.schedule},
+                            tags={"recipe": config.recipe_label(), "schedule": config.rollout.schedule},
                             run_id=plan.state.tracking_run_id)
     summary: dict[str, Any] = {"run_name": plan.name, "mlflow_run_id": tracker.run_id, "checkpoint_uri": None,
                                "iterations": 0, "updates": 0, "no_signal_iterations": 0}
@@ -119,21 +113,20 @@ def train(config: RunConfig) -> dict[str, Any]:
 
 
 def load_rows(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]:
-    """Training and validation tasks: a versioned SWE split (`splits:URI`), else data.source split by data.seed."""
+    """Training and validation tasks: a versioned split (`splits:URI`), else data.source split by data.seed."""
     data = config.data
     if data.source.startswith(SPLITS_PREFIX):
-        uri = data.source.removeprefix(SPLITS_PREFIX)
-        store = splits_store(config, split_store_root(uri))
-        train_rows, val_rows = load_swe_splits(store, uri, plan.run_dir / "splits", default_store())
+        train_rows, val_rows = load_versioned_splits(data.source, plan.run_dir / "splits",
+                                                     lambda root: splits_store(config, root))
         return train_rows[:data.train_tasks], val_rows[:data.val_tasks]
     rows = load_dataset(data.source, recipe=config.recipe, count=data.train_tasks + data.val_tasks, seed=data.seed,
                         cache_dir=plan.run_dir / "data", generator=data.generator or None)
-    return split_rows(rows, data.val_tasks, data.seed, stratify="level")  # SWE ladder levels; others: one stratum
+    return split_tasks(rows, data.val_tasks, data.seed)
 
 
 def plan_run(config: RunConfig, store: CheckpointStore) -> RunPlan:
     """The run's name and folders; resumes from the run's last checkpoint in the store when it has one."""
-    name = run_name(config)
+    name = run_name(config, prefix=config.recipe_label().replace("_", "-"))
     plan = fresh_plan(config, name, resolve_model(config.engine.model))
     found = find_resume_point(store, name, plan.run_dir / "resume")
     if found is None:
@@ -154,7 +147,7 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
     feed = RolloutFeed(processes.admin, feed_config(config, plan, mix),
                        task_stream(train_rows, state.next_task, reopen=state.open_tasks, mix=mix),
                        next_task=state.next_task)
-    decode = token_decoder(plan.base_model)
+    decode, hooks = token_decoder(plan.base_model), hooks_of(config)
     total = config.algorithm.iterations
     progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")
     if plan.state.iteration == 0 and config.algorithm.val_every and val_rows:  # the baseline, before any update
@@ -167,13 +160,13 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
         processes.check_alive()
         prepared, split = build_batch(groups, version, r.max_version_lag, config.algorithm.advantage,
                                       config.algorithm.samples, r.pass_threshold, decode,
-                                      rollout_format_shares if config.algorithm.advantage.format_reward else None)
+                                      shaping(config, hooks))
         metrics = {**prepared.metrics, **split.as_metrics(), **sampling, "time/rollout_s": rollout_s,
                    "train/policy_version": float(version), "train/iteration": float(iteration),
-                   **swe_rollout_metrics(groups, r.pass_threshold, "rollout", mini_swe_agent=config.recipe == "swe"),
+                   **hooks.rollout_metrics(groups, r.pass_threshold, "rollout"),
                    **infra_metrics(*feed.take_finished())}  # every rollout finished since the last iteration
         if prepared.no_signal:
-            print(no_signal_message(iteration, groups, split, config.recipe, config.engine.model,
+            print(no_signal_message(iteration, groups, split, hooks.no_signal_hint, config.engine.model,
                                     r.max_version_lag))
             summary["no_signal_iterations"] += 1
         else:
@@ -193,7 +186,7 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
             log_trajectories(tracker, trajectory_items(groups, config.tracking.trajectories_per_step, iteration),
                              iteration)
         if config.tracking.traces.train_per_iteration:
-            log_rollout_traces(tracker, processes.admin, groups, config.recipe, iteration,
+            log_rollout_traces(tracker, processes.admin, groups, config.recipe_label(), iteration,
                                only=train_selection(groups, config.tracking.traces.train_per_iteration, iteration))
         summary.update(iterations=iteration, last_metrics=metrics)
         update_progress_artifact(progress, 100.0 * iteration / total)
@@ -218,7 +211,7 @@ def draw_batch(config: RunConfig, feed: RolloutFeed, version: int, label: str, *
     sampling = config.algorithm.dynamic_sampling
     if not sampling.enabled:
         return draw(r.batch_groups), waited_s[0], {}
-    shares = rollout_format_shares if config.algorithm.advantage.format_reward else None  # the step's format term
+    shares = shaping(config, hooks_of(config))  # the step's shaping term
     found = collect_with_signal(
         draw, lambda g: group_has_signal(g, config.algorithm.advantage, version, r.max_version_lag, shares),
         r.batch_groups, sampling)
@@ -236,12 +229,23 @@ def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: Rollou
 
 def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, tracker: Tracker, val_rows: list[dict],
              iteration: int, policy_version: int) -> dict[str, float]:
-    """The held-out tasks in val mode under the current policy: val/ metrics (with mini-swe-agent, the action-format
-    rate on the same tasks every time) and the rollouts as traces."""
-    r, swe = config.rollout, config.recipe == "swe"
+    """The held-out tasks in val mode under the current policy: val/ metrics (with the recipe's own, e.g. an
+    action-format rate on the same tasks every time) and the rollouts as traces."""
+    r, hooks = config.rollout, hooks_of(config)
     metrics, groups = run_validation(processes.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
                                      policy_version, r.wait_timeout_s, r.pass_threshold, r.max_attempts,
-                                     r.task_overrides or None, fetch_calls=swe, sampling_seed=r.val_seed)
+                                     r.task_overrides or None, fetch_calls=hooks.metrics_read_calls,
+                                     sampling_seed=r.val_seed)
     if config.tracking.traces.validation == "all":
-        log_rollout_traces(tracker, processes.admin, groups, config.recipe, iteration)
-    return {**metrics, **swe_rollout_metrics(groups, r.pass_threshold, "val", mini_swe_agent=swe)}
+        log_rollout_traces(tracker, processes.admin, groups, config.recipe_label(), iteration)
+    return {**metrics, **hooks.rollout_metrics(groups, r.pass_threshold, "val")}
+
+
+def hooks_of(config: RunConfig) -> RecipeHooks:
+    """The run's recipe's hooks (defaults where it defines none)."""
+    return recipe_hooks(get_recipe(config.recipe))
+
+
+def shaping(config: RunConfig, hooks: RecipeHooks) -> Callable[[Sequence[FinishedGroup]], Mapping[str, float]] | None:
+    """The recipe's shaping shares when the run weighs them (algorithm.advantage.format_reward > 0), else None."""
+    return hooks.shaping_shares if config.algorithm.advantage.format_reward else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +11,18 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from agents.expectations import ValidationReport, require_valid, validate_rows
+from agents.swe.datasets import default_store
 from agents.swe.evaluation import rollout_tasks
-from agents.swe.splits import fetch_splits
-from agents.task_data import load_task_rows
+from agents.swe.splits import fetch_splits, split_store_root
+from agents.task_data import load_task_rows, split_rows
 from storage.directory_store import DirectoryStore
 from tasks.retries import io_failure
+
+SPLITS_PREFIX = "splits:"
+"""data.source of a versioned SWE split written by `prepare-swe-data`: `splits:file:///…/NAME/VERSION` or s3://."""
+STRATUM = "level"
+"""The column whose values share the validation draw in proportion (the SWE ladder's levels; tasks without one: one
+stratum)."""
 
 
 def report_artifact_key(recipe: str) -> str:
@@ -48,3 +56,15 @@ def load_swe_splits(store: DirectoryStore, uri: str, local_dir: Path, swe_store:
     print(f"SWE splits {splits.manifest.name}/{splits.manifest.version}: {len(splits.train)} train, "
           f"{len(splits.val)} val (k={splits.manifest.k}, seed={splits.manifest.seed})")
     return rollout_tasks(splits.train, swe_store), rollout_tasks(splits.val, swe_store)
+
+
+def load_versioned_splits(source: str, local_dir: Path,
+                          store_at: Callable[[str], DirectoryStore]) -> tuple[list[dict], list[dict]]:
+    """The train and val rows of a versioned split (`splits:URI`); `store_at(root)`: the store holding its root."""
+    uri = source.removeprefix(SPLITS_PREFIX)
+    return load_swe_splits(store_at(split_store_root(uri)), uri, local_dir, default_store())
+
+
+def split_tasks(rows: list[dict[str, Any]], val_count: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, validation) rows: `val_count` drawn with `seed`, stratified by `STRATUM` where rows have it."""
+    return split_rows(rows, val_count, seed, stratify=STRATUM)

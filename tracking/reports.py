@@ -7,25 +7,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.records import CallRecord, CallStatus, Rollout
+from rollouts.groups import FinishedGroup
 from tracking.trajectories import sample_for_display
-from trainer.rollout_groups import FinishedGroup, StalenessSplit
-
-SIGNAL_HINTS = {
-    "swe": "SWE tasks need a capable coding model: 7B-class coder models (e.g. a Qwen2.5-Coder-7B-Instruct) solve "
-           "some SWE-smith tasks; a 135M model almost never does. Train the SWE recipe on GPUs with a larger "
-           "model (profile swe-gpu), or try `make train RECIPE=if` to see learning on this machine",
-    "search": "the policy needs to find and state the answer sometimes; use a larger model or easier questions",
-    "instruction_following": "lower the number of instructions per task or use a larger model",
-    "multistep": "give the parts easier instructions (agents/multistep/tasks.py STEP_KINDS) or use a larger model",
-    "calculator": "the policy must call the calculator and state its result sometimes: check that the engine honours "
-                  "tool_choice (the harness forces the first call), or use a larger model",
-}
-SIGNAL_HINTS |= {"claude-code": SIGNAL_HINTS["swe"], "codex": SIGNAL_HINTS["swe"]}  # the SWE tasks, another harness
+from trainer.rollout_groups import StalenessSplit
 
 
-def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], split: StalenessSplit, recipe: str,
+def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], split: StalenessSplit, hint: str,
                       model: str, max_version_lag: int) -> str:
-    """Plain words for an iteration that trained nothing: every rollout too stale, or no group with reward variance."""
+    """Plain words for an iteration that trained nothing: every rollout too stale, or no group with reward variance
+    (then `hint`, the recipe's advice: its `no_signal_hint` hook)."""
     if not split.kept:
         rollouts = sum(len(g.rollouts) for g in groups)
         return (f"iteration {iteration}: nothing to train on - all {rollouts} rollouts of the {len(groups)} groups "
@@ -37,7 +27,7 @@ def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], split: St
     return (f"iteration {iteration}: no gradient signal - in each of the {len(split.kept)} groups every rollout got "
             f"the same reward (rewards seen: {seen}{failures_clause(split)}), so every advantage is 0 and nothing "
             f"was trained. The policy {model!r} gets the same reward on every attempt of a task; "
-            f"{SIGNAL_HINTS[recipe]}.")
+            f"{hint}.")
 
 
 def failures_clause(split: StalenessSplit) -> str:

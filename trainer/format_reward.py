@@ -1,10 +1,11 @@
-"""A training-only format term: each graded rollout earns `AdvantageConfig.format_reward` x the share of its agent
-turns whose answer the harness parses as an action, before advantages are computed.
+"""A training-only shaping term: each graded rollout earns `AdvantageConfig.format_reward` x its share (in [0, 1])
+from the recipe's `shaping_shares` hook, before advantages are computed.
 
 A small model that never writes the harness's action format never solves a task either, so its groups have no reward
-variance and nothing is learned (train-swe on SmolLM2-135M). The format term gives such groups variance from the
-first step. The shares come from the recipe, which reads them from the gateway's call records (the harness's answers
-as the engine produced them), never from anything the policy wrote into its sandbox; the grader's reward is kept as
+variance and nothing is learned (a coding agent on SmolLM2-135M). A shaping term, e.g. the share of the agent's turns
+in the harness's action format, gives such groups variance from the first step. Any recipe can define the hook
+(rollouts.recipe.RecipeHooks); the shares are read from the gateway's call records (the harness's answers as the
+engine produced them), never from anything the policy wrote into its sandbox; the grader's reward is kept as
 is in the store, so validation and every `rollout/` metric stay unshaped, and `advantages/reward_mean` is the shaped
 mean the advantages were computed from. `trainer.trained_rewards` applies it (after the overlong penalty) for both the
 step's advantages and dynamic sampling's signal test.
@@ -26,8 +27,8 @@ def add_format_reward(outcomes: Sequence[RolloutOutcome], format_shares: Mapping
         return list(outcomes), {}
     if format_shares is None:
         raise ValueError(
-            f"AdvantageConfig.format_reward={config.format_reward} but the recipe supplied no format shares (only "
-            "the swe recipe with mini-swe-agent reads them); set algorithm.advantage.format_reward to 0"
+            f"AdvantageConfig.format_reward={config.format_reward} but the recipe supplied no shaping shares (it "
+            "defines no `shaping_shares` hook); set algorithm.advantage.format_reward to 0 or use a recipe with one"
         )
     for rollout_id, share in format_shares.items():
         if not 0.0 <= share <= 1.0:

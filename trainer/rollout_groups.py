@@ -1,7 +1,7 @@
-"""Groups of rollouts of one task: when a group is complete, and which of its rollouts are too stale to train on.
+"""Groups of rollouts of one task: which of their rollouts are too stale to train on.
 
-Pure bookkeeping for the training loop. A group of n rollouts (one task, n attempts at it) is complete when all n
-reached a terminal state. In the collocated asynchronous schedule a rollout can span several policy versions (its
+Pure bookkeeping for the training loop; the groups themselves (`FinishedGroup`, `PendingGroup`) are `rollouts.groups`'
+(re-exported here). In the collocated asynchronous schedule a rollout can span several policy versions (its
 calls continue under the new weights after a refit); its staleness is the lag between the trainer's current version
 and the OLDEST version that produced one of its calls. Rollouts lagging more than `max_version_lag` are dropped.
 """
@@ -9,50 +9,15 @@ and the OLDEST version that produced one of its calls. Rollouts lagging more tha
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from gateway.records import CallRecord, CallStatus, Event, EventKind, Rollout
+from rollouts.groups import FinishedGroup, PendingGroup
 
-
-@dataclass(frozen=True)
-class FinishedGroup:
-    """A complete group: every member rollout reached a terminal state."""
-
-    group_id: str
-    """The group's id (shared by its rollouts)."""
-    task: dict
-    """The task the group attempted."""
-    rollouts: tuple[Rollout, ...]
-    """The member rollouts, in creation order."""
-    calls: dict[str, tuple[CallRecord, ...]]
-    """Each member's recorded calls (its final attempt; empty when the feed does not fetch calls), by rollout id."""
-    submitted_version: int
-    """The trainer's policy version when the group was created."""
-    tampered: frozenset[str] = frozenset()
-    """Members whose final attempt's grade was flagged `tamper` (the grader caught a reward hack; reward 0)."""
-
-
-@dataclass
-class PendingGroup:
-    """A group still waiting for some of its rollouts."""
-
-    group_id: str
-    """The group's id."""
-    task: dict
-    """The task."""
-    rollout_ids: tuple[str, ...]
-    """Every member's id."""
-    submitted_version: int
-    """The trainer's policy version at creation."""
-    finished: dict[str, Rollout] = field(default_factory=dict)
-    """Members that reached a terminal state so far."""
-
-    @property
-    def complete(self) -> bool:
-        """All members finished."""
-        return len(self.finished) == len(self.rollout_ids)
+__all__ = ["FinishedGroup", "PendingGroup", "StalenessSplit", "drop_stale", "graded_tamper", "min_call_version",
+           "stale_R", "version_lag_R"]
 
 
 def graded_tamper(rollout: Rollout, events: Sequence[Event]) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.calculator import grader, tasks
 from controller.recipe import Grade, GradeInput
@@ -17,6 +17,9 @@ class CalculatorRecipe:
     """Rewards in {0, 1}: the final answer's number equals the expression's value."""
 
     name: str = "calculator"
+    no_signal_hint: ClassVar[str] = (  # the loop's advice after an iteration without reward variance
+        "the policy must call the calculator and state its result sometimes: check that the engine honours "
+        "tool_choice (the harness forces the first call), or use a larger model")
 
     def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
         return tasks.generate(count, seed)

@@ -12,13 +12,16 @@ Kubernetes the binary is in the agent's image, not the controller's): the harnes
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.cli_harness.binaries import CLAUDE_CODE, CLIS, CODEX, cli_dir
-from agents.swe.recipe import SweRecipe
+from agents.swe.recipe import SWE_NO_SIGNAL_HINT, SweRecipe
+from agents.swe.run_metrics import swe_rollout_metrics
 from controller.recipe import Grade, GradeInput
+from rollouts.groups import FinishedGroup
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class CliSweRecipe:
     name: str  # the recipe's registered name, which is also the CLI's
     swe: SweRecipe = field(default_factory=SweRecipe)  # tasks, working directory and grader
     cli_dir: Path | None = None  # where the CLIs are installed (None: binaries.cli_dir())
+    no_signal_hint: ClassVar[str] = SWE_NO_SIGNAL_HINT  # the loop's advice after an iteration without reward variance
 
     def generate(self, count: int, seed: int, levels: dict[int, float] | None = None) -> list[dict[str, Any]]:
         """The `swe` recipe's tasks (`levels`: its ladder mix)."""
@@ -45,6 +49,11 @@ class CliSweRecipe:
     def grade(self, graded: GradeInput) -> Grade:
         """The `swe` grader: reward 1.0 iff the diff of `repo/` resolves the instance in a fresh checkout."""
         return self.swe.grade(graded)
+
+
+    def rollout_metrics(self, groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:
+        """The loop's hook: the `swe` pass rates per ladder level (no action format: the CLI has its own)."""
+        return swe_rollout_metrics(groups, pass_threshold, prefix, mini_swe_agent=False)
 
 
 CLAUDE_CODE_RECIPE = CliSweRecipe(CLAUDE_CODE.name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.instruction_following import grader, tasks
 from controller.recipe import Grade, GradeInput
@@ -16,6 +16,8 @@ class InstructionFollowingRecipe:
     """Rewards in [0, 1]: the fraction of instructions followed."""
 
     name: str = "instruction_following"
+    no_signal_hint: ClassVar[str] = (  # the loop's advice after an iteration without reward variance
+        "lower the number of instructions per task or use a larger model")
 
     def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
         return tasks.generate(count, seed)

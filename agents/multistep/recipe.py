@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.multistep import grader, tasks
 from controller.recipe import Grade, GradeInput
@@ -17,6 +17,8 @@ class MultistepRecipe:
     """Rewards in [0, 1]: the fraction of parts whose reply follows its instruction."""
 
     name: str = "multistep"
+    no_signal_hint: ClassVar[str] = (  # the loop's advice after an iteration without reward variance
+        "give the parts easier instructions (agents/multistep/tasks.py STEP_KINDS) or use a larger model")
 
     def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
         return tasks.generate(count, seed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.search import grader, tasks
 from agents.search.corpus import build_world, documents
@@ -18,6 +18,8 @@ class SearchRecipe:
     """Rewards in {0, 1}: exact match of the final answer."""
 
     name: str = "search"
+    no_signal_hint: ClassVar[str] = (  # the loop's advice after an iteration without reward variance
+        "the policy needs to find and state the answer sometimes; use a larger model or easier questions")
 
     def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
         return tasks.generate(count, seed)

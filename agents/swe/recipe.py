@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.swe.generator import find_instance, generate_or_reuse
 from agents.swe.grader import checkout, grade_workdir
@@ -23,9 +24,14 @@ from agents.swe.harness import REPO_DIR
 from agents.swe.harness_configs import DEFAULT_CONFIG, copy_to_workdir
 from agents.swe.kube_grading_swe import JobGrading, job_settings_from_env
 from agents.swe.ladder import LadderMix, instance_level
+from agents.swe.run_metrics import rollout_format_shares, swe_rollout_metrics
 from controller.recipe import Grade, GradeInput, GraderInfraError
+from rollouts.groups import FinishedGroup
 
 DEFAULT_SOURCE = "pypi:xmltodict"
+SWE_NO_SIGNAL_HINT = ("SWE tasks need a capable coding model: 7B-class coder models (e.g. a Qwen2.5-Coder-7B-Instruct) "
+                      "solve some SWE-smith tasks; a 135M model almost never does. Train the SWE recipe on GPUs with a "
+                      "larger model (profile swe-gpu), or try `make train RECIPE=if` to see learning on this machine")
 
 
 def _default_store() -> Path:
@@ -46,6 +52,8 @@ class SweRecipe:
     store: Path = field(default_factory=_default_store)  # where bases and instances.jsonl live
     source: str = field(default_factory=lambda: os.environ.get("HARNESSRL_SWE_SOURCE", DEFAULT_SOURCE))
     job_grading: JobGrading | None = None  # grading Jobs (tests pass one); None: from the environment, if any
+    no_signal_hint: ClassVar[str] = SWE_NO_SIGNAL_HINT  # the loop's advice after an iteration without reward variance
+    metrics_read_calls: ClassVar[bool] = True  # the action-format rate reads the validation rollouts' calls
 
     def generate(self, count: int, seed: int, levels: dict[int, float] | None = None) -> list[dict[str, Any]]:
         """`count` tasks (generated and stored, or reused from the store), reproducible from `seed` for a given
@@ -75,6 +83,15 @@ class SweRecipe:
         grade = grade_workdir(store, instance, repo) if jobs is None else \
             jobs.grade_workdir(store, instance, repo, graded.workdir.name)
         return Grade(reward=grade.reward, details={**grade.details, "exit_code": graded.exit_code})
+
+    def rollout_metrics(self, groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:
+        """The loop's hook: pass rates per ladder level and mini-swe-agent's action-format rate (agents/swe/
+        run_metrics.py)."""
+        return swe_rollout_metrics(groups, pass_threshold, prefix, mini_swe_agent=True)
+
+    def shaping_shares(self, groups: Sequence[FinishedGroup]) -> dict[str, float]:
+        """The loop's shaping hook: per rollout, the share of its turns in mini-swe-agent's action format."""
+        return rollout_format_shares(groups)
 
     def _jobs(self) -> JobGrading | None:
         """The grading Jobs when the controller runs on Kubernetes (read once from the environment)."""

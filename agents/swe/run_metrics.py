@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from agents.swe.harness_configs import DEFAULT_CONFIG, MINI_SWE_AGENT_ACTION_REGEX, action_regex
 from agents.swe.ladder import instance_level
 from gateway.records import CallRecord
-from trainer.rollout_groups import FinishedGroup
+from rollouts.groups import FinishedGroup
 
 ACTION_REGEX = MINI_SWE_AGENT_ACTION_REGEX  # the default configuration's
 

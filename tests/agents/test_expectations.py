@@ -13,6 +13,7 @@ from agents.expectations import (
     common_rules,
     recipe_rules,
     require_valid,
+    required_field,
     validate_rows,
 )
 from agents.swe.recipe import rollout_input
@@ -133,6 +134,20 @@ def test_every_registered_recipe_has_a_suite(recipe):
     assert own, f"{recipe}'s suite checks none of the fields its harness reads"
 
 
-def test_unknown_recipes_have_no_suite():
-    with pytest.raises(KeyError, match="no expectation suite for recipe 'chess'"):
+def test_unknown_recipes_are_named_and_a_recipe_without_a_suite_gets_the_common_rules(monkeypatch):
+    with pytest.raises(KeyError, match="unknown recipe 'chess'"):
         recipe_rules("chess")
+
+    class Own:
+        def task_rules(self):
+            return required_field("question", "text")
+
+    class Bare:
+        pass
+
+    monkeypatch.setattr("rollouts.registry.get_recipe", lambda name: {"own": Own(), "bare": Bare()}[name])
+    assert [r.name for r in recipe_rules("bare")] == [r.name for r in common_rules("bare")]
+    assert {r.name for r in recipe_rules("own")} - {r.name for r in common_rules("own")} == {
+        "question_exists", "question_not_null", "question_non_empty"}
+    report = validate_rows([{"id": "a", "recipe": "own", "question": ""}], "own")
+    assert not report.success and [f.name for f in report.failures()] == ["question_non_empty"]

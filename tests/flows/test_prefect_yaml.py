@@ -21,6 +21,7 @@ EXPECTED = {  # (flow, deployment) -> (work pool, pool type, profile), in prefec
     ("train-if", "default"): ("harnessrl-process", "process", "if-local"),
     ("train-search", "default"): ("harnessrl-process", "process", "search-local"),
     ("train-calculator", "default"): ("harnessrl-process", "process", "calculator-local"),
+    ("train", "default"): ("harnessrl-process", "process", None),
     ("evaluate-swe-verified", "nightly"): ("harnessrl-process", "process", "swe-eval-local"),
     ("evaluate-swe-verified", "manual"): ("harnessrl-process", "process", "swe-eval-local"),
     ("prepare-swe-data", "default"): ("harnessrl-process", "process", "swe-data-local"),
@@ -85,7 +86,24 @@ def test_entrypoints_load_the_flows_their_names_promise(project, flows):
     for deployment in project["deployments"]:
         flow_name, _ = key(deployment)
         assert flow_name in flows, f"{deployment['entrypoint']} loads no flow named {flow_name!r}"
-        assert flows[flow_name].fn.__name__ == deployment["entrypoint"].rsplit(":", 1)[-1]
+        assert load_entrypoint(deployment).name == flow_name
+
+
+def load_entrypoint(deployment: dict):
+    from prefect.flows import load_flow_from_entrypoint
+
+    return load_flow_from_entrypoint(str(ROOT / deployment["entrypoint"]))
+
+
+def test_the_training_deployments_are_the_one_train_flow_under_their_names(project):
+    """train-swe/default & co. still run by name, each the one `train` flow with its recipe as a parameter."""
+    from flows.train import train_flow
+
+    for deployment in project["deployments"]:
+        flow = load_entrypoint(deployment)
+        if flow.name.startswith("train"):
+            assert flow.fn is train_flow.fn, f"{deployment['entrypoint']} is not the train flow"
+            assert deployment["parameters"]["recipe"] == RECIPES.get(flow.name), deployment["name"]
 
 
 def test_parameters_fit_the_flow_signatures_and_name_profiles_of_the_recipe(project, flows):
@@ -97,6 +115,8 @@ def test_parameters_fit_the_flow_signatures_and_name_profiles_of_the_recipe(proj
         parameters = deployment["parameters"]
         assert parameters["profile"] == profile
         flows[flow_name].validate_parameters(parameters)  # raises on unknown or mistyped parameters
+        if flow_name == "train":
+            continue  # any recipe: the run names it
         config = load_run_config(parameters["profile"], parameters["overrides"], recipe=RECIPES[flow_name])
         assert config.recipe == RECIPES[flow_name]
 

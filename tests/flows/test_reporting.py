@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gateway.records import RolloutState
+from rollouts.recipe import DEFAULT_NO_SIGNAL_HINT, recipe_hooks
+from rollouts.registry import get_recipe
 from tests.trainer.loop_support import call, group, rollout
 from tracking.reports import no_signal_message, summary_lines, throughput_metrics
 from trainer.rollout_groups import FinishedGroup, drop_stale
@@ -10,15 +12,25 @@ from trainer.rollout_groups import FinishedGroup, drop_stale
 
 def test_all_stale_is_reported_as_staleness_not_as_the_model():
     groups = [group("a", [1.0, 0.0], version=0), group("b", [0.5, 0.0], version=1)]
-    message = no_signal_message(3, groups, drop_stale(groups, 5, 2), "instruction_following", "m", 2)
+    message = no_signal_message(3, groups, drop_stale(groups, 5, 2), "a hint", "m", 2)
     assert "all 4 rollouts" in message and "max_version_lag=2" in message and "largest lag is 5" in message
     assert "no gradient signal" not in message
 
 
 def test_flat_rewards_name_the_rewards_seen_and_the_recipe_hint():
     groups = [group("a", [0.0, 0.0], version=5), group("b", [1.0, 1.0], version=5)]
-    message = no_signal_message(2, groups, drop_stale(groups, 5, 2), "swe", "smollm2-135m-instruct", 2)
+    hint = recipe_hooks(get_recipe("swe")).no_signal_hint
+    message = no_signal_message(2, groups, drop_stale(groups, 5, 2), hint, "smollm2-135m-instruct", 2)
     assert "no gradient signal" in message and "rewards seen: 0, 1" in message and "7B-class" in message
+
+
+def test_a_recipe_without_a_hint_gets_the_default_one():
+    class Bare:
+        name = "bare"
+
+    groups = [group("a", [0.0, 0.0], version=5)]
+    message = no_signal_message(2, groups, drop_stale(groups, 5, 2), recipe_hooks(Bare()).no_signal_hint, "m", 2)
+    assert message.endswith(f"{DEFAULT_NO_SIGNAL_HINT}.") and "shaping_shares" in message
 
 
 def test_failed_rollouts_are_counted_by_kind_not_hidden():
@@ -26,7 +38,7 @@ def test_failed_rollouts_are_counted_by_kind_not_hidden():
                rollout("a-1", "a", None, state=RolloutState.FAILED, failure_kind="agent"),
                rollout("a-2", "a", 0.0))
     groups = [FinishedGroup("a", {}, members, {r.id: (call(r.id, 0, 5, [5]),) for r in members}, 5)]
-    message = no_signal_message(1, groups, drop_stale(groups, 5, 2), "swe", "m", 2)
+    message = no_signal_message(1, groups, drop_stale(groups, 5, 2), "a hint", "m", 2)
     assert "rewards seen: 0; 2 rollouts failed (agent: 2)" in message
     assert "agent_failure_reward" in message
 

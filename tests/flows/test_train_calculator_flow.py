@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_train_calculator_runs_the_sdk_harness_in_the_sandbox(prefect_api, tiny_model_dir, tmp_path):
-    from flows.train import train_calculator
+    from flows.named_flows import train_calculator
 
     summary = train_calculator("calculator-local", {
         "name": "tiny-calc", "work_dir": str(tmp_path / "runs"), "engine.model": str(tiny_model_dir),

@@ -55,7 +55,7 @@ def running_controller(tmp_path, running_gateway):
 def test_train_if_connects_to_running_engine_gateway_and_controller(prefect_api, tiny_model_dir, tmp_path,
                                                                      running_engine, running_gateway,
                                                                      running_controller, monkeypatch):
-    from flows.train import train_if
+    from flows.named_flows import train_if
 
     monkeypatch.setenv("HARNESSRL_ADMIN_TOKEN", ADMIN_TOKEN)
     connect = {"engine.url": running_engine.base_url, "gateway.url": running_gateway.url, "controller.start": False,

@@ -31,7 +31,7 @@ staleness, the time split, throughput, the engine-trainer mismatch at lag 0 and 
 
 def test_train_if_async_updates_checkpoints_to_s3_logs_and_resumes(prefect_api, tiny_model_dir, tmp_path, s3_endpoint,
                                                                     monkeypatch):
-    from flows.train import train_if
+    from flows.named_flows import train_if
 
     monkeypatch.setenv("HARNESSRL_S3_ENDPOINT", s3_endpoint.endpoint)
     monkeypatch.setenv("HARNESSRL_S3_ACCESS_KEY", s3_endpoint.access_key)

@@ -22,6 +22,7 @@ def test_train_if_sync_schedule_runs_one_batch_at_a_time(prefect_api, tiny_model
     """Three sync iterations, the last forced to have no gradient signal, checkpoints every 5 updates: exactly one
     batch of groups per iteration, every call on the current policy (lag 0), and the last update is still uploaded
     (with the loop's data position) although no upload was due when it ran."""
+    import flows.named_flows
     import flows.train
     from trainer.loop_state import read_loop_state
     from trainer.prepared_step import PreparedStep
@@ -34,7 +35,7 @@ def test_train_if_sync_schedule_runs_one_batch_at_a_time(prefect_api, tiny_model
         return (PreparedStep(None, prepared.metrics) if len(calls) == 3 else prepared), split
 
     monkeypatch.setattr(flows.train, "build_batch", third_without_signal)
-    summary = flows.train.train_if("if-local", overrides(
+    summary = flows.named_flows.train_if("if-local", overrides(
         tmp_path, tiny_model_dir, name="tiny-if-sync",
         **{"rollout.schedule": "sync", "algorithm.iterations": 3, "algorithm.val_every": 3, "checkpoints.every": 5}))
     client, run = mlflow_run(tmp_path, summary["mlflow_run_id"])

@@ -1,0 +1,50 @@
+"""Groups of rollouts of one task, finished or pending: what the feed hands the trainer and what recipes' metrics read.
+
+A group of n rollouts (one task, n attempts at it) is complete when all n reached a terminal state. Below both the
+trainer (which drops too-stale members, `trainer.rollout_groups`) and the recipes (whose hooks read finished groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.records import CallRecord, Rollout
+
+
+@dataclass(frozen=True)
+class FinishedGroup:
+    """A complete group: every member rollout reached a terminal state."""
+
+    group_id: str
+    """The group's id (shared by its rollouts)."""
+    task: dict
+    """The task the group attempted."""
+    rollouts: tuple[Rollout, ...]
+    """The member rollouts, in creation order."""
+    calls: dict[str, tuple[CallRecord, ...]]
+    """Each member's recorded calls (its final attempt; empty when the feed does not fetch calls), by rollout id."""
+    submitted_version: int
+    """The trainer's policy version when the group was created."""
+    tampered: frozenset[str] = frozenset()
+    """Members whose final attempt's grade was flagged `tamper` (the grader caught a reward hack; reward 0)."""
+
+
+@dataclass
+class PendingGroup:
+    """A group still waiting for some of its rollouts."""
+
+    group_id: str
+    """The group's id."""
+    task: dict
+    """The task."""
+    rollout_ids: tuple[str, ...]
+    """Every member's id."""
+    submitted_version: int
+    """The trainer's policy version at creation."""
+    finished: dict[str, Rollout] = field(default_factory=dict)
+    """Members that reached a terminal state so far."""
+
+    @property
+    def complete(self) -> bool:
+        """All members finished."""
+        return len(self.finished) == len(self.rollout_ids)

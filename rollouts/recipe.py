@@ -1,0 +1,129 @@
+"""The recipe seam: what the controller needs from a recipe (task source, harness command, grader), and the optional
+hooks through which the training loop, its metrics and its reports ask a recipe for anything recipe-specific.
+
+A harness is an ordinary program. It receives only the harness contract:
+  OPENAI_BASE_URL  the rollout's gateway URL ({gateway}/r/{rollout_id}/v1)
+  OPENAI_API_KEY   the rollout's own key
+  HARNESSRL_TASK   path to the task input (the rollout's `input`) as JSON
+and a working directory. It knows nothing else of harnessrl.
+
+Grading happens after the harness exited, in the controller's process (or a fresh sandbox), never inside the harness:
+the grader reads the task, the harness's working directory and the rollout's recorded calls, and returns a `Grade`.
+The controller posts it with the grader credential. The working directory is hostile input: before the grader runs,
+the controller surveys it without following links (`sandbox.hostile_tree`), and a tree past the recipe's caps, with a
+link out of it or a name no report can carry is the agent's failure (reward 0); a grader reads files in it only
+through `sandbox.hostile_tree.read_file` or in a sandbox of its own, never by following a path as it stands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from gateway.records import CallRecord
+from rollouts.groups import FinishedGroup
+
+TASK_FILE = "task.json"
+
+
+class GraderInfraError(RuntimeError):
+    """A grader's own failure that the policy cannot cause (its store or cluster unreachable, its sandbox not
+    buildable): the rollout fails as `infra`. Any other exception a grader raises is the agent's failure (reward 0),
+    since a grader reads what the policy wrote and a crash on that input is the policy's doing."""
+
+
+@dataclass(frozen=True)
+class GradeInput:
+    """Everything a grader may look at."""
+
+    task: dict[str, Any]  # the rollout's input, as given to the harness
+    workdir: Path  # the harness's working directory after it exited
+    calls: Sequence[CallRecord]  # the rollout attempt's recorded calls, in seq order
+    exit_code: int | None  # the harness's exit code (None when it was killed)
+
+
+@dataclass(frozen=True)
+class Grade:
+    """A grader's verdict."""
+
+    reward: float  # the scalar reward, in the recipe's documented range
+    details: dict[str, Any] = field(default_factory=dict)  # per-check results, for humans and MLflow
+
+
+class Recipe(Protocol):
+    """One recipe: tasks, the harness that attempts them, the grader that scores them."""
+
+    name: str
+
+    def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """`count` tasks, reproducible from `seed`; each has a unique "id"."""
+        ...
+
+    def harness_command(self) -> list[str]:
+        """The command that runs the harness (run in the rollout's working directory with the contract env)."""
+        ...
+
+    def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
+        """Lay out the working directory before the harness starts (the task file is written by the controller)."""
+        ...
+
+    def grade(self, graded: GradeInput) -> Grade:
+        """Score a finished attempt. Raise GraderInfraError for the grader's own infrastructure failures; anything
+        else raised counts as the agent's failure. Optional attribute `tree_limits` (sandbox.hostile_tree.TreeLimits):
+        the caps the working directory must stay within before this is called (default TreeLimits())."""
+        ...
+
+
+def final_text(calls: Sequence[CallRecord]) -> str:
+    """The text of the last successful call's answer ('' when there is none): what most graders score."""
+    for call in reversed(calls):
+        if call.status == "ok" and call.response_text is not None:
+            return call.response_text
+    return ""
+
+
+DEFAULT_NO_SIGNAL_HINT = ("use a larger model or easier tasks, or give the small model a signal with a shaping term "
+                          "(a recipe with a `shaping_shares` hook and algorithm.advantage.format_reward > 0)")
+"""The no-signal hint of a recipe that defines none."""
+
+RolloutMetrics = Callable[[Sequence[FinishedGroup], float, str], dict[str, float]]
+"""(groups, pass_threshold, prefix) -> `{prefix}/...` metrics of a batch or a validation pass."""
+ShapingShares = Callable[[Sequence[FinishedGroup]], Mapping[str, float]]
+"""groups -> per rollout id, a share in [0, 1] that the training-only shaping term weighs (trainer.format_reward)."""
+
+
+def no_rollout_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:
+    """The default `rollout_metrics` hook: nothing beyond the loop's own metrics."""
+    return {}
+
+
+@dataclass(frozen=True)
+class RecipeHooks:
+    """What the loop asks a recipe beyond the protocol; each an optional attribute of the recipe with a default.
+
+    - `rollout_metrics(groups, pass_threshold, prefix)`: extra metrics of a batch and of a validation pass (default:
+      none);
+    - `shaping_shares(groups)`: per rollout, a share in [0, 1] of the training-only shaping term
+      (`algorithm.advantage.format_reward` x share is added to the reward before advantages; default: none, and the
+      term is refused when configured);
+    - `no_signal_hint`: the advice printed after an iteration without reward variance (default: a generic one);
+    - `metrics_read_calls`: whether `rollout_metrics` reads the groups' calls, so validation fetches them (default
+      False);
+    - `task_rules()`: the recipe's data expectations (agents.expectations; looked up there, default: the common rules).
+    """
+
+    rollout_metrics: RolloutMetrics = no_rollout_metrics
+    shaping_shares: ShapingShares | None = None
+    no_signal_hint: str = DEFAULT_NO_SIGNAL_HINT
+    metrics_read_calls: bool = False
+
+
+def recipe_hooks(recipe: object) -> RecipeHooks:
+    """The recipe's hooks, each its own attribute when it defines one, else the default."""
+    defaults = RecipeHooks()
+    return RecipeHooks(rollout_metrics=getattr(recipe, "rollout_metrics", defaults.rollout_metrics),
+                       shaping_shares=getattr(recipe, "shaping_shares", defaults.shaping_shares),
+                       no_signal_hint=str(getattr(recipe, "no_signal_hint", defaults.no_signal_hint)),
+                       metrics_read_calls=bool(getattr(recipe, "metrics_read_calls", defaults.metrics_read_calls)))
