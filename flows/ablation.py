@@ -13,6 +13,14 @@ resumes each run from its last checkpoint.
 
 Default arms: the Agent Lightning v1.0 report's three (`flows.ablation_plan.REPORT_ARMS`); other arms (an lr sweep
 with an lr = 0 control) are the `arms` parameter: `[{"name": "lr0", "overrides": {"backend.optimizer.lr": 0.0}}]`.
+A learning experiment with controls is this flow with the arms `learning` (the profile as it is, and lr = 0; with
+`learning+rerun` the trained configuration twice) on any profile, reported by `benchmarks/learning_report.py`:
+
+    .venv/bin/python -m flows.ablation --profile calculator-local --arms learning --seeds 0 1 2 --name calc-learning
+    .venv/bin/python benchmarks/learning_report.py --ablation calc-learning --experiment harnessrl
+
+Every run validates before its first update (step 0) when the profile's `algorithm.val_every` > 0, on the same
+seeded validation set (`rollout.val_seed`).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from flows.ablation_plan import (
     VAL_SEED,
     PlannedRun,
     arrange_for_split,
+    named_arms,
     parse_arms,
     plan_runs,
     seed_data_overrides,
@@ -190,7 +199,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--name", default=None, help="the ablation's name (also the resume key)")
     parser.add_argument("--profile", default="ablation-local")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(DEFAULT_SEEDS)}")
-    parser.add_argument("--arms", type=Path, default=None, help="a JSON list of {name, overrides, reference}")
+    parser.add_argument("--arms", default=None, help="a JSON file (a list of {name, overrides, reference}) or a named "
+                        "set: report (the default), learning (trained, lr0), learning+rerun (trained, trained-rerun, "
+                        "lr0)")
     parser.add_argument("--set", dest="set_", action="append", default=[], help="key.path=value (repeatable)")
     parser.add_argument("--run-config", type=Path, default=None, help="(internal) train one run: a JSON file of "
                         "{profile, overrides}")
@@ -204,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error("--run-config needs --summary")
         ablation_run(str(args.run_config), str(args.summary))
         return
-    arms = json.loads(args.arms.read_text()) if args.arms else None
+    arms = None if args.arms is None else (json.loads(Path(args.arms).read_text()) if Path(args.arms).is_file()
+                                           else named_arms(args.arms))
     ablation(args.profile, arms=arms, seeds=args.seeds, overrides=parse_overrides(args.set_), name=args.name)
 
 

@@ -39,6 +39,15 @@ REPORT_ARMS: tuple[Arm, ...] = (
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 
+LEARNING_ARMS: tuple[Arm, ...] = (Arm("trained"), Arm("lr0", {"backend.optimizer.lr": 0.0}))
+"""A learning experiment: the profile as it is, and its lr = 0 control (the same rollouts, validation and data, no
+weight change); `benchmarks/learning_report.py` compares them with step 0 of each run."""
+RERUN_ARM = Arm("trained-rerun")
+"""The trained configuration again (the same overrides as `trained`): the spread of a rerun beside the effect."""
+NAMED_ARMS: dict[str, tuple[Arm, ...]] = {"report": REPORT_ARMS, "learning": LEARNING_ARMS,
+                                          "learning+rerun": (LEARNING_ARMS[0], RERUN_ARM, LEARNING_ARMS[1])}
+"""Arm sets by name (`python -m flows.ablation --arms NAME`)."""
+
 
 @dataclass(frozen=True)
 class PlannedRun:
@@ -62,6 +71,14 @@ def parse_arms(arms: Sequence[Mapping[str, Any]] | None) -> tuple[Arm, ...]:
         if not arm.name.replace("-", "").replace("+", "").replace(".", "").replace("_", "").isalnum():
             raise ValueError(f"arm name {arm.name!r}: use letters, digits and - + . _ (it is part of run names)")
     return parsed
+
+
+def named_arms(name: str) -> list[dict[str, Any]]:
+    """The arm set `name` (`NAMED_ARMS`) as flow parameters; ValueError naming the known sets."""
+    if name not in NAMED_ARMS:
+        raise ValueError(f"no arm set {name!r}: use one of {sorted(NAMED_ARMS)} or a JSON file of arms")
+    return [{"name": arm.name, "overrides": dict(arm.overrides), "reference": arm.reference}
+            for arm in NAMED_ARMS[name]]
 
 
 def run_name(ablation: str, arm: Arm, seed: int) -> str:

@@ -1,0 +1,98 @@
+"""benchmarks/learning_report.py and tracking/learning_plots.py: the PNGs, the page, rerun detection, and the whole
+report read from and logged to a file-store MLflow laid out as flow `ablation` lays out an experiment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from benchmarks.learning_report import END, START, build_report, main, render, rerun_pairs_from_arms, verdict
+from flows.ablation_plan import LEARNING_ARMS, NAMED_ARMS, named_arms, parse_arms
+from tracking.learning_plots import plot_claims, plot_curves
+from tracking.learning_stats import claims
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CURVES = {
+    "trained": {0: {0: 0.20, 2: 0.50}, 1: {0: 0.30, 2: 0.62}, 2: {0: 0.25, 2: 0.53}},
+    "trained-rerun": {0: {0: 0.20, 2: 0.45}, 1: {0: 0.30, 2: 0.64}, 2: {0: 0.25, 2: 0.55}},
+    "lr0": {0: {0: 0.20, 2: 0.20}, 1: {0: 0.30, 2: 0.30}, 2: {0: 0.25, 2: 0.25}},
+}
+
+
+def is_png(path: Path) -> bool:
+    return path.read_bytes()[:8] == PNG_SIGNATURE and path.stat().st_size > 1000
+
+
+def test_the_plots_are_png_files(tmp_path):
+    curves = plot_curves(CURVES, "lr0", tmp_path / "deep" / "curves.png", "title")
+    made = claims(CURVES, "lr0", exclude=["trained-rerun"])
+    differences = plot_claims(made, tmp_path / "claims.png", "title", reruns=made[:1])
+    assert is_png(curves) and is_png(differences)
+    one_seed = plot_curves({"a": {0: {0: 0.1, 1: 0.2}}}, None, tmp_path / "one.png", "one seed: no band")
+    assert is_png(one_seed)
+
+
+def test_the_page_states_each_claim_its_holm_p_and_the_rerun_spread():
+    report = build_report(CURVES, "lr0", [("trained", "trained-rerun")])
+    page = render("calc", "harnessrl", report, {"curves": "images/calc-curves.png", "claims": "images/c.png"})
+    assert "![validation reward per step](images/calc-curves.png)" in page
+    assert "| trained: step 2 - step 0 | 3 |" in page and "| trained - lr0 at step 2 | 3 |" in page
+    assert "| lr0: step 2 - step 0 | 3 | 0.000 [0.000, 0.000] |" in page  # the control does not move
+    assert "| trained vs trained-rerun | 3 |" in page
+    assert "trained-rerun: step" not in page, "a rerun arm makes no claims of its own"
+    assert [verdict(c) for c in report.claims] == ["holds", "holds", "not shown (interval holds 0)"]
+    weak = build_report({**CURVES, "trained": {0: {0: 0.2, 2: 0.5}, 1: {0: 0.3, 2: 0.55}, 2: {0: 0.25, 2: 0.4}}},
+                        "lr0")
+    assert verdict(weak.claims[0]) == "interval excludes 0, not after Holm"  # p 0.034, Holm (3 claims) 0.10
+
+
+def test_reruns_are_arms_with_the_same_overrides():
+    arms = named_arms("learning+rerun")
+    assert [a["name"] for a in arms] == ["trained", "trained-rerun", "lr0"]
+    assert rerun_pairs_from_arms(arms) == [("trained", "trained-rerun")]
+    assert rerun_pairs_from_arms(named_arms("learning")) == []
+    assert parse_arms(named_arms("learning")) == LEARNING_ARMS
+    assert set(NAMED_ARMS) == {"report", "learning", "learning+rerun"}
+    with pytest.raises(ValueError, match="no arm set 'lerning'"):
+        named_arms("lerning")
+
+
+def make_experiment(uri: str, ablation: str) -> str:
+    """An umbrella run and arm runs tagged as flow `ablation` tags them, each with val/reward_mean per step."""
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("learning")
+    umbrella = client.create_run(experiment, run_name=ablation,
+                                 tags={"ablation": ablation, "ablation_role": "umbrella"}).info.run_id
+    client.log_text(umbrella, json.dumps(named_arms("learning+rerun")), "arms.json")
+    for arm, per_seed in CURVES.items():
+        for seed, steps in per_seed.items():
+            run = client.create_run(experiment, tags={"ablation": ablation, "ablation_role": "arm-run", "arm": arm,
+                                                      "seed": str(seed), "mlflow.parentRunId": umbrella})
+            for step, value in steps.items():
+                client.log_metric(run.info.run_id, "val/reward_mean", value, step=step)
+            client.set_terminated(run.info.run_id)
+    client.set_terminated(umbrella)
+    return umbrella
+
+
+def test_the_report_reads_mlflow_writes_the_page_and_logs_to_the_umbrella_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a file store: no database migrations to wait for
+    uri = (tmp_path / "mlruns").as_uri()
+    umbrella = make_experiment(uri, "calc")
+    out = tmp_path / "page.md"
+    out.write_text(f"# Kept\n\n{START}\nSTALE TEXT\n{END}\n\nafter\n")
+    main(["--ablation", "calc", "--experiment", "learning", "--tracking-uri", uri, "--out", str(out),
+          "--images", str(tmp_path / "images"), "--save-data", str(tmp_path / "data.json")])
+    page = out.read_text()
+    assert page.startswith("# Kept") and page.rstrip().endswith("after") and "STALE TEXT" not in page
+    assert "(images/calc-curves.png)" in page and "| trained vs trained-rerun | 3 |" in page  # from arms.json
+    assert is_png(tmp_path / "images" / "calc-curves.png") and is_png(tmp_path / "images" / "calc-claims.png")
+    logged = {a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(umbrella, "learning-report")}
+    assert logged == {"learning-report/calc-curves.png", "learning-report/calc-claims.png", "learning-report/page.md"}
+    again = tmp_path / "again.md"
+    main(["--ablation", "calc", "--experiment", "learning", "--load-data", str(tmp_path / "data.json"), "--out",
+          str(again), "--images", str(tmp_path / "images"), "--rerun", "trained", "trained-rerun"])
+    assert again.read_text() == page.split("\n\n", 1)[1].split("\n\nafter")[0] + "\n", "the same from the saved data"
