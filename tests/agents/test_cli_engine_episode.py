@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.cli_harness.launch import DEFAULTS
 from engines.embedded import EmbeddedEngine
 from gateway.client import GatewayClient
 from gateway.records import RolloutSpec, RolloutState
@@ -63,7 +64,8 @@ def test_cli_episode_on_the_engine_ends_cleanly_and_is_recorded(cli, long_engine
     assert rollout.state == RolloutState.SUCCEEDED, (rollout.error, harness_logs(tmp_path, rollout_id))
     assert summary_line(tmp_path, rollout_id)["exit_status"] in ("Completed", "LimitsExceeded")
     check_recorded(calls, CALL_KINDS[cli])
-    assert all(call.model == SERVED_NAME for call in calls)
+    named = DEFAULTS["codex_model"] if cli == "codex" else SERVED_NAME  # Codex's own name, served by the policy
+    assert all(call.model == named for call in calls)
     assert max(len(call.prompt_token_ids) for call in calls) > 4096  # the CLI's prompt: past tiny's own context
     built_samples(calls, "g")
     assert rollout.reward == 0.0

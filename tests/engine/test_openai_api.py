@@ -201,3 +201,15 @@ def test_bad_requests_get_openai_errors(engine_url: str, route: str, body: dict,
     assert words in error["message"]
     assert error["param"] == param
     assert error["type"] in ("invalid_request_error", "NotFoundError")
+
+
+def test_a_pre_tokenized_chat_prompt_is_the_prompt_as_vllm_takes_it(client, tokenizer) -> None:
+    """vLLM's `kv_transfer_params.prompt_token_ids` (what the gateway's recorded turns send): the engine generates
+    from those tokens, not from the rendered messages; ids outside the vocabulary are a 400 naming the field."""
+    rendered = chat(client, max_tokens=4, temperature=0).model_extra["prompt_token_ids"]
+    given = rendered + tokenizer("Two", add_special_tokens=False)["input_ids"]
+    answer = chat(client, max_tokens=4, temperature=0, extra_body={"kv_transfer_params": {"prompt_token_ids": given}})
+    assert answer.model_extra["prompt_token_ids"] == given and answer.usage.prompt_tokens == len(given)
+    with pytest.raises(Exception) as refused:
+        chat(client, max_tokens=4, extra_body={"kv_transfer_params": {"prompt_token_ids": [10**9]}})
+    assert refused.value.status_code == 400 and "kv_transfer_params.prompt_token_ids" in str(refused.value)

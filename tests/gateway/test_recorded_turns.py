@@ -1,0 +1,144 @@
+"""Recorded turns through the in-process gateway (config `recorded_turns: true`) in front of an upstream that renders
+ChatML one token per character (tests/agents/cli_episode.py): a history re-sent with a defaulted argument added
+continues on the earlier call's recorded tokens (one sample), while a history the harness changed otherwise, or an
+assistant turn the policy never produced, is rendered as sent (no substitution)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from gateway.client import GatewayClient
+from gateway.protocols.anthropic_answer import recorded_content
+from tests.agents.cli_episode import Episode, EpisodeUpstream, ToolStep
+from tests.gateway.api_support import create_rollouts, current_key
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway
+from trainer.recorded import to_recorded_call
+from trainer.samples import build_samples
+
+EDIT_ARGS = {"file_path": "/repo/a.py", "old_string": "x = 1", "new_string": "x = 2"}
+TOOLS = [{"name": "Edit", "description": "Edit a file",
+          "input_schema": {"type": "object", "required": ["file_path", "old_string", "new_string"],
+                           "properties": {"file_path": {"type": "string"}, "old_string": {"type": "string"},
+                                          "new_string": {"type": "string"},
+                                          "replace_all": {"type": "boolean", "default": False}}}},
+         {"name": "Bash", "description": "Run a command", "input_schema": {"type": "object"}}]
+STEPS = [ToolStep("Edit", EDIT_ARGS), ToolStep("Bash", {"command": "pytest"})]
+ASK = {"role": "user", "content": "fix a.py"}
+PATCH = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** End Patch\n"
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    served = EpisodeUpstream(Episode([]))
+    yield served
+    served.close()
+
+
+@pytest.fixture(scope="module")
+def admin(upstream, tmp_path_factory):
+    root = tmp_path_factory.mktemp("recorded-turns")
+    (root / "gateway.yaml").write_text("recorded_turns: true\n")
+    gateway = InProcessGateway(root / "gateway.db", root / "gateway.yaml").start()
+    with GatewayClient(gateway.url, ADMIN_TOKEN) as client:
+        client.register_model("policy", upstream.base_url)
+        yield client
+    gateway.stop()
+
+
+def play(upstream: EpisodeUpstream, steps: list[ToolStep]) -> None:
+    upstream.episode.steps = steps
+    upstream.episode.requests.clear()
+
+
+def messages_call(created, messages: list[dict[str, Any]], *, stream: bool) -> list[dict[str, Any]]:
+    """One Messages call (as Claude Code sends it); the answer's content blocks."""
+    body = {"model": "claude-opus-5-5", "max_tokens": 64, "stream": stream, "messages": messages, "tools": TOOLS}
+    answer = httpx.post(created.base_url + "/messages", json=body, headers={"x-api-key": created.api_key}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return recorded_content(answer.content)
+
+
+def result(call: dict[str, Any], text: str) -> dict[str, Any]:
+    """The user turn answering the tool call `call` with `text`."""
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": text}]}
+
+
+def samples_of(admin: GatewayClient, rollout_id: str) -> int:
+    return build_samples([to_recorded_call(call, "g") for call in admin.calls(rollout_id)]).stats.samples
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_edit_re_sent_with_its_default_argument_continues_on_the_recorded_tokens(admin, upstream, stream):
+    play(upstream, STEPS)
+    (created,) = create_rollouts(admin, prefix="turns")
+    (edit,) = messages_call(created, [ASK], stream=stream)
+    assert edit["input"] == EDIT_ARGS
+    resent = {**edit, "input": {"replace_all": False, **edit["input"]}}  # as Claude Code re-sends it
+    history = [ASK, {"role": "assistant", "content": [resent]}, result(edit, "ok")]
+    (bash,) = messages_call(created, history, stream=stream)
+    history += [{"role": "assistant", "content": [bash]}, result(bash, "1 passed")]
+    messages_call(created, history, stream=stream)
+    first, second, third = admin.calls(created.id)
+    assert second.recorded_prefix == len(first.prompt_token_ids) + len(first.response_token_ids)
+    assert third.recorded_prefix == len(second.prompt_token_ids) + len(second.response_token_ids)
+    sent = upstream.episode.requests[1]
+    assert sent["kv_transfer_params"]["prompt_token_ids"] == second.prompt_token_ids
+    assert json.loads(sent["messages"][1]["tool_calls"][0]["function"]["arguments"]) == EDIT_ARGS  # as recorded
+    assert first.recorded_prefix is None and samples_of(admin, created.id) == 1
+
+
+def test_a_history_changed_otherwise_is_rendered_as_sent(admin, upstream):
+    play(upstream, STEPS)
+    (created,) = create_rollouts(admin, prefix="turns")
+    (edit,) = messages_call(created, [ASK], stream=False)
+    changed = [{"role": "user", "content": "fix a.py, and b.py too"}, {"role": "assistant", "content": [edit]},
+               result(edit, "ok")]
+    messages_call(created, changed, stream=False)
+    forged = {**edit, "input": {**EDIT_ARGS, "new_string": "x = 3"}}  # a call the policy did not make
+    messages_call(created, [ASK, {"role": "assistant", "content": [forged]}, result(edit, "ok")], stream=False)
+    calls = admin.calls(created.id)
+    assert [call.recorded_prefix for call in calls] == [None, None, None]
+    assert all("kv_transfer_params" not in request for request in upstream.episode.requests)
+    assert samples_of(admin, created.id) == 3
+
+
+def test_another_attempts_answer_is_never_substituted(admin, upstream):
+    play(upstream, STEPS)
+    (created,) = create_rollouts(admin, prefix="turns")
+    (edit,) = messages_call(created, [ASK], stream=False)
+    admin.claim("turns-controller", limit=1000)  # a new attempt: its key, its own calls
+    assert admin.get_rollout(created.id).attempt == 1
+    messages_call(current_key(admin, created.id), [ASK, {"role": "assistant", "content": [edit]}, result(edit, "ok")],
+                  stream=False)
+    (again,) = admin.calls(created.id, attempt=1)
+    assert again.recorded_prefix is None and "kv_transfer_params" not in upstream.episode.requests[-1]
+
+
+def responses_call(created, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    body = {"model": "gpt-5.5", "input": items, "tools": tools, "stream": False}
+    answer = httpx.post(created.base_url + "/responses", json=body,
+                        headers={"authorization": f"Bearer {created.api_key}"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return orjson.loads(answer.content)["output"]
+
+
+def test_a_custom_tool_call_sent_back_continues_on_the_recorded_tokens(admin, upstream):
+    play(upstream, [ToolStep("apply_patch", {"input": PATCH}), ToolStep("exec_command", {"cmd": "pytest"})])
+    tools = [{"type": "custom", "name": "apply_patch", "description": "Edit files",
+              "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+             {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]
+    (created,) = create_rollouts(admin, prefix="turns")
+    ask = {"type": "message", "role": "user", "content": "fix a.py"}
+    (patch,) = responses_call(created, [ask], tools)
+    assert (patch["type"], patch["input"]) == ("custom_tool_call", PATCH)
+    responses_call(created, [ask, patch, {"type": "custom_tool_call_output", "call_id": patch["call_id"],
+                                          "output": "Done!"}], tools)
+    first, second = admin.calls(created.id)
+    assert second.recorded_prefix == len(first.prompt_token_ids) + len(first.response_token_ids)
+    assert samples_of(admin, created.id) == 1

@@ -1,0 +1,112 @@
+"""The pure rules of recorded turns (gateway/recorded_turns.py): when a re-sent turn is the recorded one, which
+earlier calls may be continued, and how the recorded tokens are spliced into the engine's rendering."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.protocols.anthropic import ADAPTER
+from gateway.recorded_turns import MAX_CANDIDATES, candidates, continues, same_arguments, same_turn, spliced
+from gateway.records import CallRecord, CallStatus
+
+EDIT = {"replace_all": {"type": "boolean", "default": False}, "file_path": {"type": "string"}}
+ARGS = json.dumps({"file_path": "a.py", "old_string": "x", "new_string": "y"})
+
+
+@pytest.mark.parametrize(("sent", "same"), [
+    (ARGS, True),
+    (json.dumps({"new_string": "y", "old_string": "x", "file_path": "a.py"}, indent=1), True),  # order, spacing
+    (json.dumps({"replace_all": False, "file_path": "a.py", "old_string": "x", "new_string": "y"}), True),
+    (json.dumps({"replace_all": True, "file_path": "a.py", "old_string": "x", "new_string": "y"}), False),
+    (json.dumps({"force": False, "file_path": "a.py", "old_string": "x", "new_string": "y"}), False),  # no default
+    (json.dumps({"file_path": "a.py", "old_string": "x"}), False),  # a recorded key dropped
+    (json.dumps({"file_path": "a.py", "old_string": "x", "new_string": "z"}), False),
+    ("not json", False),
+])
+def test_re_sent_arguments_are_the_recorded_ones_only_up_to_defaulted_keys_and_serialisation(sent, same):
+    assert same_arguments(sent, ARGS, EDIT) is same
+
+
+def call(call_id: str = "toolu_1", name: str = "Edit", arguments: str = ARGS) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_a_turn_is_the_same_with_its_text_trimmed_and_never_with_another_call():
+    recorded = {"role": "assistant", "content": "Fixing.\n", "tool_calls": [call()]}
+    properties = {"Edit": EDIT}
+    assert same_turn({**recorded, "content": "Fixing."}, recorded, properties)
+    assert not same_turn({**recorded, "content": "Fixed."}, recorded, properties)
+    assert not same_turn({**recorded, "tool_calls": [call("toolu_2")]}, recorded, properties)
+    assert not same_turn({**recorded, "tool_calls": [call(name="Write")]}, recorded, properties)
+    assert not same_turn({**recorded, "tool_calls": [call(), call("toolu_2")]}, recorded, properties)
+    assert not same_turn({"role": "tool", "tool_call_id": "t", "content": "a "}, {"role": "tool", "tool_call_id": "t",
+                                                                                   "content": "a"}, properties)
+
+
+def test_a_conversation_continues_an_earlier_one_with_its_tools_its_messages_and_its_answer_then_more():
+    tools = [{"type": "function", "function": {"name": "Edit", "parameters": {"properties": EDIT}}}]
+    earlier = {"messages": [{"role": "user", "content": "fix"}], "tools": tools}
+    answer = {"role": "assistant", "content": "", "tool_calls": [call()]}
+    result = {"role": "tool", "tool_call_id": "toolu_1", "content": "ok"}
+    assert continues({"messages": [*earlier["messages"], answer, result], "tools": tools}, earlier, answer)
+    assert not continues({"messages": [*earlier["messages"], answer], "tools": tools}, earlier, answer)
+    assert not continues({"messages": [*earlier["messages"], answer, result], "tools": []}, earlier, answer)
+    assert not continues({"messages": [{"role": "user", "content": "fix!"}, answer, result], "tools": tools},
+                         earlier, answer)
+
+
+def record(seq: int, **fields) -> CallRecord:
+    base = {"id": seq, "rollout_id": "r", "attempt": 1, "seq": seq, "kind": "messages", "stream": False,
+            "model": "m", "upstream": None, "status": CallStatus.OK, "http_status": 200, "error": None,
+            "request": {}, "response_raw": None, "response_id": None, "prompt_token_ids": [1],
+            "response_token_ids": [2], "response_logprobs": [0.0], "response_text": None, "finish_reason": "stop",
+            "n_choices": 1, "policy_version": 0, "latency_ms": 1.0, "created_at": 0.0}
+    return CallRecord(**(base | fields))
+
+
+def test_candidates_are_the_latest_whole_main_answers_of_the_protocol():
+    calls = [record(0), record(1, side=True), record(2, status=CallStatus.ERROR), record(3, finish_reason="length"),
+             record(4, kind="responses"), record(5, response_token_ids=[], response_logprobs=[]), record(6)]
+    assert [c.seq for c in candidates(calls, "messages")] == [6, 0]
+    many = [record(seq) for seq in range(10)]
+    assert [c.seq for c in candidates(many, "messages")] == list(range(9, 9 - MAX_CANDIDATES, -1))
+
+
+END, NL = 2, 99
+OPENED = [10, 11, 12]  # the earlier messages with the generation prompt
+TURN = [50, 51, END, NL]  # its answer's turn as the template renders it, closed
+LONG = [91, 92, 93, 94, 95]
+
+
+def test_the_recorded_prompt_and_answer_then_the_bridge_then_the_rest_as_rendered():
+    recorded = [*OPENED, 60, 61, 62, END]  # sampled differently from the rendering (its own tokens)
+    closed, tail = [*OPENED, *TURN], [70, 71, 72]
+    assert spliced(recorded, OPENED, closed, [*closed, *tail]) == [*recorded, NL, *tail]
+
+
+@pytest.mark.parametrize(("recorded", "closed", "whole"), [
+    ([*OPENED, 60, 61], [*OPENED, *TURN], [*OPENED, *TURN, 70]),  # no end-of-turn token: cut short
+    ([*OPENED, 60, END], [*OPENED, *TURN], [*OPENED, 50, 70]),  # the new rendering does not extend the turn
+    ([*OPENED, 60, END], [9, *TURN], [9, *TURN, 70]),  # the closed rendering does not extend the opened one
+    ([*OPENED, 60, END], [*OPENED, 50, END, *LONG], [*OPENED, 50, END, *LONG, 70]),  # a bridge past 4 tokens
+    ([], [*OPENED, *TURN], [*OPENED, *TURN, 70]),
+])
+def test_renderings_that_do_not_line_up_give_no_recorded_prompt(recorded, closed, whole):
+    assert spliced(recorded, OPENED, closed, whole) is None
+
+
+def test_a_messages_answer_is_the_same_chat_turn_whether_unary_or_streamed():
+    chat = {"id": "c", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": "Fixing.", "tool_calls": [call("call_1")]}}], "usage": {}}
+    unary = json.dumps(ADAPTER.from_chat(chat, {"messages": []}, "msg_1"))
+    stream = ADAPTER.stream({"messages": []}, "msg_1")
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "Fixing."}}]}
+    calls = {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, **call("call_1")}]},
+                                     "finish_reason": "tool_calls"}]}
+    sse = stream.feed(chunk) + stream.feed(calls) + stream.finish()
+    turn = ADAPTER.answer_turn(unary)
+    assert ADAPTER.answer_turn(sse) == turn
+    assert turn["content"] == "Fixing." and json.loads(turn["tool_calls"][0]["function"]["arguments"]) == \
+        json.loads(ARGS)
