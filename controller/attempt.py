@@ -57,6 +57,18 @@ def harness_timeout_s(config: ControllerConfig, task: dict) -> float:
     return float(value)
 
 
+def harness_readonly(recipe: Recipe) -> tuple[Path, ...]:
+    """The recipe's optional `harness_readonly()`: folders of its harness's own code the sandbox binds read-only (a
+    recipe file's folder); absolute paths only."""
+    hook = getattr(recipe, "harness_readonly", None)
+    paths = tuple(Path(path) for path in hook()) if hook is not None else ()
+    relative = [str(path) for path in paths if not path.is_absolute()]
+    if relative:
+        raise ValueError(f"recipe {getattr(recipe, 'name', recipe)!r}: harness_readonly() must give absolute paths, "
+                         f"got {relative}")
+    return paths
+
+
 def prepare_attempt(config: ControllerConfig, admin: GatewayClient, rollout: Rollout, recipe: Recipe) -> Attempt:
     """Write task.json into a fresh working directory, let the recipe lay it out, and build the RunSpec."""
     base_url, api_key = rollout_key(admin, rollout)
@@ -70,5 +82,5 @@ def prepare_attempt(config: ControllerConfig, admin: GatewayClient, rollout: Rol
     spec = RunSpec(rollout_id=rollout.id, attempt=rollout.attempt, command=tuple(recipe.harness_command()),
                    base_url=base_url, api_key=api_key, task=rollout.input, workdir=workdir,
                    timeout_s=harness_timeout_s(config, rollout.input), stdout_path=stdout, stderr_path=stderr,
-                   extra_env=config.harness_env)
+                   extra_env=config.harness_env, readonly=harness_readonly(recipe))
     return Attempt(rollout, recipe, spec)

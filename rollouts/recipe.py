@@ -72,7 +72,10 @@ class Recipe(Protocol):
     def grade(self, graded: GradeInput) -> Grade:
         """Score a finished attempt. Raise GraderInfraError for the grader's own infrastructure failures; anything
         else raised counts as the agent's failure. Optional attribute `tree_limits` (sandbox.hostile_tree.TreeLimits):
-        the caps the working directory must stay within before this is called (default TreeLimits())."""
+        the caps the working directory must stay within before this is called (default TreeLimits()). Optional
+        method `harness_readonly()`: absolute folders of the harness's own code the local runner's sandbox binds
+        read-only (a recipe file's folder); optional mapping `run_settings`: run settings the recipe brings (a
+        recipe file's `settings:`), applied over the profile and under --set."""
         ...
 
 

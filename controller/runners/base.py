@@ -46,6 +46,7 @@ class RunSpec:
     stdout_path: Path  # where the harness's stdout is kept
     stderr_path: Path  # where the harness's stderr is kept
     extra_env: Mapping[str, str] = field(default_factory=dict)  # extra variables for the harness (never credentials)
+    readonly: tuple[Path, ...] = ()  # more of the harness's own code, bound read-only (a recipe file's folder)
 
 
 @dataclass(frozen=True)

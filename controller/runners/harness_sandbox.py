@@ -68,7 +68,7 @@ def harness_spec(spec: RunSpec, env: Mapping[str, str], *, policy: HarnessSandbo
     """The sandbox of one attempt; `env` is its environment with OPENAI_BASE_URL already pointing inside."""
     network = Network.HOST if policy.allow_network else Network.GATEWAY
     route = None if policy.allow_network else GatewayRoute(socket=socket, port=policy.port, python=python)
-    readonly = (*interpreter_paths(), *code_paths(spec.command), *policy.readonly)
+    readonly = (*interpreter_paths(), *code_paths(spec.command), *spec.readonly, *policy.readonly)
     return SandboxSpec(writable=spec.workdir, readonly=readonly, scratch=policy.scratch, uid=uid, gid=uid,
                        network=network, gateway=route, limits=policy.limits, env=dict(env))
 

@@ -1,0 +1,104 @@
+"""A recipe from a file, without processes: every bad key and value named at once, the tasks and the harness command
+as the controller gets them, the files copied, the verdict's format, the shaping shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.file_recipe.grader_sandbox import GraderVerdictError, parse_verdict
+from agents.file_recipe.recipe import AnswerPatternShares, load_recipe_file
+from agents.file_recipe.schema import RecipeFileError
+from rollouts.recipe import recipe_hooks
+from rollouts.registry import get_recipe
+from tests.agents.file_recipe.support import RECIPE, recipe_folder
+from tests.trainer.loop_support import call, group
+
+
+def test_every_bad_key_and_value_is_named(tmp_path: Path):
+    bad = ("name: 'my agent'\ntasks: tasks.jsonl\nharnes: {command: [python, agent.py]}\n"
+           "grader: {command: [], timeout_s: -1}\nshaping: {answer_pattern: '(('}\n")
+    path = recipe_folder(tmp_path / "r", recipe=bad)
+    with pytest.raises(RecipeFileError) as caught:
+        load_recipe_file(path)
+    text = str(caught.value)
+    assert "has 6 problem(s)" in text
+    for expected in ("name: String should match pattern", "found 'my agent'", "harnes: unknown key",
+                     "harness: Field required", "grader.command: List should have at least 1 item",
+                     "grader.timeout_s: Input should be greater than 0", "shaping.answer_pattern: Value error, not a "
+                     "regular expression"):
+        assert expected in text, (expected, text)
+
+
+def test_missing_files_and_programs_are_named_before_a_run(tmp_path: Path):
+    recipe = RECIPE.replace("[python, agent.py]", "[no-such-program-here, agent.py]") + "files: [notes.txt]\n"
+    with pytest.raises(RecipeFileError, match="(?s)harness.command: 'no-such-program-here' is neither.*files.0: "
+                                              "'notes.txt' does not exist"):
+        load_recipe_file(recipe_folder(tmp_path / "r", recipe=recipe))
+
+
+def test_unreadable_files_are_named_with_the_fix(tmp_path: Path):
+    path = recipe_folder(tmp_path / "r")
+    (path.parent / "grade.py").chmod(0o600)
+    with pytest.raises(RecipeFileError, match="grade.py is not readable by the sandbox's users .*chmod -R o\\+rX"):
+        load_recipe_file(path)
+
+
+def test_tasks_ids_harness_command_and_files(tmp_path: Path):
+    recipe = RECIPE + "files: [notes.txt]\nharness_timeout: 1\n"
+    path = recipe_folder(tmp_path / "r", recipe=recipe.replace("harness_timeout: 1\n", ""))
+    (path.parent / "notes.txt").write_text("hello")
+    recipe = get_recipe(str(path))
+    assert recipe.name == "sums" and get_recipe(str(path)) is recipe  # read once per process
+    tasks = recipe.generate(4, seed=0)
+    assert [t["id"] for t in tasks] == ["sums-0", "sums-1", "sums-2", "sums-3"] and tasks[1]["answer"] == 3
+    with pytest.raises(ValueError, match="holds 10 tasks but the run asks for 11"):
+        recipe.generate(11, seed=0)
+    command = recipe.harness_command()
+    assert command[1] == str(path.parent / "agent.py") and Path(command[0]).name.startswith("python")
+    assert recipe.harness_readonly() == (path.parent,)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    recipe.prepare_workdir(tasks[0], workdir)
+    assert (workdir / "notes.txt").read_text() == "hello"
+    hooks = recipe_hooks(recipe)
+    assert hooks.shaping_shares is None and "grader" in hooks.no_signal_hint
+
+
+def test_the_settings_and_the_shaping_term_reach_the_run_config(tmp_path: Path):
+    from flows.config import load_run_config
+
+    recipe = RECIPE + ("shaping: {answer_pattern: '-?[0-9]+'}\nsettings:\n  data: {train_tasks: 8, val_tasks: 2}\n"
+                       "  algorithm: {advantage: {format_reward: 0.5}}\n")
+    path = recipe_folder(tmp_path / "r", recipe=recipe)
+    config = load_run_config(None, {"data.val_tasks": 1}, str(path))
+    assert config.recipe == str(path) and config.recipe_label() == "sums"
+    assert (config.data.train_tasks, config.data.val_tasks, config.algorithm.advantage.format_reward) == (8, 1, 0.5)
+    without = recipe_folder(tmp_path / "s", recipe=RECIPE)
+    with pytest.raises(ValueError, match="defines no shaping term"):
+        load_run_config(None, {"algorithm.advantage.format_reward": 0.5}, str(without))
+
+
+def test_answer_pattern_shares_read_the_recorded_answers():
+    answers = {"g-0": ["12"], "g-1": ["twelve", " 7 "], "g-2": []}
+    groups = [group("g", [1.0, 0.0, 0.0], calls=lambda rid: tuple(call(rid, i, response_text=text)
+                                                                 for i, text in enumerate(answers[rid])))]
+    assert AnswerPatternShares("-?[0-9]+")(groups) == {"g-0": 1.0, "g-1": 0.5, "g-2": 0.0}
+
+
+@pytest.mark.parametrize(("output", "reason"), [
+    ("", "printed no verdict"),
+    ("working...\n", "last line is not JSON"),
+    ('{"reward": "1"}\n', "reward must be a finite number"),
+    ('{"reward": NaN}\n', "reward must be a finite number"),
+    ('{"reward": 1, "extra": 2}\n', "must be an object with keys reward and details"),
+    ('{"reward": 1, "details": [1]}\n', "details must be an object"),
+])
+def test_a_malformed_verdict_is_named(output, reason):
+    with pytest.raises(GraderVerdictError, match=reason):
+        parse_verdict(output)
+
+
+def test_the_verdict_is_the_last_line():
+    assert parse_verdict('noise\n{"reward": 0.5, "details": {"ok": true}}\n\n') == (0.5, {"ok": True})
