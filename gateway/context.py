@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gateway.auth import Authenticator
 from gateway.config import GatewayConfig
+from gateway.fleet import Fleet
 from gateway.pause import PauseGate
 from gateway.routing import Router
 from gateway.store import SqlStore, Store
@@ -16,7 +17,8 @@ from gateway.upstream import RetryPolicy, Upstream
 
 @dataclass
 class GatewayContext:
-    """Store, credentials, routing, pause gate, upstream client and (optional) call telemetry of one gateway."""
+    """Store, credentials, routing, pause gate, upstream client, (optional) call telemetry and place among the store's
+    gateways of one gateway."""
 
     config: GatewayConfig
     store: Store
@@ -25,13 +27,16 @@ class GatewayContext:
     gate: PauseGate
     upstream: Upstream
     telemetry: CallTelemetry | None = None  # OpenTelemetry span export, when the OTEL_* settings ask for it
+    fleet: Fleet | None = None  # this gateway among the store's gateways: the shared pause, heartbeats
 
     async def reload_models(self) -> None:
         """Refresh the router from the store after a model change."""
         self.router.load(await self.store.list_models())
 
     async def close(self) -> None:
-        """Release the upstream pool and flush the store."""
+        """Leave the store's gateways, release the upstream pool and flush the store."""
+        if self.fleet is not None:
+            await self.fleet.stop()
         await self.upstream.close()
         self.store.close()
         if self.telemetry is not None:
@@ -53,4 +58,10 @@ async def open_context(config: GatewayConfig) -> GatewayContext:
         config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry),
         telemetry=from_environment())
     await context.reload_models()
+    try:
+        context.fleet = Fleet(config, store, context.gate, context.router)
+        await context.fleet.start()
+    except BaseException:
+        await context.close()
+        raise
     return context

@@ -3,12 +3,17 @@
 While paused, new calls are held (not rejected) for at most `hold_timeout_s`; `pause` returns once no call is in
 flight (or `drain_timeout_s` passes); `resume` releases the held calls. `paused_s` counts the seconds spent paused
 since start, so a controller can extend its harnesses' time limits by the time their calls were held.
+
+The gate is one process's. Several gateways on one store pause together through `gateway.fleet`, which sets and
+releases each process's gate (`hold`, `release`) from the pause kept in the store and waits for every gateway's
+drain; `on_drained` tells it when this process's last call in flight finished while paused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
 
 from gateway.errors import PausedTooLong
@@ -23,6 +28,7 @@ class PauseGate:
         self.paused = False
         self.in_flight = 0
         self.held = 0
+        self.on_drained: Callable[[], None] | None = None  # called when the last call in flight ends while paused
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._idle = asyncio.Event()
@@ -49,6 +55,8 @@ class PauseGate:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
+                if self.paused and self.on_drained is not None:
+                    self.on_drained()
 
     async def _hold(self) -> None:
         self.held += 1
@@ -66,24 +74,37 @@ class PauseGate:
         finally:
             self.held -= 1
 
-    async def pause(self, drain_timeout_s: float) -> PauseResult:
-        """Stop dispatching and wait until nothing is in flight."""
+    def hold(self) -> None:
+        """Hold every call admitted from now on (calls in flight go on)."""
         self.paused = True
         self._resumed.clear()
-        started = time.monotonic()
         if self._paused_since is None:
-            self._paused_since = started
+            self._paused_since = time.monotonic()
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until nothing is in flight, at most `timeout_s`; whether nothing is."""
         with suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout=drain_timeout_s)
+            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
+        return self.in_flight == 0
+
+    async def pause(self, drain_timeout_s: float) -> PauseResult:
+        """Stop dispatching and wait until nothing is in flight."""
+        started = time.monotonic()
+        self.hold()
+        await self.wait_idle(drain_timeout_s)
         return self.snapshot(waited_ms=(time.monotonic() - started) * 1000)
 
-    def resume(self) -> PauseResult:
+    def release(self) -> None:
         """Release held calls."""
         self.paused = False
         self._resumed.set()
         if self._paused_since is not None:
             self._paused_before_s += time.monotonic() - self._paused_since
             self._paused_since = None
+
+    def resume(self) -> PauseResult:
+        """Release held calls."""
+        self.release()
         return self.snapshot(waited_ms=0.0)
 
     def snapshot(self, waited_ms: float) -> PauseResult:

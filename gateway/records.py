@@ -347,16 +347,34 @@ class PauseResult(WireModel):
     paused: bool = Field(description="Whether dispatch is paused now.")
     in_flight: int = Field(description="Calls still in flight upstream.")
     held: int = Field(description="Calls waiting for resume.")
-    drained: bool = Field(description="True when no call is in flight.")
+    drained: bool = Field(description="True when no call is in flight on any live gateway of the store.")
     waited_ms: float = Field(description="Time spent draining.")
+    gateways: int = Field(default=1, description="Live gateways on the store counted (this one included): on "
+                          "PostgreSQL every gateway honours a pause, and `drained` waits for each of them.")
+
+
+class GatewayPeer(WireModel):
+    """One gateway process on the store, as its last heartbeat reported it."""
+
+    id: str = Field(description="host-pid-random of the process.")
+    address: str = Field(description="Where it listens (its public URL).")
+    age_s: float = Field(description="Seconds since its last heartbeat (the database's clock).")
+    live: bool = Field(description="Its heartbeat is fresher than `fleet_stale_s`: counted by pause and drain.")
+    shared: bool = Field(description="It numbers calls in the store (several gateways), not in memory (alone).")
+    paused: bool = Field(description="It holds new calls.")
+    in_flight: int = Field(description="Its calls in flight upstream.")
+    held: int = Field(description="Its calls held by the pause.")
 
 
 class GatewayState(WireModel):
     """Control-plane view of the gateway."""
 
-    paused: bool = Field(description="Whether dispatch is paused.")
-    in_flight: int = Field(description="Calls in flight upstream.")
-    held: int = Field(description="Calls held by a pause.")
+    paused: bool = Field(description="Whether dispatch is paused (on every gateway of the store).")
+    in_flight: int = Field(description="Calls in flight upstream, on every live gateway of the store.")
+    held: int = Field(description="Calls held by a pause, on every live gateway of the store.")
     models: list[ModelRecord] = Field(description="Registered endpoints.")
-    paused_s: float = Field(default=0.0, description="Seconds spent paused since the gateway started (the current "
-                            "pause included): controllers extend their harnesses' time limits by its growth.")
+    paused_s: float = Field(default=0.0, description="Seconds the store's gateways have spent paused (the current "
+                            "pause included; kept in the store, the same on every gateway): controllers extend their "
+                            "harnesses' time limits by its growth.")
+    gateways: list[GatewayPeer] = Field(default_factory=list, description="Every gateway on the store (PostgreSQL; "
+                                        "this one alone on SQLite), live or not yet forgotten.")

@@ -99,7 +99,7 @@ def claim_rollouts(conn: sa.Connection, controller_id: str, limit: int, lease_s:
     claimed = []
     for row in rows:
         values = {"state": RolloutState.RUNNING.value, "attempt": row.attempt + 1, "lease_owner": controller_id,
-                  "lease_expires_at": now + lease_s, "started_at": now}
+                  "lease_expires_at": now + lease_s, "started_at": now, "next_seq": 0}  # the new attempt's calls: 0..
         conn.execute(schema.rollouts.update().where(R.id == row.id).values(**values))
         _event(conn, row.id, row.attempt + 1, EventKind.STATE, {"state": "running", "by": controller_id}, now)
         claimed.append(row_to_rollout(_load(conn, row.id)))

@@ -1,4 +1,5 @@
-"""SQL tables of the store (SQLAlchemy Core): rollouts, calls, events, models, meta, artifacts.
+"""SQL tables of the store (SQLAlchemy Core): rollouts, calls, events, models, meta, artifacts, and the gateways
+sharing the store with their pause (gateways, control).
 
 Tables are created when missing (`create_tables`); a column added to an existing table since the first release is in
 `ADDED_COLUMNS` and is added to an older database by `ALTER TABLE ... ADD COLUMN` (nullable, or with a default), and
@@ -37,6 +38,9 @@ rollouts = sa.Table(
     sa.Column("finished_at", sa.Float),
     sa.Column("finished_seq", sa.Integer, unique=True),
     sa.Column("sampling_seed", sa.BigInteger),  # RolloutSpec.sampling_seed; NULL: unseeded, or an older gateway's
+    sa.Column("next_seq", sa.Integer, nullable=False, server_default=sa.text("0")),  # the current attempt's next
+    # call number while several gateways share the store (gateway.fleet); 0 after each claim. A gateway alone numbers
+    # calls in memory and leaves it behind: a number taken in the store is never below max(calls.seq) + 1 either
 )
 
 calls = sa.Table(
@@ -111,9 +115,35 @@ artifacts = sa.Table(
 )
 
 
+gateways = sa.Table(
+    "gateways", metadata,
+    sa.Column("id", sa.String(200), primary_key=True),  # host-pid-random of one gateway process
+    sa.Column("address", sa.Text, nullable=False),  # where it listens (host:port, its public URL): for operators
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("beat_at", sa.Float, nullable=False),  # the database's clock at its last heartbeat (unix seconds)
+    sa.Column("shared", sa.Boolean, nullable=False),  # numbers calls in the store (rollouts.next_seq), not in memory
+    sa.Column("paused", sa.Boolean, nullable=False),  # holds new calls now
+    sa.Column("pause_generation", sa.Integer, nullable=False),  # the pause (control.generation) it last applied
+    sa.Column("in_flight", sa.Integer, nullable=False),
+    sa.Column("held", sa.Integer, nullable=False),
+)
+"""Every gateway process on a PostgreSQL store, heartbeating (gateway.fleet); a row whose beat is stale is a gateway
+gone (killed), not counted."""
+
+control = sa.Table(
+    "control", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),  # one row, id 1
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),  # + 1 at each pause: what a gateway acknowledges
+    sa.Column("paused_since", sa.Float),  # unix seconds, while paused
+    sa.Column("paused_total_s", sa.Float, nullable=False),  # seconds paused before the current pause
+)
+"""The pause every gateway on the store honours (admin pause/resume on any of them)."""
+
+
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling", "error_code",
                                                         "continuation", "recorded_prefix"),
-                                              "rollouts": ("sampling_seed",)}
+                                              "rollouts": ("next_seq", "sampling_seed")}
 """Columns added to existing tables after the first release, by table: an older database gets them on open."""
 ADDED_INDEXES = (CONTINUED,)
 """Indexes added to existing tables after the first release: an older database gets them on open (IF NOT EXISTS)."""

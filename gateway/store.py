@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import logging
+import math
 import secrets
 import time
 from collections.abc import Sequence
@@ -22,7 +25,9 @@ from gateway import artifacts, schema
 from gateway.artifacts import ArtifactInfo
 from gateway.committer import StoreBusy, make_committer
 from gateway.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StoreUnavailable
+from gateway.numbering import StoreNumbers
 from gateway.records import (
+    TERMINAL_STATES,
     CallRecord,
     CallStatus,
     Event,
@@ -47,6 +52,8 @@ from gateway.rollout_ops import (
 )
 from gateway.sql import make_engine
 from gateway.tokens import call_row_to_record
+
+log = logging.getLogger("harnessrl.gateway")
 
 
 @dataclass(frozen=True)
@@ -94,9 +101,12 @@ class SqlStore:
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "NORMAL", cache_rollouts: bool = True,
                  lock_wait_s: float = 0.75) -> None:
+        self.url = url
         self._engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
         with self._engine.begin() as conn:
             schema.create_tables(conn)
+        self.dialect = self._engine.dialect.name
+        self._lock_wait_s = lock_wait_s
         self._finished = asyncio.Event()
         commits_wait_on_io = not url.startswith("sqlite") or sqlite_synchronous.upper() in ("FULL", "EXTRA")
         self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io,
@@ -104,7 +114,16 @@ class SqlStore:
         self._cache_rollouts = cache_rollouts
         self._briefs: dict[str, RolloutBrief] = {}
         self._seqs: dict[tuple[str, int], int] = {}
+        self._numbering: asyncio.Event | None = None  # set once calls are numbered in the store (`share_numbering`)
+        self.numbers_until = math.inf  # monotonic time after which this gateway numbers no call: its heartbeat is
+        # late, and a gateway starting meanwhile may count it gone and number calls on its own (`gateway.fleet`)
+        self._numbers: StoreNumbers | None = None
         self._secret: bytes | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether calls are numbered in the store (several gateways on it), not in this process's memory."""
+        return self._numbering is not None
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
@@ -124,10 +143,31 @@ class SqlStore:
                 return fn(conn)
         return await asyncio.to_thread(run)
 
+    async def fleet_read(self, fn) -> Any:
+        """Run `fn(conn)` on a pooled connection (the gateways' heartbeats and pause, `gateway.fleet`)."""
+        return await self._read(fn)
+
+    async def fleet_write(self, fn) -> Any:
+        """Run the write `fn(conn)` in a transaction of its own: on PostgreSQL on a pooled connection, beside the
+        writer's batches (a heartbeat never waits in, or holds up, the calls' group commit); on SQLite through the
+        one writer."""
+        if self.dialect == "sqlite":
+            return await self._write(fn)
+
+        def run() -> Any:
+            with unavailable_as_503(), self._engine.begin() as conn:
+                return fn(conn)
+        return await asyncio.to_thread(run)
+
     def close(self) -> None:
         """Flush pending writes and release connections."""
         self._committer.close()
         self._engine.dispose()
+
+    async def close_numbering(self) -> None:
+        """Close the connection that takes call numbers (several gateways), if one was opened."""
+        if self._numbers is not None:
+            await self._numbers.close()
 
     # -- rollouts -------------------------------------------------------------------------------------------
 
@@ -146,14 +186,18 @@ class SqlStore:
             raise NotFound(f"rollout {rollout_id!r} does not exist", param="rollout_id")
         return row_to_rollout(row)
 
-    async def brief(self, rollout_id: str) -> RolloutBrief:
-        """State, attempt and mode of a rollout, cached for the proxy hot path."""
-        cached = self._briefs.get(rollout_id)
+    async def brief(self, rollout_id: str, *, fresh: bool = False) -> RolloutBrief:
+        """State, attempt and mode of a rollout, cached for the proxy hot path (`fresh`: read from the store, as after
+        another gateway changed the rollout)."""
+        cached = None if fresh else self._briefs.get(rollout_id)
         if cached is not None:
             return cached
         rollout = await self.get_rollout(rollout_id)
         brief = RolloutBrief(rollout.state, rollout.attempt, rollout.mode, rollout.sampling_seed)
         if self._cache_rollouts:
+            if len(self._briefs) >= BRIEF_CACHE_MAX:  # bounded: the oldest tenth goes (read again when asked)
+                for stale in list(itertools.islice(self._briefs, BRIEF_CACHE_MAX // 10)):
+                    del self._briefs[stale]
             self._briefs[rollout_id] = brief
         return brief
 
@@ -213,16 +257,65 @@ class SqlStore:
     # -- calls ----------------------------------------------------------------------------------------------
 
     async def next_call_seq(self, rollout_id: str, attempt: int) -> int:
-        """The arrival number of a new call within its rollout attempt."""
+        """The arrival number of a new call within its rollout attempt: counted in memory while this gateway is the
+        store's only one, taken in the store once several share it (`share_numbering`)."""
+        if time.monotonic() > self.numbers_until:
+            raise StoreUnavailable("this gateway's heartbeat to the store is late (the store is slow or out of reach):"
+                                   " it numbers no call until the heartbeat gets through; nothing was forwarded, retry "
+                                   f"after {StoreUnavailable.retry_after_s} s")
+        if self._numbering is not None:
+            return await self._take_number(rollout_id, attempt)
         key = (rollout_id, attempt)
         if key not in self._seqs:
             c = schema.calls.c
             last = await self._read(lambda conn: conn.execute(
                 sa.select(sa.func.max(c.seq)).where(c.rollout_id == rollout_id, c.attempt == attempt)).scalar())
+            if self._numbering is not None:  # another gateway joined meanwhile
+                return await self._take_number(rollout_id, attempt)
             if key not in self._seqs:
                 self._seqs[key] = -1 if last is None else last
         self._seqs[key] += 1
         return self._seqs[key]
+
+    async def share_numbering(self) -> None:
+        """Number calls in the store from now on (another gateway shares it: `gateway.numbering`, the rollout's row
+        fenced by its attempt and state), once the numbers this process handed out are written there (calls holding
+        them may still be in flight). PostgreSQL only; kept while the process lives."""
+        if self._numbering is not None:
+            return
+        if self.dialect != "postgresql":
+            raise RuntimeError(f"several gateways need a PostgreSQL store, not {self.dialect}")
+        self._numbering = asyncio.Event()
+        given = [{"id": rollout_id, "attempt": attempt, "next": last + 1}
+                 for (rollout_id, attempt), last in self._seqs.items()]
+        self._seqs = {}
+        self._numbers = StoreNumbers(self.url, self._lock_wait_s)
+        try:
+            for retry in range(5):
+                try:
+                    if given:
+                        await self.fleet_write(lambda conn: conn.execute(RAISE_NEXT_SEQ, given))
+                    break
+                except StoreUnavailable as exc:
+                    log.warning("writing this gateway's call numbers to the store failed (%s); try %d of 5",
+                                exc, retry + 1)
+                    await asyncio.sleep(0.2)
+        finally:
+            self._numbering.set()
+
+    async def _take_number(self, rollout_id: str, attempt: int) -> int:
+        if not self._numbering.is_set():
+            await self._numbering.wait()
+        seq = await self._numbers.take(rollout_id, attempt)
+        if seq is None:  # the attempt ended, or the rollout finished, on another gateway: this one's cache is stale
+            self._briefs.pop(rollout_id, None)
+            rollout = await self.get_rollout(rollout_id)
+            if rollout.state in TERMINAL_STATES:
+                raise Conflict(f"rollout {rollout_id!r} is {rollout.state}; calls are accepted only while it is "
+                               "queued or running", code="rollout_finished")
+            raise Conflict(f"attempt {attempt} of rollout {rollout_id!r} is over (the rollout is at attempt "
+                           f"{rollout.attempt}, {rollout.state}); nothing was forwarded", code="stale_attempt")
+        return seq
 
     async def insert_call(self, row: dict[str, Any]) -> None:
         """Durably record one call (group-committed)."""
@@ -300,6 +393,12 @@ class SqlStore:
         if self._secret is None:
             self._secret = await self._write(_get_or_create_secret)
         return self._secret
+
+
+BRIEF_CACHE_MAX = 100_000
+"""Rollout briefs a gateway keeps in memory (about 200 bytes each); past it the oldest tenth is dropped."""
+RAISE_NEXT_SEQ = sa.text("UPDATE rollouts SET next_seq = GREATEST(next_seq, :next)"
+                         " WHERE id = :id AND attempt = :attempt")
 
 
 @contextlib.contextmanager

@@ -207,13 +207,25 @@ async def _count_tokens(svc: GatewayContext, scope: dict, receive, send, rollout
 
 async def _live_brief(svc: GatewayContext, principal: Principal, rollout_id: str, what: str) -> RolloutBrief:
     """The rollout's brief once it is known to accept writes from this caller: not finished (409
-    `rollout_finished`), and for a rollout key, its own attempt still live (409 `stale_attempt`)."""
+    `rollout_finished`), and for a rollout key, its own attempt still live (409 `stale_attempt`). With several
+    gateways on the store a refusal is checked again on a fresh read: the cached brief may predate a change another
+    gateway made (a new attempt claimed there)."""
     brief = await svc.store.brief(rollout_id)
+    try:
+        _check_live(brief, principal, rollout_id, what)
+    except Conflict:
+        if not svc.store.shared:
+            raise
+        brief = await svc.store.brief(rollout_id, fresh=True)
+        _check_live(brief, principal, rollout_id, what)
+    return brief
+
+
+def _check_live(brief: RolloutBrief, principal: Principal, rollout_id: str, what: str) -> None:
     if brief.state in TERMINAL_STATES:
         raise Conflict(f"rollout {rollout_id!r} is {brief.state}; {what} accepted only while it is queued or "
                        "running", code="rollout_finished")
     check_key_attempt(principal, rollout_id, brief.state, brief.attempt)
-    return brief
 
 
 async def _models(svc: GatewayContext, send) -> None:
