@@ -4,14 +4,17 @@ Runs the multistep harness (`agents.multistep.harness.run_episode`, in threads) 
 rollouts each, through an in-process gateway in front of the embedded engine (SmolLM2-135M-Instruct by default, the
 ablation profile's max_tokens 24), then builds samples from the gateway's recorded calls exactly as a training step
 does (`trainer.recorded` + `trainer.samples.build_samples` with the tokenizer's decode) and prints, per batch of
-`--batch-tasks` tasks, the samples per rollout against what compaction alone gives
-(`agents.multistep.conversation.expected_samples`), and the merge failures by class. Run:
-`nice .venv/bin/python benchmarks/multistep_samples.py [--seed 0] [--tasks 12] [--group 4] [--batch-tasks 4]`.
+`--batch-tasks` tasks, the samples per rollout, each group's split counts, the within-group variance of samples per
+rollout and the share of groups where it is not zero (`trainer.split_spread`), and the merge failures by class. Run:
+`nice .venv/bin/python benchmarks/multistep_samples.py [--seed 0] [--tasks 12] [--group 4] [--batch-tasks 4]
+[--compact-above-tokens 150] [--save episodes.json]`; `--save` keeps every rollout's recorded calls and reward (the
+multistep grader's) for `benchmarks/arm_gradients.py`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -25,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from openai import OpenAI  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from agents.multistep.conversation import expected_samples  # noqa: E402
+from agents.multistep.grader import part_replies, score_replies  # noqa: E402
 from agents.multistep.harness import run_episode  # noqa: E402
 from agents.multistep.tasks import generate  # noqa: E402
 from engines.embedded import EmbeddedEngine  # noqa: E402
@@ -36,6 +39,16 @@ from tests.gateway.support import ADMIN_TOKEN  # noqa: E402
 from tests.inprocess import InProcessGateway  # noqa: E402
 from trainer.recorded import to_recorded_call  # noqa: E402
 from trainer.samples import SampleLimits, build_samples  # noqa: E402
+from trainer.split_spread import split_spread_metrics  # noqa: E402
+
+
+def save_episodes(path: Path, jobs: list, recorded: dict) -> None:
+    """Each rollout's group (task id), recorded calls and the multistep grader's reward, as JSON."""
+    rows = [{"group_id": task["id"], "rollout_id": created.id,
+             "reward": score_replies(part_replies(recorded[created.id]), task["steps"]).reward,
+             "calls": [call.model_dump(mode="json") for call in recorded[created.id]]} for task, created in jobs]
+    path.write_text(json.dumps(rows))
+    print(f"saved {len(rows)} rollouts to {path}")
 
 
 def main() -> int:
@@ -46,12 +59,16 @@ def main() -> int:
     parser.add_argument("--group", type=int, default=4, help="rollouts per task")
     parser.add_argument("--batch-tasks", type=int, default=4, help="tasks per training batch")
     parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--compact-above-tokens", type=int, default=None,
+                        help="the harness's compaction budget (default: the tasks' own)")
+    parser.add_argument("--save", type=Path, default=None, help="write the rollouts' calls and rewards here (JSON)")
     args = parser.parse_args()
 
     model_dir = prepare_model(args.model)
     decode = AutoTokenizer.from_pretrained(str(model_dir)).decode
     limits = SampleLimits(max_response_tokens=args.max_tokens)
-    tasks = [{**task, "max_tokens": args.max_tokens} for task in generate(64, args.seed)[: args.tasks]]
+    budget = {} if args.compact_above_tokens is None else {"compact_above_tokens": args.compact_above_tokens}
+    tasks = [{**task, "max_tokens": args.max_tokens, **budget} for task in generate(64, args.seed)[: args.tasks]]
     engine = EmbeddedEngine(model_dir, served_model_name="policy", max_batch_size=32)
     engine.start()
     with tempfile.TemporaryDirectory() as folder:
@@ -83,17 +100,24 @@ def main() -> int:
     status = Counter(str(call.status) for calls in recorded.values() for call in calls)
     print(f"harness errors {len(errors)} {errors[:3]}; calls by status {dict(status)}; by finish reason {dict(finish)}")
     print(f"rollouts that made every part: {sum(len(recorded[c.id]) == len(t['steps']) for t, c in jobs)}/{len(jobs)}")
+    if args.save is not None:
+        save_episodes(args.save, jobs, recorded)
     per_batch = args.batch_tasks * args.group
     for first in range(0, len(jobs), per_batch):
         batch = jobs[first : first + per_batch]
         calls = [to_recorded_call(call, task["id"]) for task, created in batch for call in recorded[created.id]]
-        stats = build_samples(calls, limits=limits, decode=decode).stats
-        expected = sum(expected_samples(task) for task, _ in batch)
-        parts = [len(task["steps"]) for task in tasks[first // args.group : (first + per_batch) // args.group]]
-        print(f"batch {first // per_batch + 1} (parts {parts}): {stats.samples} samples, "
-              f"{stats.samples / len(batch):.4g} per rollout; by compaction alone {expected}, "
-              f"{expected / len(batch):.4g}; calls {stats.calls}, merged {stats.calls_merged}; merge failures "
-              f"other {stats.merge_failures_other} (compactions: {expected - len(batch)}), "
+        built = build_samples(calls, limits=limits, decode=decode)
+        stats = built.stats
+        spread = split_spread_metrics((sample.rollout_id, sample.group_id) for sample in built.samples)
+        per_rollout = Counter(sample.rollout_id for sample in built.samples)
+        splits: dict[str, list[int]] = {}
+        for task, created in batch:
+            splits.setdefault(task["id"][-5:], []).append(per_rollout[created.id])
+        print(f"batch {first // per_batch + 1}: {stats.samples} samples, {stats.samples / len(batch):.4g} per "
+              f"rollout; splits by group {splits}; within-group variance "
+              f"{spread['samples/per_rollout_var_within_group']:.3g}, groups with varied splits "
+              f"{spread['samples/groups_with_varied_splits_share']:.2f}; calls {stats.calls}, merged "
+              f"{stats.calls_merged}; merge failures other {stats.merge_failures_other} (compactions), "
               f"retokenization {stats.merge_failures_retokenization}, template {stats.merge_failures_template}")
     return 0
 

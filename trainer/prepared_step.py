@@ -17,6 +17,7 @@ from trainer.advantages import AdvantageConfig, sample_advantages
 from trainer.backends.base import TrainBatch
 from trainer.rollout_groups import FinishedGroup
 from trainer.samples import SampleLimits, build_samples
+from trainer.split_spread import split_spread_metrics
 from trainer.trained_rewards import trained_rewards
 
 
@@ -62,7 +63,8 @@ def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, li
     rollout_ids = [sample.rollout_id for sample in built.samples]
     advantages = sample_advantages(rollout_ids, rewards.outcomes, advantage)
     metrics = {**reward_metrics(rollouts, pass_threshold, "rollout"), **built.stats.as_metrics(),
-               **advantages.metrics, **rewards.metrics, "rollout/groups": float(len(groups))}
+               **advantages.metrics, **rewards.metrics, "rollout/groups": float(len(groups)),
+               **split_spread_metrics((sample.rollout_id, sample.group_id) for sample in built.samples)}
     signal_S = advantages.keep_S & (advantages.advantages_S != 0.0)
     metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))
     if not signal_S.any():

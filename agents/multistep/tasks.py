@@ -1,8 +1,9 @@
 """Multistep tasks: a short piece about a topic written in 2-6 parts, one reply per part, each part with one
 verifiable instruction (the instruction-following recipe's kinds that fit a one- or two-sentence reply).
 
-The number of parts varies by task, so with the harness's compaction every `compact_every` parts the number of
-training samples per rollout varies too (ceil(parts / compact_every)).
+The number of parts varies by task, and the harness compacts its context whenever the previous call's context passed
+`compact_above_tokens`, so the number of training samples per rollout varies with the task and with the length of
+the policy's own replies.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from agents.instruction_following.tasks import TOPICS
 
 MIN_PARTS = 2
 MAX_PARTS = 6
-DEFAULT_COMPACT_EVERY = 2
+DEFAULT_COMPACT_ABOVE_TOKENS = 150
+"""Tokens of a call's context (prompt + reply) past which the harness compacts before the next part."""
 DEFAULT_MAX_TOKENS = 32
 
 STEP_KINDS = (
@@ -58,13 +60,13 @@ def describe_step(step: dict[str, Any]) -> str:
     return f"{step['request']} {kind_of(instruction['kind']).describe(instruction['params'])}"
 
 
-def generate(count: int, seed: int, compact_every: int = DEFAULT_COMPACT_EVERY,
+def generate(count: int, seed: int, compact_above_tokens: int = DEFAULT_COMPACT_ABOVE_TOKENS,
              max_tokens: int = DEFAULT_MAX_TOKENS) -> list[dict[str, Any]]:
     """`count` tasks reproducible from `seed`: id, topic, parts (request + instruction each), harness settings."""
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
-    if compact_every < 1:
-        raise ValueError(f"compact_every must be >= 1 (parts between compactions), got {compact_every}")
+    if compact_above_tokens < 1:
+        raise ValueError(f"compact_above_tokens must be >= 1 (a context size in tokens), got {compact_above_tokens}")
     rng = random.Random(f"multistep:{seed}")
     tasks = []
     for index in range(count):
@@ -73,5 +75,5 @@ def generate(count: int, seed: int, compact_every: int = DEFAULT_COMPACT_EVERY,
                   "instruction": sample_step_instruction(rng, list(keywords))}
                  for _ in range(rng.randint(MIN_PARTS, MAX_PARTS))]
         tasks.append({"id": f"multistep-{seed}-{index:05d}", "topic": topic, "steps": steps,
-                      "compact_every": compact_every, "max_tokens": max_tokens})
+                      "compact_above_tokens": compact_above_tokens, "max_tokens": max_tokens})
     return tasks

@@ -239,3 +239,17 @@ def test_models_that_transform_logits_after_the_head_are_refused(fields, refused
             check_plain_output_head(SimpleNamespace(**fields))
     else:
         check_plain_output_head(SimpleNamespace(**fields))
+
+
+@pytest.mark.parametrize("max_tokens", [40, 4096])
+def test_batch_gradient_is_the_update_s_gradient_and_changes_nothing(tiny_model_dir, mixed_batch, whole_update,
+                                                                     max_tokens):
+    whole_grads, _ = whole_update
+    backend = make_backend(tiny_model_dir, schedule=ScheduleConfig(max_tokens_per_micro_batch=max_tokens))
+    before = [p.detach().clone() for p in backend.model.parameters()]
+    gradient = backend.batch_gradient(mixed_batch)
+    assert torch.allclose(gradient, torch.cat([g.flatten() for g in whole_grads]), atol=1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(before, backend.model.parameters(), strict=True))
+    assert backend.policy_version == 0 and all(p.grad is None for p in backend.model.parameters())
+    flipped = TrainBatch.of(mixed_batch.samples, -mixed_batch.advantages_S)  # on-policy: linear in the advantages
+    assert torch.allclose(backend.batch_gradient(flipped), -gradient, atol=1e-6)

@@ -189,6 +189,23 @@ class TorchBackend:
         )
         return metrics
 
+    def batch_gradient(self, batch: TrainBatch) -> torch.Tensor:
+        """The gradient of the whole batch's loss at the current weights, flattened (float32), as one optimizer update
+        of it would accumulate, without updating: for comparing what configurations (advantage level, loss
+        aggregation) ask of the same batch."""
+        if self.model is None:
+            raise RuntimeError("TorchBackend.batch_gradient before load(); call load() first")
+        whole = dataclasses.replace(self.config.schedule, num_updates=1)
+        (update,) = schedule(batch.samples, whole).updates
+        _, inputs = self._update_inputs(batch, update)
+        self.model.zero_grad(set_to_none=True)
+        for micro_batch in inputs:
+            self._accumulate(micro_batch, micro_batch.loss, None)
+        grads = [p.grad.detach().float().flatten() if p.grad is not None else torch.zeros(p.numel())
+                 for p in self.model.parameters()]
+        self.model.zero_grad(set_to_none=True)
+        return torch.cat(grads)
+
     def _update_inputs(self, batch: TrainBatch, update: UpdatePlan) -> tuple[LossDenominators, list[ModelInputs]]:
         """One update's denominators and the model inputs of its micro-batches (versions and sequence ids added)."""
         indices = [seq.sample_index for worker in update.workers for mb in worker.micro_batches for seq in mb.sequences]

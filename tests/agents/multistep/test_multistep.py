@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.multistep.conversation import compacts_before, expected_samples, next_messages, summary
+from agents.multistep.conversation import compacts_after, contexts, next_messages, summary
 from agents.multistep.grader import grade, score_replies
 from agents.multistep.harness import run_episode
 from agents.multistep.tasks import MAX_PARTS, MIN_PARTS, STEP_KINDS, generate
@@ -33,8 +33,10 @@ class ToyChat:
         for message in messages:
             prompt += ["<s>", message["role"], *message["content"].split(), "</s>"]
         reply = self.replies.pop(0)
-        self.recorded.append((self.ids([*prompt, "<s>", "assistant"]), self.ids([*reply.split(), "</s>"])))
-        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=reply))])
+        prompt_ids, reply_ids = self.ids([*prompt, "<s>", "assistant"]), self.ids([*reply.split(), "</s>"])
+        self.recorded.append((prompt_ids, reply_ids))
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=reply))],
+                               usage=SimpleNamespace(total_tokens=len(prompt_ids) + len(reply_ids)))
 
 
 def recorded_calls(rollout_id: str, chat: ToyChat) -> list[RecordedCall]:
@@ -56,32 +58,42 @@ def test_generate_is_seeded_with_varying_part_counts_and_known_kinds():
 def test_generate_refuses_bad_arguments():
     with pytest.raises(ValueError, match="count"):
         generate(-1, 0)
-    with pytest.raises(ValueError, match="compact_every"):
-        generate(1, 0, compact_every=0)
+    with pytest.raises(ValueError, match="compact_above_tokens"):
+        generate(1, 0, compact_above_tokens=0)
 
 
-def test_compaction_every_k_parts_replaces_the_history_with_notes():
-    task = {**generate(1, 0)[0], "compact_every": 2}
+@pytest.mark.parametrize(("budget", "context_tokens", "compacts"), [
+    (100, None, False), (100, 99, False), (100, 100, False), (100, 101, True), (5, 6, True)])
+def test_compaction_happens_once_the_previous_context_passed_the_budget(budget, context_tokens, compacts):
+    assert compacts_after({"compact_above_tokens": budget}, context_tokens) is compacts
+
+
+def test_compaction_replaces_the_history_with_notes():
+    task = {**generate(1, 0)[0], "compact_above_tokens": 100}
     task["steps"] = task["steps"][:1] * 5
-    assert [compacts_before(task, i) for i in range(5)] == [False, False, True, False, True]
     first = next_messages(task, [], [])
-    second = next_messages(task, first, ["one two"])
+    second = next_messages(task, first, ["one two"], context_tokens=100)
     assert second[: len(first)] == first and second[-2] == {"role": "assistant", "content": "one two"}
-    third = next_messages(task, second, ["one two", "a b c d e f g h i j"])
+    third = next_messages(task, second, ["one two", "a b c d e f g h i j"], context_tokens=101)
     assert len(third) == 1 and "part 1: one two; part 2: a b c d e f g h ..." in third[0]["content"]
     assert summary(["", "x"]) == "part 1: (empty); part 2: x"
+    assert contexts([101, 50, 101, 101], task) == 3  # the last call's size compacts nothing
 
 
-def test_samples_per_rollout_follow_the_compactions_and_vary_across_tasks():
-    tasks = generate(12, seed=5)
-    per_rollout = {}
-    for task in tasks:
-        chat = ToyChat([f"reply {i} to the part" for i in range(len(task["steps"]))])
-        assert len(run_episode(chat, task)) == len(task["steps"])
-        built = build_samples(recorded_calls(task["id"], chat))
-        per_rollout[task["id"]] = len(built.samples)
-        assert per_rollout[task["id"]] == expected_samples(task) == -(-len(task["steps"]) // 2)
-    assert set(per_rollout.values()) == {1, 2, 3}
+def test_samples_per_rollout_follow_the_policys_reply_lengths_within_a_group():
+    """Rollouts of ONE task split differently when the policy's replies differ in length: short replies keep the
+    context under the budget (one sample), long ones pass it (a sample per compaction)."""
+    task = {**generate(1, seed=5)[0], "compact_above_tokens": 60}
+    task["steps"] = task["steps"][:1] * 4
+    per_rollout = []
+    for words in (1, 8, 30):
+        chat = ToyChat([" ".join(["word"] * words)] * 4)
+        assert len(run_episode(chat, task)) == 4
+        built = build_samples(recorded_calls(f"r{words}", chat))
+        sizes = [len(prompt) + len(reply) for prompt, reply in chat.recorded]
+        assert len(built.samples) == contexts(sizes, task)
+        per_rollout.append(len(built.samples))
+    assert per_rollout[0] < per_rollout[-1] and len(set(per_rollout)) >= 2
 
 
 @pytest.mark.parametrize(("replies", "reward", "followed"), [
