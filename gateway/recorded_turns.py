@@ -16,9 +16,11 @@ call of the same rollout attempt goes to the engine with the recorded tokens in 
 - Splice (`spliced`): the engine's own tokenizer (`POST /tokenize`) renders that call's messages (A: with the
   generation prompt; B: closed by its answer's turn) and this call's (C: its messages with the answer's turn as
   recorded); when B extends A and C extends B, the prompt is the earlier call's recorded prompt and answer tokens,
-  then what the template writes after the answer's end-of-turn token (at most `MAX_BRIDGE_TOKENS`), then C after
-  B. Every substituted token is one the engine consumed or sampled for this rollout attempt, and the rest is the
-  engine's rendering of what the harness sent: no harness can put tokens in the policy's mouth.
+  then what the template writes after the answer's end-of-turn token (its last, found once in it and closing the
+  message before it in A the same way: an answer cut by length or by the harness's stop strings is never
+  continued; at most `MAX_BRIDGE_TOKENS`), then C after B. Every
+  substituted token is one the engine consumed or sampled for this rollout attempt, and the rest is the engine's
+  rendering of what the harness sent: no harness can put tokens in the policy's mouth.
 - Not for a call whose `tool_choice` forces a call (the engines plan the forced opening on their own rendering).
 - The engine gets them as vLLM's chat completions take a pre-tokenized prompt (`kv_transfer_params.
   prompt_token_ids`, vLLM 0.32; the embedded engine too), with the messages it would have rendered. The call is
@@ -49,6 +51,7 @@ from gateway.upstream import UpstreamFailed
 MAX_CANDIDATES = 4  # earlier calls tried, latest first (a side call between two main calls is not one)
 MAX_BRIDGE_TOKENS = 4  # what a template writes after an answer's end-of-turn token (ChatML: a newline)
 ENDED = frozenset({"stop", "tool_calls"})  # an answer that ended on its own (its last token closes the turn)
+STOP_FIELDS = ("stop", "stop_sequences")  # a harness's stop strings: an answer they ended has no end-of-turn token
 TOKENIZE_PATH = "/tokenize"
 
 
@@ -132,36 +135,46 @@ def continues(chat: dict[str, Any], earlier: dict[str, Any], answer: dict[str, A
 
 def candidates(calls: Sequence[CallRecord], kind: str) -> list[CallRecord]:
     """The attempt's last main calls of `kind` that may be continued, latest first: ok, answered with tokens, ended on
-    their own."""
+    their own (by the model's end-of-turn token: no stop strings asked for)."""
     found = []
     for call in reversed(calls):
         if call.kind != kind or call.side:
             continue
         if len(found) == MAX_CANDIDATES:
             break
-        if call.status == CallStatus.OK and call.response_token_ids and call.finish_reason in ENDED:
+        if call.status == CallStatus.OK and call.response_token_ids and call.finish_reason in ENDED \
+                and not any(call.request.get(key) for key in STOP_FIELDS):
             found.append(call)
     return found
 
 
-def spliced(recorded: Sequence[int], opened: Sequence[int], closed: Sequence[int],
+def spliced(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[int], closed: Sequence[int],
             whole: Sequence[int]) -> list[int] | None:
     """The prompt of a call that continues a recorded one, or None where the renderings do not line up.
 
-    `recorded`: the earlier call's prompt then answer (ending with its end-of-turn token); `opened`: its messages
-    rendered with the generation prompt; `closed`: the same closed by its answer's turn; `whole`: this call's
-    messages, that answer's turn as recorded."""
-    if not recorded or list(closed[:len(opened)]) != list(opened) or list(whole[:len(closed)]) != list(closed):
+    `prompt`, `answer`: the earlier call's recorded tokens (the answer ending with its end-of-turn token, found nowhere
+    else in it); `opened`: its messages rendered with the generation prompt; `closed`: the same closed by its answer's
+    turn; `whole`: this call's messages, that answer's turn as recorded."""
+    if not answer or list(closed[:len(opened)]) != list(opened) or list(whole[:len(closed)]) != list(closed):
         return None
     turn = list(closed[len(opened):])
-    end = recorded[-1]
-    if end not in turn:
+    end = answer[-1]
+    if end not in turn or end in answer[:-1]:
         return None
     after = len(turn) - 1 - turn[::-1].index(end)
     bridge = turn[after + 1:]
-    if len(bridge) > MAX_BRIDGE_TOKENS:
+    if len(bridge) > MAX_BRIDGE_TOKENS or not _closes_turns(end, bridge, opened):
         return None
-    return [*recorded, *bridge, *whole[len(closed):]]
+    return [*prompt, *answer, *bridge, *whole[len(closed):]]
+
+
+def _closes_turns(end: int, bridge: list[int], opened: Sequence[int]) -> bool:
+    """Whether `end` then `bridge` is how the template closes a message: as it closed the last one before the
+    answer (an answer's last token that is content, not an end-of-turn token, is not found closing that message)."""
+    if end not in opened:
+        return False
+    before = len(opened) - 1 - list(opened)[::-1].index(end)
+    return list(opened[before + 1:before + 1 + len(bridge)]) == bridge
 
 
 async def _messages_of(svc: GatewayContext, adapter: ProtocolAdapter, call: CallRecord) -> dict[str, Any] | None:
@@ -221,9 +234,10 @@ async def recorded_prompt(svc: GatewayContext, adapter: ProtocolAdapter, chat: d
             _tokenize(svc, endpoint, messages, tools, True))
     if opened is None or closed is None or whole is None:
         return None
-    recorded = [*match.call.prompt_token_ids, *match.call.response_token_ids]
-    prompt = spliced(recorded, opened, closed, whole)
-    return None if prompt is None else RecordedPrompt(messages, prompt, len(recorded))
+    earlier = match.call
+    prompt = spliced(earlier.prompt_token_ids, earlier.response_token_ids, opened, closed, whole)
+    recorded = len(earlier.prompt_token_ids) + len(earlier.response_token_ids)
+    return None if prompt is None else RecordedPrompt(messages, prompt, recorded)
 
 
 def with_recorded(chat: dict[str, Any], recorded: RecordedPrompt | None) -> dict[str, Any]:

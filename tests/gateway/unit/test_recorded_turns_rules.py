@@ -68,6 +68,7 @@ def record(seq: int, **fields) -> CallRecord:
 
 def test_candidates_are_the_latest_whole_main_answers_of_the_protocol():
     calls = [record(0), record(1, side=True), record(2, status=CallStatus.ERROR), record(3, finish_reason="length"),
+             record(7, request={"stop_sequences": ["END"]}), record(8, request={"stop": "x"}),
              record(4, kind="responses"), record(5, response_token_ids=[], response_logprobs=[]), record(6)]
     assert [c.seq for c in candidates(calls, "messages")] == [6, 0]
     many = [record(seq) for seq in range(10)]
@@ -75,26 +76,29 @@ def test_candidates_are_the_latest_whole_main_answers_of_the_protocol():
 
 
 END, NL = 2, 99
-OPENED = [10, 11, 12]  # the earlier messages with the generation prompt
+OPENED = [10, 11, 2, 99, 12]  # the earlier messages (one closed by END, NL) with the generation prompt
 TURN = [50, 51, END, NL]  # its answer's turn as the template renders it, closed
 LONG = [91, 92, 93, 94, 95]
 
 
 def test_the_recorded_prompt_and_answer_then_the_bridge_then_the_rest_as_rendered():
-    recorded = [*OPENED, 60, 61, 62, END]  # sampled differently from the rendering (its own tokens)
+    prompt, answer = [*OPENED, 5], [60, 61, 62, END]  # its own prompt (a forced opening) and answer as sampled
     closed, tail = [*OPENED, *TURN], [70, 71, 72]
-    assert spliced(recorded, OPENED, closed, [*closed, *tail]) == [*recorded, NL, *tail]
+    assert spliced(prompt, answer, OPENED, closed, [*closed, *tail]) == [*prompt, *answer, NL, *tail]
 
 
-@pytest.mark.parametrize(("recorded", "closed", "whole"), [
-    ([*OPENED, 60, 61], [*OPENED, *TURN], [*OPENED, *TURN, 70]),  # no end-of-turn token: cut short
-    ([*OPENED, 60, END], [*OPENED, *TURN], [*OPENED, 50, 70]),  # the new rendering does not extend the turn
-    ([*OPENED, 60, END], [9, *TURN], [9, *TURN, 70]),  # the closed rendering does not extend the opened one
-    ([*OPENED, 60, END], [*OPENED, 50, END, *LONG], [*OPENED, 50, END, *LONG, 70]),  # a bridge past 4 tokens
+@pytest.mark.parametrize(("answer", "closed", "whole"), [
+    ([60, 61], [*OPENED, *TURN], [*OPENED, *TURN, 70]),  # no end-of-turn token: cut short
+    ([60, 51], [*OPENED, *TURN], [*OPENED, *TURN, 70]),  # its last token is content: never taken for the end
+    ([END, 60, END], [*OPENED, *TURN], [*OPENED, *TURN, 70]),  # the end token inside the answer
+    ([60, END], [*OPENED, *TURN], [*OPENED, 50, 70]),  # the new rendering does not extend the turn
+    ([60, END], [9, *TURN], [9, *TURN, 70]),  # the closed rendering does not extend the opened one
+    ([60, END], [*OPENED, 50, END, 98], [*OPENED, 50, END, 98, 70]),  # closed otherwise than the message before
+    ([60, END], [*OPENED, 50, END, *LONG], [*OPENED, 50, END, *LONG, 70]),  # a bridge past 4 tokens
     ([], [*OPENED, *TURN], [*OPENED, *TURN, 70]),
 ])
-def test_renderings_that_do_not_line_up_give_no_recorded_prompt(recorded, closed, whole):
-    assert spliced(recorded, OPENED, closed, whole) is None
+def test_renderings_that_do_not_line_up_give_no_recorded_prompt(answer, closed, whole):
+    assert spliced(OPENED, answer, OPENED, closed, whole) is None
 
 
 def test_a_messages_answer_is_the_same_chat_turn_whether_unary_or_streamed():
