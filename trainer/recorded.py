@@ -73,6 +73,7 @@ def to_recorded_call(call: CallRecord, group_id: str) -> RecordedCall:
         else (),
         side=call.side,
         sampling=sampling,
+        recorded_prefix=call.recorded_prefix,
     )
 
 

@@ -26,6 +26,9 @@ class SampleStats:
     """Calls seen."""
     calls_merged: int
     """Calls that extended an open sample."""
+    calls_recorded_tokens: int
+    """Calls the gateway prompted with an earlier call's recorded prompt and answer tokens in place of the history
+    the harness re-sent (gateway config `recorded_turns`; `CallRecord.recorded_prefix` > 0)."""
     calls_failed: int
     """Calls skipped because they failed (ok=False)."""
     calls_empty: int
@@ -84,6 +87,7 @@ class SampleStats:
         metrics["samples/merge_failures"] = float(self.merge_failures)
         metrics["samples/samples_per_rollout_mean"] = self.samples / with_samples
         metrics["samples/single_sample_rollout_share"] = self.single_sample_rollouts / with_samples
+        metrics["samples/recorded_tokens_call_share"] = self.calls_recorded_tokens / max(self.calls, 1)
         return metrics
 
 
@@ -95,6 +99,8 @@ class SampleCounters:
     """Calls seen."""
     calls_merged: int = 0
     """Calls that extended an open sample."""
+    calls_recorded_tokens: int = 0
+    """Calls prompted with an earlier call's recorded tokens."""
     calls_failed: int = 0
     """Calls skipped as failed."""
     calls_empty: int = 0
@@ -137,6 +143,7 @@ class SampleCounters:
             rollouts_with_samples=sum(1 for n in per_rollout if n > 0),
             calls=self.calls,
             calls_merged=self.calls_merged,
+            calls_recorded_tokens=self.calls_recorded_tokens,
             calls_failed=self.calls_failed,
             calls_empty=self.calls_empty,
             calls_side_skipped=self.calls_side_skipped,

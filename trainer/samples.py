@@ -81,6 +81,8 @@ class RecordedCall:
     """A harness's side call (the gateway marks token counts and `side_models` calls)."""
     sampling: SamplingParams = PLAIN
     """The sampling parameters the engine applied (every choice of the call shares them)."""
+    recorded_prefix: int | None = None
+    """Prompt tokens the gateway took from an earlier call's record (its recorded turns); None: none."""
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,7 @@ def _rollout_samples(
     branches: list[_Branch] = []
     for call in ordered:
         counters.calls += 1
+        counters.calls_recorded_tokens += bool(call.recorded_prefix)
         _merge_call(call, branches, limits, decode, counters)
     branches.sort(key=lambda branch: branch.spans[0].call_seq)
     samples = [branch.to_sample(ordered[0].rollout_id, ordered[0].group_id) for branch in branches]

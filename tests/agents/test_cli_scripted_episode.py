@@ -69,7 +69,7 @@ def test_cli_fixes_the_task_through_the_gateway_and_is_graded(cli, recorded_turn
     built = built_samples(calls, "g1")
     main = [call for call in calls if not call.side]
     if recorded_turns:  # every call after the first continued the one before it on its recorded tokens
-        assert built.stats.samples == 1, built.stats
+        assert (built.stats.samples, built.stats.calls_recorded_tokens) == (1, len(main) - 1), built.stats
         assert all(call.recorded_prefix == len(before.prompt_token_ids) + len(before.response_token_ids)
                    for before, call in zip(main, main[1:], strict=False)), [c.recorded_prefix for c in main]
     else:  # the Edit call, re-sent with replace_all: false, no longer renders as it was sampled

@@ -263,3 +263,39 @@ def test_gpu_sleep_level_1_frees_memory_and_refit_after_wake_up(smollm2_dir, per
         after = chat_direct(engine)["choices"][0]["logprobs"]["content"]
         assert engine.weight_version() == "1"
         assert any(abs(a["logprob"] - b["logprob"]) > 0.01 for a, b in zip(before, after, strict=False))
+
+
+def test_recorded_turns_prompt_vllm_with_the_recorded_tokens(vllm, tmp_path):
+    """The gateway's recorded turns on vLLM 0.32: a Messages conversation re-sent with the answer's text trimmed is
+    prompted with the first call's recorded prompt and answer (`kv_transfer_params.prompt_token_ids`), which vLLM
+    takes: its reported prompt is the one sent, and the second call extends the first (one sample)."""
+    from trainer.recorded import to_recorded_call
+    from trainer.samples import build_samples
+
+    (tmp_path / "gateway.yaml").write_text("recorded_turns: true\nsampling:\n  train: record\n")
+    gateway = GatewayProcess(tmp_path / "store.db", config_path=tmp_path / "gateway.yaml").start()
+    try:
+        with GatewayClient(gateway.url, ADMIN_TOKEN) as client:
+            vllm.register_with_gateway(client, GATEWAY_NAME, version=0)
+            (created,) = client.create_rollouts([RolloutSpec(id="vllm-turns", group_id="g")])
+            ask = {"role": "user", "content": "Say hello."}
+            headers = {"x-api-key": created.api_key}
+
+            def call(messages):
+                body = {"model": GATEWAY_NAME, "max_tokens": 256, "temperature": 0, "messages": messages}
+                answer = httpx.post(created.base_url + "/messages", json=body, headers=headers, timeout=300)
+                assert answer.status_code == 200, answer.text
+                return answer.json()
+
+            first = call([ask])
+            assert first["stop_reason"] == "end_turn", first  # ended on its own: a turn that may be continued
+            text = first["content"][0]["text"]
+            call([ask, {"role": "assistant", "content": text.strip()}, {"role": "user", "content": "Again."}])
+            one, two = client.calls("vllm-turns")
+    finally:
+        gateway.stop()
+    assert two.recorded_prefix == len(one.prompt_token_ids) + len(one.response_token_ids)
+    assert two.prompt_token_ids[:two.recorded_prefix] == one.prompt_token_ids + one.response_token_ids
+    stats = build_samples([to_recorded_call(c, "g") for c in (one, two)]).stats  # greedy: merged, nothing trained
+    assert (stats.calls_merged, stats.merge_failures) == (1, 0)
+

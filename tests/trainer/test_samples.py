@@ -272,3 +272,15 @@ def test_shuffled_rollouts_give_the_same_samples():
     assert sorted((s.rollout_id, s.call_seqs) for s in shuffled.samples) == sorted(
         (s.rollout_id, s.call_seqs) for s in reference.samples
     )
+
+
+def test_calls_prompted_with_recorded_tokens_are_counted():
+    """The gateway's recorded turns (`CallRecord.recorded_prefix`): counted, and their share of the calls."""
+    from dataclasses import replace
+
+    first = make_call(0, (1, 2), (3, 4))
+    second = replace(make_call(1, (1, 2, 3, 4, 5), (6,)), recorded_prefix=4)
+    third = make_call(2, (1, 2, 3, 4, 5, 6, 7), (8,))
+    stats = build_samples([first, second, third]).stats
+    assert (stats.samples, stats.calls_recorded_tokens) == (1, 1)
+    assert stats.as_metrics()["samples/recorded_tokens_call_share"] == pytest.approx(1 / 3)
