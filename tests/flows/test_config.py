@@ -325,6 +325,20 @@ def test_the_started_gateway_gets_the_runs_sampling_policy(tmp_path):
         load_run_config("if-local", {"gateway.sampling.train": "ignore"})
 
 
+@pytest.mark.parametrize(("recipe", "recorded_turns"), [("codex", True), ("claude-code", True), ("swe", False)])
+def test_the_coding_clis_runs_start_their_gateway_with_recorded_turns(recipe, recorded_turns, tmp_path):
+    """Claude Code and Codex re-serialise the history they re-send: their runs' gateway gives the engine the recorded
+    tokens of those turns (gateway/recorded_turns.py); other recipes' gateways render what is sent."""
+    from flows.run_processes import gateway_settings
+    from gateway.config import GatewayConfig
+
+    config = load_run_config("swe-local", {"work_dir": str(tmp_path), "recipe": recipe,
+                                           "algorithm.advantage.format_reward": 0})
+    settings = process_settings(config, fresh_plan(config, "r", Path("/models/base")))
+    started = GatewayConfig.model_validate(yaml.safe_load(yaml.safe_dump(gateway_settings(settings))))
+    assert started.recorded_turns is recorded_turns
+
+
 def test_field_docs_retries_the_parsers_thread_error_and_gives_up_after_its_tries(monkeypatch):
     """The docs of a section still read when another thread's parse made ours fail once (CPython 3.11)."""
     import ast
