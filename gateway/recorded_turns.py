@@ -219,8 +219,9 @@ async def recorded_prompt(svc: GatewayContext, adapter: ProtocolAdapter, chat: d
                           attempt: int, endpoint: ModelRecord) -> RecordedPrompt | None:
     """The recorded prompt of a translated call whose history continues an earlier call of this attempt, or None
     (no such call, renderings that do not line up, an engine that cannot tokenize: the engine renders as sent)."""
-    if len(chat["messages"]) < 3 or chat.get("tool_choice") not in (None, "auto", "none"):
-        return None  # nothing to continue, or a forced call (its opening is planned on the engine's rendering)
+    if chat.get("tool_choice") not in (None, "auto", "none") or \
+            not any(message.get("role") == "assistant" for message in chat["messages"][1:-1]):
+        return None  # a forced call (its opening is planned on the engine's rendering), or no answer to continue
     match = await matched_call(svc, adapter, chat, await svc.store.list_calls(rollout_id, attempt))
     if match is None:
         return None

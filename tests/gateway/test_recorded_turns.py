@@ -56,9 +56,10 @@ def play(upstream: EpisodeUpstream, steps: list[ToolStep]) -> None:
     upstream.episode.requests.clear()
 
 
-def messages_call(created, messages: list[dict[str, Any]], *, stream: bool) -> list[dict[str, Any]]:
+def messages_call(created, messages: list[dict[str, Any]], *, stream: bool, **fields: Any) -> list[dict[str, Any]]:
     """One Messages call (as Claude Code sends it); the answer's content blocks."""
-    body = {"model": "claude-opus-5-5", "max_tokens": 64, "stream": stream, "messages": messages, "tools": TOOLS}
+    body = {"model": "claude-opus-5-5", "max_tokens": 64, "stream": stream, "messages": messages, "tools": TOOLS,
+            **fields}
     answer = httpx.post(created.base_url + "/messages", json=body, headers={"x-api-key": created.api_key}, timeout=30)
     assert answer.status_code == 200, answer.text
     return recorded_content(answer.content)
@@ -93,7 +94,7 @@ def test_an_edit_re_sent_with_its_default_argument_continues_on_the_recorded_tok
     assert first.recorded_prefix is None and samples_of(admin, created.id) == 1
 
 
-def test_a_history_changed_otherwise_is_rendered_as_sent(admin, upstream):
+def test_a_history_changed_otherwise_or_a_forced_call_is_rendered_as_sent(admin, upstream):
     play(upstream, STEPS)
     (created,) = create_rollouts(admin, prefix="turns")
     (edit,) = messages_call(created, [ASK], stream=False)
@@ -102,10 +103,12 @@ def test_a_history_changed_otherwise_is_rendered_as_sent(admin, upstream):
     messages_call(created, changed, stream=False)
     forged = {**edit, "input": {**EDIT_ARGS, "new_string": "x = 3"}}  # a call the policy did not make
     messages_call(created, [ASK, {"role": "assistant", "content": [forged]}, result(edit, "ok")], stream=False)
+    messages_call(created, [ASK, {"role": "assistant", "content": [edit]}, result(edit, "ok")], stream=False,
+                  tool_choice={"type": "any"})  # a forced call: the engine plans its opening on its own rendering
     calls = admin.calls(created.id)
-    assert [call.recorded_prefix for call in calls] == [None, None, None]
+    assert [call.recorded_prefix for call in calls] == [None, None, None, None]
     assert all("kv_transfer_params" not in request for request in upstream.episode.requests)
-    assert samples_of(admin, created.id) == 3
+    assert samples_of(admin, created.id) == 3  # the forced call, rendered as sent, happens to extend the first
 
 
 def test_another_attempts_answer_is_never_substituted(admin, upstream):
