@@ -47,7 +47,10 @@ def resolve_run(name: str | None, recipe: str | None, recipe_file: Path | None,
         raise typer.BadParameter("name the recipe once: RECIPE, --recipe NAME or --recipe-file FILE")
     if recipe_file is not None:
         return profile, str(recipe_file.expanduser().resolve())
-    chosen = recipe or name or "swe"
+    chosen = recipe or name
+    if chosen is None:
+        raise typer.BadParameter(f"name a recipe: RECIPE (one of {', '.join(recipe_names())}), --recipe "
+                                 "module:OBJECT or --recipe-file my_recipe.yaml")
     if chosen in recipe_names():
         return profile or local_profile(chosen), chosen
     if ":" not in chosen and (short := local_profile(chosen)) is not None:
@@ -72,7 +75,7 @@ def train(
                                 "when there is one, else the defaults and the recipe's own settings)."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.path=value (repeatable)."),
 ) -> None:
-    """Trains a recipe (default swe) with its profile, then prints the MLflow run. The configuration is checked
+    """Trains a recipe with its profile, then prints the MLflow run. The configuration is checked
     first: a bad setting or recipe stops here, before any server starts."""
     os.environ.setdefault(RECIPE_PATH_ENV, str(Path.cwd()))  # module:OBJECT recipes, here and in the controller
     chosen_profile, reference = resolve_run(name, recipe, recipe_file, profile)

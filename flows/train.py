@@ -2,8 +2,8 @@
 
 The recipe is a parameter (a registered name, a recipe file, `module:OBJECT`); whatever is recipe-specific (extra
 metrics, the shaping term's shares, the no-signal hint, the data expectations) comes from the recipe's optional hooks
-(`rollouts.recipe.RecipeHooks`), so the loop names no recipe. The deployments users know (`train-swe/default`, ...)
-are deployments of this flow under their old flow names (`flows/named_flows.py`).
+(`rollouts.recipe.RecipeHooks`), so the loop names no recipe. The training deployments are deployments of this flow,
+some under the flow names they had when each recipe had a flow of its own (`flows/named_flows.py`).
 
 load and validate data → start (or connect to) engine, gateway and controller → per iteration: keep groups of n
 rollouts in flight → wait for enough complete groups → drop too-stale rollouts → samples → advantages → collocated

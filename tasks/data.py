@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ stratum)."""
 
 
 def report_artifact_key(recipe: str) -> str:
-    """The artifact key of a recipe's validation report (Prefect keys allow lowercase letters, digits, dashes)."""
-    return f"data-validation-{recipe.replace('_', '-').lower()}"
+    """The artifact key of a recipe's validation report (Prefect keys allow lowercase letters, digits, dashes; a
+    recipe file's path keeps its last characters)."""
+    return f"data-validation-{re.sub(r'[^a-z0-9]+', '-', recipe.lower()).strip('-')[-80:]}"
 
 
 @task(name="load-tasks", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10)

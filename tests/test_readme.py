@@ -7,6 +7,9 @@ changed block without an entry in TESTED_BY fails, naming itself.
   gateway on this machine, another test) cannot answer instead.
 - "Two commands": `make test` is the suite itself (`.ci/run`), `make train` a ten-minute job; checked: the targets
   expand (`make -n`) to the commands the README describes; the flows they run are tested end to end elsewhere.
+- "Train your own agent" (every block): run as written, in a temporary directory, by one bash with the venv's bin
+  first on PATH (the README says to activate it), MLflow in the temporary directory; SmolLM2 trains the recipe file's
+  agent for one iteration, which must update the policy once.
 - "Run the services": needs `make services` in another terminal; checked: the deployments exist in prefect.yaml,
   `--params` fit the flow and the run config, the CLI has the options. tests/flows/test_deployment.py runs
   `prefect deployment run train-swe/default --watch` against `make services`' own script (deploy/services.py).
@@ -14,11 +17,11 @@ changed block without an entry in TESTED_BY fails, naming itself.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -133,21 +136,16 @@ def check_deployment_runs(block: Block) -> None:
 
 
 def prefect_deployments() -> dict[str, dict]:
-    """'flow-name/deployment-name' -> its prefect.yaml entry; the flow name read from its @flow decorator."""
+    """'flow-name/deployment-name' -> its prefect.yaml entry; the flow name as Prefect loads it from the entrypoint."""
     project = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     return {f"{flow_name(entry['entrypoint'])}/{entry['name']}": entry for entry in project["deployments"]}
 
 
 def flow_name(entrypoint: str) -> str:
-    """The `name=` of the @flow decorating the entrypoint's function (read, not imported)."""
-    path, function = entrypoint.split(":")
-    for node in ast.walk(ast.parse((ROOT / path).read_text())):
-        if isinstance(node, ast.FunctionDef) and node.name == function:
-            for decorator in node.decorator_list:
-                for keyword in getattr(decorator, "keywords", []):
-                    if keyword.arg == "name":
-                        return ast.literal_eval(keyword.value)
-    raise AssertionError(f"no @flow(name=...) on {function} in {path}")
+    """The name of the flow the entrypoint loads (a @flow function, or a flow renamed with Flow.with_options)."""
+    from prefect.flows import load_flow_from_entrypoint
+
+    return load_flow_from_entrypoint(str(ROOT / entrypoint)).name
 
 
 def check_params(name: str, deployment: dict, args: list[str]) -> None:
@@ -157,7 +155,8 @@ def check_params(name: str, deployment: dict, args: list[str]) -> None:
     params = json.loads(args[args.index("--params") + 1]) if "--params" in args else {}
     unknown = set(params) - set(deployment["parameters"])
     assert not unknown, f"{name}: --params {sorted(unknown)} are not parameters of the flow"
-    load_run_config(deployment["parameters"]["profile"], params.get("overrides"))
+    parameters = deployment["parameters"]
+    load_run_config(parameters["profile"], params.get("overrides"), parameters.get("recipe"))
 
 
 def check_prefect_options(options: set[str]) -> None:
@@ -180,6 +179,10 @@ TESTED_BY: dict[tuple[str, str], tuple[str, Callable[[Block], None] | None]] = {
                                "--concurrency 8 --recipe instruction_following \\"):
         ("run: test_the_pieces_by_hand_run_as_written", None),
 }
+OWN_AGENT = "Train your own agent"
+TESTED_BY |= {(OWN_AGENT, command): ("run: test_train_your_own_agent_runs_as_written", None) for command in (
+    "mkdir my-agent && cd my-agent", "cat > tasks.jsonl <<'EOF'", "cat > grade.py <<'EOF'",
+    "cat > my_recipe.yaml <<'EOF'", "harnessrl train --recipe-file my_recipe.yaml")}
 BY_HAND = [key for key in TESTED_BY if key[0] == "Run the pieces by hand"]
 
 
@@ -268,3 +271,33 @@ def check_by_hand_results(workdir: Path, gateway_url: str, comment: dict, output
     assert [call.attempt for call in calls] == [0, 1], "one call by hand, one by the controller's attempt"
     assert all(call.status == "ok" and call.response_token_ids and call.response_logprobs for call in calls), calls
     assert (calls[0].response_text or "").strip() in output, "the hand-run harness prints its answer"
+
+
+# ---------------------------------------------------------------- "Train your own agent" (run)
+
+OWN_AGENT_TIMEOUT_S = 900
+
+
+@pytest.mark.slow
+def test_train_your_own_agent_runs_as_written(tmp_path: Path) -> None:
+    script = "".join(block.text for block in bash_blocks(README.read_text()) if block.heading == OWN_AGENT)
+    log_path = tmp_path / "output.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "HARNESSRL_", "MLFLOW_TRACKING"))}
+    env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=tmp_path, env=env, start_new_session=True,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        try:
+            proc.wait(timeout=OWN_AGENT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the README's own-agent blocks did not finish in {OWN_AGENT_TIMEOUT_S} s:\n{tail(log_path)}")
+        output = log_path.read_text(errors="replace")
+        assert proc.returncode == 0, f"the README's own-agent blocks failed ({proc.returncode}):\n{tail(log_path)}"
+        assert re.search(r"run adder-[0-9-]+: 1 iterations, 1 updates", output), tail(log_path)
+    finally:
+        stop_process_group(proc, STOP_GRACE_S)
+        for name in set(re.findall(r"run (adder-[0-9-]+): ", log_path.read_text(errors="replace"))):
+            for folder in (ROOT / "runs" / name, ROOT / "checkpoints" / name):  # the defaults: the project's
+                shutil.rmtree(folder, ignore_errors=True)

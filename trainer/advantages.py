@@ -65,9 +65,9 @@ class AdvantageConfig:
     overlong_penalty_factor: float = 1.0
     """The soft punishment's largest penalty."""
     format_reward: float = 0.0
-    """Training-only format term (0: off): a graded rollout's reward + format_reward x the share of its agent turns
-    whose answer the harness parses as an action, as the recipe reads it from the gateway's call records
-    (trainer.format_reward; the swe recipe with mini-swe-agent); validation rewards stay unshaped."""
+    """Training-only shaping term (0: off): a graded rollout's reward + format_reward x its share from the recipe's
+    `shaping_shares` hook (e.g. its agent turns in the harness's action format, read from the gateway's call records;
+    trainer.format_reward); a recipe without the hook refuses it; validation rewards stay unshaped."""
 
     def __post_init__(self) -> None:
         if not self.format_reward >= 0:

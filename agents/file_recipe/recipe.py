@@ -152,8 +152,8 @@ class FileRecipe:
 
 @dataclass(frozen=True)
 class AnswerPatternShares:
-    """Per rollout, the share of its agent answers (final attempt, successful, not side calls) the pattern matches in
-    full, stripped; read from the gateway's call records, never from the working directory."""
+    """Per rollout, the share of its agent answers (final attempt, successful, not side calls) in which the pattern
+    is found (`re.search`); read from the gateway's call records, never from the working directory."""
 
     pattern: str
 
@@ -164,7 +164,7 @@ class AnswerPatternShares:
             for rollout in group.rollouts:
                 answers = [call.response_text or "" for call in group.calls.get(rollout.id, ())
                            if call.attempt == rollout.attempt and call.status == "ok" and not call.side]
-                matched = sum(regex.fullmatch(answer.strip()) is not None for answer in answers)
+                matched = sum(regex.search(answer) is not None for answer in answers)
                 shares[rollout.id] = matched / len(answers) if answers else 0.0
         return shares
 

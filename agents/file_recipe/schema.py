@@ -10,8 +10,8 @@ named at once.
     grader:
       command: [python, grade.py]    # run in a sandbox of its own; prints {"reward": x, "details": {...}} last
       timeout_s: 60
-    shaping:                         # optional, training only: the share of answers matching the pattern
-      answer_pattern: '\\s*-?\\d+\\s*'
+    shaping:                         # optional, training only: the share of answers in which the pattern is found
+      answer_pattern: '=\\s*-?\\d+'
     settings:                        # optional run settings (a profile's keys), under `--set`
       algorithm: {iterations: 2}
 """
@@ -47,8 +47,8 @@ class GraderSection(Strict):
 
 
 class ShapingSection(Strict):
-    answer_pattern: str = Field(description="A regular expression; a rollout's share of agent answers it matches in "
-                                "full (stripped) is its shaping share (algorithm.advantage.format_reward x share).")
+    answer_pattern: str = Field(description="A regular expression; a rollout's share of agent answers in which it "
+                                "is found is its shaping share (algorithm.advantage.format_reward x share).")
 
     @field_validator("answer_pattern")
     @classmethod

@@ -56,6 +56,7 @@ def test_any_registered_recipe_is_accepted(flow_calls, args, profile, recipe):
     (["--recipe", "nomodule_here:RECIPE"], "module 'nomodule_here' cannot be imported"),
     (["--recipe-file", "/nonexistent/recipe.yaml"], "recipe file '/nonexistent/recipe.yaml' does not exist"),
     (["if", "--recipe", "search"], "name the recipe once"),
+    ([], "name a recipe: RECIPE (one of calculator,"),
 ])
 def test_a_bad_configuration_stops_before_any_server_naming_the_fault(flow_calls, args, named):
     result = CliRunner().invoke(app, ["train", *args])

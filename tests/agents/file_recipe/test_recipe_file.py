@@ -81,7 +81,7 @@ def test_the_settings_and_the_shaping_term_reach_the_run_config(tmp_path: Path):
 
 
 def test_answer_pattern_shares_read_the_recorded_answers():
-    answers = {"g-0": ["12"], "g-1": ["twelve", " 7 "], "g-2": []}
+    answers = {"g-0": ["so 12"], "g-1": ["twelve", " 7 "], "g-2": []}
     groups = [group("g", [1.0, 0.0, 0.0], calls=lambda rid: tuple(call(rid, i, response_text=text)
                                                                  for i, text in enumerate(answers[rid])))]
     assert AnswerPatternShares("-?[0-9]+")(groups) == {"g-0": 1.0, "g-1": 0.5, "g-2": 0.0}
