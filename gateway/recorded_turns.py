@@ -27,7 +27,8 @@ call of the same rollout attempt goes to the engine with the recorded tokens in 
   recorded with `recorded_prefix`: how many prompt tokens came from the records when the engine's reported prompt
   is the one sent (0 when an engine rendered the messages instead; None when nothing was substituted).
 
-Its cost, only when on: the attempt's calls read once per call, and three `/tokenize` calls of the engine, together,
+Its cost, only when on, for a call holding an earlier answer: the attempt's last `MAX_CANDIDATES` ok main calls of
+its protocol read (one indexed query, `Store.recent_calls`), and three `/tokenize` calls of the engine, together,
 inside the pause gate (a paused gateway holds them as it holds the call).
 """
 
@@ -48,7 +49,7 @@ from gateway.protocols.base import ProtocolAdapter
 from gateway.records import CallRecord, CallStatus, ModelRecord
 from gateway.upstream import UpstreamFailed
 
-MAX_CANDIDATES = 4  # earlier calls tried, latest first (a side call between two main calls is not one)
+MAX_CANDIDATES = 4  # the attempt's last ok main calls of the protocol tried, latest first
 MAX_BRIDGE_TOKENS = 4  # what a template writes after an answer's end-of-turn token (ChatML: a newline)
 ENDED = frozenset({"stop", "tool_calls"})  # an answer that ended on its own (its last token closes the turn)
 STOP_FIELDS = ("stop", "stop_sequences")  # a harness's stop strings: an answer they ended has no end-of-turn token
@@ -133,19 +134,12 @@ def continues(chat: dict[str, Any], earlier: dict[str, Any], answer: dict[str, A
     return all(same_turn(sent, recorded, properties) for sent, recorded in turns)
 
 
-def candidates(calls: Sequence[CallRecord], kind: str) -> list[CallRecord]:
-    """The attempt's last main calls of `kind` that may be continued, latest first: ok, answered with tokens, ended on
-    their own (by the model's end-of-turn token: no stop strings asked for)."""
-    found = []
-    for call in reversed(calls):
-        if call.kind != kind or call.side:
-            continue
-        if len(found) == MAX_CANDIDATES:
-            break
-        if call.status == CallStatus.OK and call.response_token_ids and call.finish_reason in ENDED \
-                and not any(call.request.get(key) for key in STOP_FIELDS):
-            found.append(call)
-    return found
+def candidates(latest: Sequence[CallRecord], kind: str) -> list[CallRecord]:
+    """Of the attempt's last calls (latest first), the main calls of `kind` that may be continued: ok, answered with
+    tokens, ended on their own (by the model's end-of-turn token: no stop strings asked for)."""
+    return [call for call in latest[:MAX_CANDIDATES] if call.kind == kind and not call.side
+            and call.status == CallStatus.OK and call.response_token_ids and call.finish_reason in ENDED
+            and not any(call.request.get(key) for key in STOP_FIELDS)]
 
 
 def spliced(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[int], closed: Sequence[int],
@@ -186,10 +180,10 @@ async def _messages_of(svc: GatewayContext, adapter: ProtocolAdapter, call: Call
         return None
 
 
-async def matched_call(svc: GatewayContext, adapter: ProtocolAdapter, chat: dict[str, Any], calls: list[CallRecord]
-                       ) -> Match | None:
+async def matched_call(svc: GatewayContext, adapter: ProtocolAdapter, chat: dict[str, Any],
+                       latest: list[CallRecord]) -> Match | None:
     """The latest earlier call whose conversation and answer `chat` continues (`continues`), or None."""
-    for call in candidates(calls, adapter.kind):
+    for call in candidates(latest, adapter.kind):
         try:
             answer = adapter.answer_turn(call.response_raw or "")
         except (ValueError, KeyError, TypeError, IndexError, GatewayError):
@@ -222,7 +216,8 @@ async def recorded_prompt(svc: GatewayContext, adapter: ProtocolAdapter, chat: d
     if chat.get("tool_choice") not in (None, "auto", "none") or \
             not any(message.get("role") == "assistant" for message in chat["messages"][1:-1]):
         return None  # a forced call (its opening is planned on the engine's rendering), or no answer to continue
-    match = await matched_call(svc, adapter, chat, await svc.store.list_calls(rollout_id, attempt))
+    latest = await svc.store.recent_calls(rollout_id, attempt, adapter.kind, MAX_CANDIDATES)
+    match = await matched_call(svc, adapter, chat, latest)
     if match is None:
         return None
     k = len(match.messages)

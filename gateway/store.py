@@ -84,6 +84,7 @@ class Store(Protocol):
     async def next_call_seq(self, rollout_id: str, attempt: int) -> int: ...
     async def insert_call(self, row: dict[str, Any]) -> None: ...
     async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]: ...
+    async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int) -> list[CallRecord]: ...
     async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None: ...
     async def register_model(self, model: ModelIn) -> ModelRecord: ...
     async def set_model_version(self, name: str, version: int) -> list[ModelRecord]: ...
@@ -330,6 +331,17 @@ class SqlStore:
         if attempt is not None:
             query = query.where(c.attempt == attempt)
         rows = await self._read(lambda conn: conn.execute(query.order_by(c.attempt, c.seq)).all())
+        return [call_row_to_record(row) for row in rows]
+
+    async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int) -> list[CallRecord]:
+        """The attempt's last `limit` ok main calls of `kind`, latest first (the index on rollout, attempt, seq read
+        backwards): what `gateway.recorded_turns` may continue, without reading the attempt's other calls."""
+        c = schema.calls.c
+        query = (sa.select(*schema.RECORD_COLUMNS)
+                 .where(c.rollout_id == rollout_id, c.attempt == attempt, c.kind == kind,
+                        c.status == CallStatus.OK.value, c.side.is_(False))
+                 .order_by(c.seq.desc()).limit(limit))
+        rows = await self._read(lambda conn: conn.execute(query).all())
         return [call_row_to_record(row) for row in rows]
 
     async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None:

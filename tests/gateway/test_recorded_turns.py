@@ -145,3 +145,26 @@ def test_a_custom_tool_call_sent_back_continues_on_the_recorded_tokens(admin, up
     first, second = admin.calls(created.id)
     assert second.recorded_prefix == len(first.prompt_token_ids) + len(first.response_token_ids)
     assert samples_of(admin, created.id) == 1
+
+
+def test_the_store_reads_only_the_attempts_last_ok_main_calls_of_the_protocol(tmp_path):
+    import asyncio
+
+    from gateway.records import RolloutSpec
+    from gateway.store import SqlStore
+    from tests.gateway.test_responses_chains import row
+
+    async def main() -> list[int]:
+        store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+        try:
+            await store.create_rollouts([RolloutSpec(id="r", group_id="g")])
+            for seq, fields in enumerate([{}, {}, {"status": "error"}, {"side": True}, {"kind": "messages"},
+                                          {"attempt": 1}, {}, {"recorded_prefix": 7}]):
+                await store.insert_call(row(seq, **fields))
+            latest = await store.recent_calls("r", 0, "responses", 3)
+            assert latest[0].recorded_prefix == 7
+            return [call.seq for call in latest]
+        finally:
+            store.close()
+
+    assert asyncio.run(main()) == [7, 6, 1]

@@ -67,11 +67,13 @@ def record(seq: int, **fields) -> CallRecord:
 
 
 def test_candidates_are_the_latest_whole_main_answers_of_the_protocol():
-    calls = [record(0), record(1, side=True), record(2, status=CallStatus.ERROR), record(3, finish_reason="length"),
-             record(7, request={"stop_sequences": ["END"]}), record(8, request={"stop": "x"}),
-             record(4, kind="responses"), record(5, response_token_ids=[], response_logprobs=[]), record(6)]
-    assert [c.seq for c in candidates(calls, "messages")] == [6, 0]
-    many = [record(seq) for seq in range(10)]
+    latest = [record(6), record(5, response_token_ids=[], response_logprobs=[]), record(4, finish_reason="length"),
+              record(3, request={"stop_sequences": ["END"]})]
+    assert [c.seq for c in candidates(latest, "messages")] == [6]
+    others = [record(9, request={"stop": "x"}), record(8, side=True), record(7, status=CallStatus.ERROR),
+              record(2, kind="responses"), record(0)]
+    assert [c.seq for c in candidates(others, "messages")] == []  # the store's answer is filtered again
+    many = [record(seq) for seq in range(9, -1, -1)]
     assert [c.seq for c in candidates(many, "messages")] == list(range(9, 9 - MAX_CANDIDATES, -1))
 
 
