@@ -49,7 +49,7 @@ from gateway.protocols.base import ProtocolAdapter
 from gateway.records import CallRecord, CallStatus, ModelRecord
 from gateway.upstream import UpstreamFailed
 
-MAX_CANDIDATES = 4  # the attempt's last ok main calls of the protocol tried, latest first
+MAX_CANDIDATES = 8  # the attempt's last ok main calls of the protocol tried, latest first
 MAX_BRIDGE_TOKENS = 4  # what a template writes after an answer's end-of-turn token (ChatML: a newline)
 ENDED = frozenset({"stop", "tool_calls"})  # an answer that ended on its own (its last token closes the turn)
 STOP_FIELDS = ("stop", "stop_sequences")  # a harness's stop strings: an answer they ended has no end-of-turn token

@@ -71,10 +71,10 @@ def test_candidates_are_the_latest_whole_main_answers_of_the_protocol():
               record(3, request={"stop_sequences": ["END"]})]
     assert [c.seq for c in candidates(latest, "messages")] == [6]
     others = [record(9, request={"stop": "x"}), record(8, side=True), record(7, status=CallStatus.ERROR),
-              record(2, kind="responses"), record(0)]
+              record(2, kind="responses")]
     assert [c.seq for c in candidates(others, "messages")] == []  # the store's answer is filtered again
-    many = [record(seq) for seq in range(9, -1, -1)]
-    assert [c.seq for c in candidates(many, "messages")] == list(range(9, 9 - MAX_CANDIDATES, -1))
+    many = [record(seq) for seq in range(19, -1, -1)]
+    assert [c.seq for c in candidates(many, "messages")] == list(range(19, 19 - MAX_CANDIDATES, -1))
 
 
 END, NL = 2, 99
