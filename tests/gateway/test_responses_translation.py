@@ -158,9 +158,11 @@ def test_what_the_gateway_cannot_honour_is_refused_naming_the_field(body, param,
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=5)
                     | st.sampled_from(["message", "function_call", "function_call_output", "user", "input_text",
-                                       "function", "web_search", "reasoning", "input_image"]),
+                                       "function", "web_search", "reasoning", "input_image", "custom",
+                                       "custom_tool_call", "custom_tool_call_output"]),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
-                        ["type", "role", "content", "text", "call_id", "name", "arguments", "output", "format"]),
+                        ["type", "role", "content", "text", "call_id", "name", "arguments", "output", "format",
+                         "input"]),
                         inner, max_size=4), max_leaves=12)
 
 
@@ -180,7 +182,8 @@ CHUNKS = st.lists(st.fixed_dictionaries({"choices": st.lists(st.fixed_dictionari
         "content": st.one_of(st.text(max_size=3), st.none(), st.integers()),
         "tool_calls": st.lists(st.fixed_dictionaries({"index": st.integers(0, 2)}, optional={
             "id": st.text(max_size=3), "function": st.fixed_dictionaries({}, optional={
-                "name": st.text(max_size=3), "arguments": st.one_of(st.text(max_size=3), st.integers())})}),
+                "name": st.one_of(st.text(max_size=3), st.just("patch")),
+                "arguments": st.one_of(st.text(max_size=3), st.integers(), st.just('{"input": "x"}'))})}),
             max_size=2)})}), max_size=2)}), max_size=6)
 
 
@@ -188,8 +191,9 @@ CHUNKS = st.lists(st.fixed_dictionaries({"choices": st.lists(st.fixed_dictionari
 @given(CHUNKS)
 def test_any_chunk_sequence_streams_valid_events_or_breaks_the_protocol_cleanly(chunks):
     """Each chunk is translated or refused with one of what the forwarder treats as a broken answer; the events
-    sent, then the closing (or the error) events, are valid Responses events in sequence."""
-    stream = RESPONSES.stream({"model": "m", "input": "go"}, "resp_1")
+    sent, then the closing (or the error) events, are valid Responses events in sequence (a call of the custom tool
+    `patch` as a custom_tool_call item)."""
+    stream = RESPONSES.stream({"model": "m", "input": "go", "tools": [{"type": "custom", "name": "patch"}]}, "resp_1")
     sse = b""
     try:
         for each in chunks:
