@@ -231,6 +231,9 @@ class RunConfig(Section):
             raise ValueError(f"algorithm.advantage.format_reward={self.algorithm.advantage.format_reward} with recipe "
                              f"{self.recipe!r}: the recipe defines no shaping term (no `shaping_shares` hook, "
                              "rollouts/recipe.py); set it to 0")
+        if self.controller.runner == "kubernetes" and is_file_reference(self.recipe):
+            raise ValueError(f"recipe file {self.recipe}: recipe files run on the local runner (an agent image does "
+                             "not hold your folder); set controller.runner: local")
         if self.backend.verl.temperature is not None:
             raise ValueError("backend.verl.temperature is removed: verl trains at the temperature the calls were "
                              "sampled at (recorded by the gateway); set gateway sampling.temperature instead")

@@ -46,13 +46,15 @@ def test_unreadable_files_are_named_with_the_fix(tmp_path: Path):
 
 
 def test_tasks_ids_harness_command_and_files(tmp_path: Path):
-    recipe = RECIPE + "files: [notes.txt]\nharness_timeout: 1\n"
-    path = recipe_folder(tmp_path / "r", recipe=recipe.replace("harness_timeout: 1\n", ""))
+    path = recipe_folder(tmp_path / "r", recipe=RECIPE.replace("  command: [python, agent.py]\n",
+                                                               "  command: [python, agent.py]\n  timeout_s: 90\n")
+                         + "files: [notes.txt]\n")
     (path.parent / "notes.txt").write_text("hello")
     recipe = get_recipe(str(path))
     assert recipe.name == "sums" and get_recipe(str(path)) is recipe  # read once per process
     tasks = recipe.generate(4, seed=0)
     assert [t["id"] for t in tasks] == ["sums-0", "sums-1", "sums-2", "sums-3"] and tasks[1]["answer"] == 3
+    assert {t["harness_timeout_s"] for t in tasks} == {90.0}
     with pytest.raises(ValueError, match="holds 10 tasks but the run asks for 11"):
         recipe.generate(11, seed=0)
     command = recipe.harness_command()
@@ -78,6 +80,8 @@ def test_the_settings_and_the_shaping_term_reach_the_run_config(tmp_path: Path):
     without = recipe_folder(tmp_path / "s", recipe=RECIPE)
     with pytest.raises(ValueError, match="defines no shaping term"):
         load_run_config(None, {"algorithm.advantage.format_reward": 0.5}, str(without))
+    with pytest.raises(ValueError, match="recipe files run on the local runner"):
+        load_run_config(None, {"controller.runner": "kubernetes"}, str(without))
 
 
 def test_answer_pattern_shares_read_the_recorded_answers():
