@@ -41,9 +41,10 @@ class GatewayConfig(BaseModel):
     cache_rollouts: bool = Field(default=True, description="Cache rollout state in memory (with several gateways on "
                                  "one store each call's number is taken in the store, which refuses a call of an "
                                  "attempt that ended on another gateway: the cache stays safe).")
-    fleet_poll_s: float = Field(default=0.5, gt=0, le=10, description="PostgreSQL store: how often each gateway "
+    fleet_poll_s: float = Field(default=1.0, gt=0, le=10, description="PostgreSQL store: how often each gateway "
                                 "heartbeats (its calls in flight) and reads the store's pause and models; a pause "
-                                "or a model change made on another gateway reaches this one within it.")
+                                "or a model change made on another gateway reaches this one at once (NOTIFY), "
+                                "within this at the latest.")
     fleet_stale_s: float = Field(default=5.0, gt=0, le=600, description="PostgreSQL store: a gateway whose heartbeat "
                                  "is older is counted gone (killed): a pause does not wait for its drain.")
     model_aliases: dict[str, str] = Field(default_factory=dict, description="Harness model names -> registered "

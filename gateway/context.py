@@ -30,8 +30,10 @@ class GatewayContext:
     fleet: Fleet | None = None  # this gateway among the store's gateways: the shared pause, heartbeats
 
     async def reload_models(self) -> None:
-        """Refresh the router from the store after a model change."""
+        """Refresh the router from the store after a model change (and wake the store's other gateways to do so)."""
         self.router.load(await self.store.list_models())
+        if self.fleet is not None:
+            await self.fleet.notify()
 
     async def close(self) -> None:
         """Leave the store's gateways, release the upstream pool and flush the store."""

@@ -6,6 +6,8 @@ A PostgreSQL store may serve several gateway processes (replicas behind one Serv
   database's clock) is a gateway gone (killed), not waited for;
 - reads, at the same beat, the store's pause (the `control` row an admin pause or resume on any gateway writes) and
   the registered models, and applies both (models first: calls released by a resume go to the updated engine);
+- is woken at once, not at its next beat, by PostgreSQL's NOTIFY on `harnessrl_fleet`: sent with a pause or resume,
+  a model change, a join, and a heartbeat whose pause or drain state changed (what a pause waits for);
 - numbers its calls in memory while it is the store's only gateway (the hot path takes no extra round trip), and in
   the store (`SqlStore.share_numbering`) once another gateway is live: a joining gateway registers under an advisory
   lock, so two starting at once see each other, and starts serving only once every live gateway numbers in the store.
@@ -46,7 +48,12 @@ log = logging.getLogger("harnessrl.gateway")
 
 JOIN_LOCK = 0x68726C67  # "hrlg": the advisory lock a joining gateway registers under
 DRAIN_POLL_S = 0.02
-"""How often a pause reads the other gateways' heartbeats while it waits for their drain."""
+"""How often a joining gateway reads the others' heartbeats while it waits for them to number in the store."""
+DRAIN_READ_S = 0.25
+"""How often a pause reads the other gateways' heartbeats while it waits for their drain, besides each notification."""
+CHANNEL = "harnessrl_fleet"
+"""The LISTEN/NOTIFY channel that wakes every gateway of the store."""
+NOTIFY = sa.text(f"SELECT pg_notify('{CHANNEL}', '')")
 JOIN_TIMEOUT_BEATS = 20
 """A joining gateway waits this many of the others' beats (fleet_poll_s) for them to number calls in the store."""
 FORGET_AFTER_STALE = 10
@@ -101,6 +108,8 @@ def set_pause(conn: sa.Connection, paused: bool, now: float) -> Control:
         held_s = max(0.0, now - current.paused_since) if current.paused_since else 0.0
         values = {"paused": False, "paused_since": None, "paused_total_s": current.paused_total_s + held_s}
     conn.execute(schema.control.update().where(schema.control.c.id == 1).values(**values))
+    if conn.dialect.name == "postgresql":
+        conn.execute(NOTIFY)  # delivered at commit
     return read_control(conn)
 
 
@@ -136,15 +145,19 @@ def join(conn: sa.Connection, row: dict[str, Any], stale_s: float) -> tuple[Cont
     others = read_peer_rows(conn, stale_s)
     live_others = any(p.peer.live for p in others)
     conn.execute(schema.gateways.insert().values(**{**row, "shared": live_others}, beat_at=db_now()))
+    conn.execute(NOTIFY)  # the others switch to numbering in the store now, not at their next beat
     return read_control(conn), others
 
 
-def beat(conn: sa.Connection, row: dict[str, Any]) -> None:
-    """This gateway's heartbeat (its row again if it was forgotten meanwhile)."""
+def beat(conn: sa.Connection, row: dict[str, Any], *, notify: bool = False) -> None:
+    """This gateway's heartbeat (its row again if it was forgotten meanwhile); with `notify`, the others are woken (a
+    pause waiting for this gateway's drain reads it at once)."""
     g = schema.gateways.c
     values = {key: value for key, value in row.items() if key not in ("id", "address", "started_at")}
     if not conn.execute(schema.gateways.update().where(g.id == row["id"]).values(**values, beat_at=db_now())).rowcount:
         conn.execute(schema.gateways.insert().values(**row, beat_at=db_now()))
+    if notify:
+        conn.execute(NOTIFY)
 
 
 def leave(conn: sa.Connection, gateway_id: str) -> None:
@@ -190,9 +203,12 @@ class Fleet:
         self.control = Control()
         self.peers: list[PeerRow] = []  # the other gateways at the last beat
         self._generation = 0  # the pause generation applied to the gate
-        self._models: list[ModelRecord] | None = None
-        self._wake = asyncio.Event()
+        self._models: list[tuple] | None = None  # the models table as last read
+        self._wake = asyncio.Event()  # beat now
+        self._notified = asyncio.Event()  # a notification came (a pause waiting for the others' drain reads again)
+        self._published: tuple | None = None  # what the last heartbeat said of the pause, the drain and numbering
         self._task: asyncio.Task | None = None
+        self._listener: asyncio.Task | None = None
         self._lock_fd: int | None = None
         self._started_at = time.time()
         self._failing = False  # the last heartbeat failed (logged once per failing streak)
@@ -220,13 +236,15 @@ class Fleet:
                              "several-gateway support, or cannot reach the store; stop or upgrade them")
         self.store.numbers_until = started + FENCE_SHARE * stale_s
         self._task = asyncio.create_task(self._run(), name="harnessrl-fleet")
+        self._listener = asyncio.create_task(self._listen(), name="harnessrl-fleet-listen")
 
     async def stop(self) -> None:
         """Stop heartbeating and leave (the others stop counting this gateway at once)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            for task in (self._task, self._listener):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             with contextlib.suppress(Exception):
                 await self.store.fleet_write(lambda conn: leave(conn, self.id))
             await self.store.close_numbering()
@@ -259,7 +277,40 @@ class Fleet:
 
     async def _beat(self) -> None:
         row = self._row()
-        await self.store.fleet_write(lambda conn: beat(conn, row))
+        notify = self._changed(row)
+        await self.store.fleet_write(lambda conn: beat(conn, row, notify=notify))
+
+    def _changed(self, row: dict[str, Any]) -> bool:
+        """Whether `row` says something new a pause or a joining gateway waits for (then it is published)."""
+        published = (row["shared"], row["paused"], row["pause_generation"], row["paused"] and row["in_flight"] == 0)
+        changed, self._published = published != self._published, published
+        return changed
+
+    async def notify(self) -> None:
+        """Wake every gateway of the store now (a model changed here): they read the store at once."""
+        if self.several:
+            await self.store.fleet_write(lambda conn: conn.execute(NOTIFY))
+
+    async def _listen(self) -> None:
+        """LISTEN on the store's channel on a connection of its own; each notification wakes this gateway (and a pause
+        waiting here). Reconnects after a failure; the beat every fleet_poll_s covers what a lost one missed."""
+        import psycopg
+
+        from gateway.numbering import conninfo
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo(self.store.url), autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._wake.set()  # whatever was sent before the LISTEN
+                    async for _ in conn.notifies():
+                        self._wake.set()
+                        self._notified.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the beats go on meanwhile
+                log.debug("gateway notification listener: %s", exc)
+            await asyncio.sleep(self.config.fleet_poll_s)
 
     async def _run(self) -> None:
         """Every fleet_poll_s, or at once when woken (a drain finished, a pause applied): read the pause, the models
@@ -283,25 +334,32 @@ class Fleet:
                 self._failing = True
 
     async def _sync(self) -> None:
+        """One transaction: this gateway's heartbeat (its state as of now), then the store's pause, the gateways and
+        the models, applied after it; a change this makes to what the heartbeat says (a pause applied, numbering
+        shared) is published by the next beat, at once."""
         stale_s = self.config.fleet_stale_s
         started = time.monotonic()
         late = started > self.store.numbers_until  # another gateway may have counted this one gone meanwhile
+        row = self._row()
+        notify = self._changed(row)
+        m = schema.models.c
 
-        def read(conn: sa.Connection) -> tuple[Control, list[PeerRow], list[ModelRecord]]:
-            m = schema.models.c
-            models = [ModelRecord(name=r.name, base_url=r.base_url, version=r.version, served_name=r.served_name)
-                      for r in conn.execute(sa.select(schema.models).order_by(m.name, m.base_url)).all()]
-            return read_control(conn), read_peer_rows(conn, stale_s), models
+        def sync(conn: sa.Connection) -> tuple[Control, list[PeerRow], list[tuple]]:
+            beat(conn, row, notify=notify)
+            models = conn.execute(sa.select(m.name, m.base_url, m.version, m.served_name)
+                                  .order_by(m.name, m.base_url)).all()
+            return read_control(conn), read_peer_rows(conn, stale_s), [tuple(r) for r in models]
 
-        control, peers, models = await self.store.fleet_read(read)
+        control, peers, models = await self.store.fleet_write(sync)
         self.peers = [p for p in peers if p.peer.id != self.id]
         if not self.store.shared and any(p.peer.live for p in self.peers):
             await self.store.share_numbering()
+            self._wake.set()
         if models != self._models:
             self._models = models
-            self.router.load(models)
+            self.router.load([ModelRecord(name=name, base_url=base_url, version=version, served_name=served_name)
+                              for name, base_url, version, served_name in models])
         self._apply(control)
-        await self._beat()
         if late and self.store.shared and not await self._wait_until_all_share():
             return  # numbers nothing until every live gateway numbers in the store
         self.store.numbers_until = started + FENCE_SHARE * stale_s
@@ -331,6 +389,7 @@ class Fleet:
         deadline = started + drain_timeout_s
         stale_s = self.config.fleet_stale_s
         while True:
+            self._notified.clear()  # before the read: a notification during it is not lost
             current, peers = await self.store.fleet_read(lambda conn: (read_control(conn),
                                                                         read_peer_rows(conn, stale_s)))
             others = [p for p in peers if p.peer.id != self.id and p.peer.live]
@@ -344,13 +403,15 @@ class Fleet:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self._result(started, False, others)
-            if waiting:
-                await asyncio.sleep(min(DRAIN_POLL_S, remaining))
+            if waiting:  # their heartbeat notifies once they applied the pause and drained
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._notified.wait(), timeout=min(DRAIN_READ_S, remaining))
             else:
-                await self.gate.wait_idle(min(DRAIN_POLL_S * 5, remaining))
+                await self.gate.wait_idle(min(DRAIN_READ_S, remaining))
 
     async def resume(self) -> PauseResult:
-        """Release held calls here at once, on the other gateways at their next beat."""
+        """Release held calls here at once, on the other gateways as soon as the notification reaches them (at their
+        next beat at the latest)."""
         now = time.time()
         self._apply(await self.store.fleet_write(lambda conn: set_pause(conn, False, now)))
         return self._result(time.monotonic(), self.gate.in_flight == 0, [p for p in self.peers if p.peer.live])

@@ -108,7 +108,7 @@ def test_gateway_service_contract() -> None:
 
 
 def test_sqlite_gateway_is_a_single_recreated_replica_on_its_volume() -> None:
-    """SQLite has one writer and the gateway caches rollout state: never two gateway pods on one store."""
+    """SQLite has one writer (a second gateway on its file stops at start): never two gateway pods on one store."""
     deployment = named(render("base"), "Deployment", "harnessrl-gateway")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
@@ -125,6 +125,18 @@ def test_postgres_overlay_takes_the_store_url_from_a_secret_and_drops_the_volume
     assert env["HARNESSRL_DB_URL"]["valueFrom"] == {"secretKeyRef": {"name": "harnessrl-gateway-db", "key": "url"}}
     assert not of_kind(objects, "PersistentVolumeClaim") or all(
         pvc["metadata"]["name"] != "harnessrl-gateway-data" for pvc in of_kind(objects, "PersistentVolumeClaim"))
+
+
+def test_postgres_gateway_runs_replicas_rolled_one_at_a_time_with_one_kept_through_disruptions() -> None:
+    """Several gateways share a PostgreSQL store (gateway/README.md, "Several gateways on one store")."""
+    objects = render("overlays/postgres")
+    deployment = named(objects, "Deployment", "harnessrl-gateway")
+    assert deployment["spec"]["replicas"] >= 2
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    budget = named(objects, "PodDisruptionBudget", "harnessrl-gateway")
+    assert budget["spec"]["minAvailable"] == 1 and budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)

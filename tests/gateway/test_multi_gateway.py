@@ -1,8 +1,8 @@
 """Two gateway processes on one PostgreSQL store, as a multi-node deployment runs them behind one Service: a rollout's
 calls spread over both are numbered and recorded in order; a `kill -9` of one under load loses no acknowledged call
 and the rollouts go on through the other; a pause on either holds calls on both and waits for both to drain; a
-resume on either releases both. The gateways heartbeat every 0.1 s here (fleet_poll_s) and count a gateway gone after
-1 s of silence (fleet_stale_s)."""
+resume on either releases both, at once (NOTIFY), not at the next heartbeat. The gateways heartbeat every 1 s here
+(fleet_poll_s, the default) and count a gateway gone after 3 s of silence (fleet_stale_s)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ from tests.inprocess import InProcessScripted
 
 pytestmark = pytest.mark.slow  # two gateway processes and a PostgreSQL server
 
-FLEET = "fleet_poll_s: 0.1\nfleet_stale_s: 1.0\n"
+FLEET = "fleet_poll_s: 1.0\nfleet_stale_s: 3.0\n"
+FAST_FLEET = "fleet_poll_s: 0.1\nfleet_stale_s: 1.0\n"
+"""For the stall test: a gateway counted gone after 1 s."""
 SLOW_S = 1.5
 """How long the slow model takes to answer: a call in flight while a pause drains."""
 
@@ -147,13 +149,15 @@ def test_a_pause_on_one_gateway_holds_calls_on_the_other_and_returns_once_both_d
     with GatewayClient(pair.a.url, ADMIN_TOKEN) as admin_a, GatewayClient(pair.b.url, ADMIN_TOKEN) as admin_b:
         admin_a.register_model("slow", pair.slow.base_url)
         slow, held_b, held_a = pair.rollouts(3)
-        wait_for(lambda: harness(pair.b, slow).get("/models").json()["data"].__len__() == 2,
-                 what="the model registered on A served by B")
+        wait_for(lambda: harness(pair.b, slow).get("/models").json()["data"].__len__() == 2, timeout_s=0.5,
+                 what="the model registered on A served by B (notified, not at its next beat)")
         with ThreadPoolExecutor(4) as pool:
             in_flight = pool.submit(lambda: harness(pair.b, slow).post("/chat/completions", json=chat("s", "slow")))
             wait_for(lambda: admin_a.state().in_flight == 1, what="B's slow call seen in flight from A")
+            pause_started = time.monotonic()
             paused = admin_a.pause(timeout_s=30)
             returned_wall = time.time()
+            assert time.monotonic() - pause_started < SLOW_S + 0.5, "B's drain seen at once, not at its next beat"
             assert paused.paused and paused.drained and paused.in_flight == 0 and paused.gateways == 2, paused
             assert in_flight.done() and in_flight.result().status_code == 200
             [record] = admin_a.calls(slow.id)
@@ -171,7 +175,7 @@ def test_a_pause_on_one_gateway_holds_calls_on_the_other_and_returns_once_both_d
             assert not resumed.paused
             released = time.monotonic()
             assert on_a.result(timeout=10).status_code == 200 and on_b.result(timeout=10).status_code == 200
-            assert time.monotonic() - released < 2.0
+            assert time.monotonic() - released < 0.5, "released by the notification, not at A's next beat (1 s)"
         assert not admin_a.state().paused
         assert admin_a.state().paused_s == pytest.approx(admin_b.state().paused_s, abs=0.05)
 
@@ -247,7 +251,7 @@ def test_a_gateway_stalled_past_the_stale_time_numbers_nothing_until_both_share(
     import signal
 
     config = tmp_path / "gateway.yaml"
-    config.write_text(FLEET)
+    config.write_text(FAST_FLEET)
     url = postgres_server.create_database("stall")
     upstream = InProcessScripted(Script(prompt_tokens=4, response_tokens=2)).start()
     a = GatewayProcess(db_url=url, config_path=config).start()
