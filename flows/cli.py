@@ -67,7 +67,7 @@ def recipes_help() -> str:
 
 @app.command()
 def train(
-    name: str = typer.Argument(None, metavar="[RECIPE]", help=recipes_help(), show_default=False),
+    name: str = typer.Argument(None, metavar="RECIPE", help=recipes_help(), show_default=False),
     recipe: str = typer.Option(None, help="The recipe: a registered name or module:OBJECT from your own folder "
                                f"(imported from here and ${RECIPE_PATH_ENV})."),
     recipe_file: Path = typer.Option(None, help="A recipe file (YAML): tasks, harness command, grader command."),
@@ -93,5 +93,13 @@ def check_config(profile: str | None, overrides: dict[str, object], recipe: str 
     """The validated configuration, or the errors as a usage error (exit status 2) naming each bad key."""
     try:
         return load_run_config(profile, overrides, recipe)
-    except (ValidationError, ValueError, FileNotFoundError) as error:
+    except ValidationError as error:
+        raise typer.BadParameter("\n".join(problem_lines(error))) from error
+    except (ValueError, FileNotFoundError) as error:
         raise typer.BadParameter(str(error)) from error
+
+
+def problem_lines(error: ValidationError) -> list[str]:
+    """One line per problem: the setting's dotted key, then pydantic's message without its prefix."""
+    return [f"{'.'.join(str(part) for part in item['loc']) or 'config'}: "
+            f"{item['msg'].removeprefix('Value error, ')}" for item in error.errors()]

@@ -29,6 +29,7 @@ from controller.recipe import Grade, GradeInput, final_text
 from rollouts.groups import FinishedGroup
 
 PYTHON_NAMES = ("python", "python3")
+TASK_SUFFIXES = (".jsonl", ".json", ".parquet")  # a tasks value with one of these is a file, never a hub id
 NO_SIGNAL_HINT = ("check your grader by hand on a few answers (does any attempt score differently?), give the model "
                   "easier tasks or a larger model, or add a training-only shaping term (`shaping: answer_pattern:` in "
                   "the recipe file, and algorithm.advantage.format_reward > 0 in its settings)")
@@ -86,6 +87,9 @@ class FileRecipe:
                 found.append((f"files.{index}", f"{name!r} does not exist in {self.folder}"))
             elif not target.is_relative_to(self.folder):
                 found.append((f"files.{index}", f"{name!r} is outside the recipe's folder {self.folder}"))
+        tasks = self.folder / self.spec.tasks
+        if not tasks.exists() and (Path(self.spec.tasks).suffix in TASK_SUFFIXES or self.spec.tasks.startswith(".")):
+            found.append(("tasks", f"{self.spec.tasks!r} does not exist in {self.folder}"))
         used = [self.folder / arg for arg in (*self.spec.harness.command, *self.spec.grader.command,
                                               *self.spec.files, self.spec.tasks)]
         found += unreadable(self.folder, [path for path in used if path.exists()])
