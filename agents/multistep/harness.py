@@ -4,7 +4,8 @@ A plain program: `python -m agents.multistep.harness`. It reads the task from $H
 OpenAI-compatible server OPENAI_BASE_URL / OPENAI_API_KEY name. The messages of each call are
 `agents.multistep.conversation.next_messages`; prints one line per part's reply.
 Optional task fields: "model" (default "policy"), "max_tokens", "temperature" (default 1.0),
-"compact_above_tokens" (the context size, from each answer's `usage.total_tokens`, past which it compacts).
+"compact_above_tokens" (the reply tokens since the last compaction, from each answer's `usage.completion_tokens`,
+past which it compacts).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from openai import OpenAI
 
-from agents.multistep.conversation import Message, next_messages
+from agents.multistep.conversation import Message, next_messages, reply_tokens_after
 from agents.multistep.tasks import DEFAULT_MAX_TOKENS
 
 DEFAULT_TEMPERATURE = 1.0
@@ -32,16 +33,16 @@ def run_episode(client: Any, task: dict[str, Any]) -> list[str]:
     """Every part in order, one call each; the replies."""
     messages: list[Message] = []
     replies: list[str] = []
-    context_tokens: int | None = None
+    reply_tokens = 0
     for _ in task["steps"]:
-        messages = next_messages(task, messages, replies, context_tokens)
+        messages = next_messages(task, messages, replies, reply_tokens)
         answer = client.chat.completions.create(
             model=task.get("model", "policy"), messages=messages,
             max_tokens=task.get("max_tokens", DEFAULT_MAX_TOKENS),
             temperature=task.get("temperature", DEFAULT_TEMPERATURE))
         replies.append(answer.choices[0].message.content or "")
-        usage = getattr(answer, "usage", None)
-        context_tokens = getattr(usage, "total_tokens", None)
+        completion_tokens = getattr(getattr(answer, "usage", None), "completion_tokens", None) or 0
+        reply_tokens = reply_tokens_after(task, reply_tokens, completion_tokens)
     return replies
 
 

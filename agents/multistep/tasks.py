@@ -1,9 +1,9 @@
 """Multistep tasks: a short piece about a topic written in 2-6 parts, one reply per part, each part with one
 verifiable instruction (the instruction-following recipe's kinds that fit a one- or two-sentence reply).
 
-The number of parts varies by task, and the harness compacts its context whenever the previous call's context passed
-`compact_above_tokens`, so the number of training samples per rollout varies with the task and with the length of
-the policy's own replies.
+The number of parts varies by task, and the harness compacts its context whenever its replies since the last
+compaction passed `compact_above_tokens`, so the number of training samples per rollout varies with the task and
+with the length of the policy's own replies.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from agents.instruction_following.tasks import TOPICS
 
 MIN_PARTS = 2
 MAX_PARTS = 6
-DEFAULT_COMPACT_ABOVE_TOKENS = 150
-"""Tokens of a call's context (prompt + reply) past which the harness compacts before the next part."""
+DEFAULT_COMPACT_ABOVE_TOKENS = 40
+"""Tokens of the model's replies since the last compaction past which the harness compacts before the next part."""
 DEFAULT_MAX_TOKENS = 32
 
 STEP_KINDS = (
@@ -66,7 +66,8 @@ def generate(count: int, seed: int, compact_above_tokens: int = DEFAULT_COMPACT_
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
     if compact_above_tokens < 1:
-        raise ValueError(f"compact_above_tokens must be >= 1 (a context size in tokens), got {compact_above_tokens}")
+        raise ValueError(f"compact_above_tokens must be >= 1 (reply tokens between compactions), "
+                         f"got {compact_above_tokens}")
     rng = random.Random(f"multistep:{seed}")
     tasks = []
     for index in range(count):

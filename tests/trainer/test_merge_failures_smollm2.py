@@ -64,27 +64,28 @@ def test_the_recorded_gateway_fixture_gives_two_samples_classified_as_retokeniza
     assert batch.stats.merge_failures_retokenization == 1 and batch.stats.merge_failures == 1
 
 
-COMPACT_ABOVE = 120
-"""The harness's compaction budget in these episodes (tokens of the previous call's context)."""
+COMPACT_ABOVE = 5
+"""The harness's compaction budget in these episodes (reply tokens since the last compaction): with these replies
+(4 or 5 tokens), a compaction after every second part."""
 
 
 def multistep_calls(tokenizer, parts: int, split_reply: int | None = None) -> list[RecordedCall]:
     """One multistep episode (agents/multistep) rendered with SmolLM2's template: the engine's replies are the
     canonical tokens of a short sentence, except reply `split_reply`, sampled in two non-canonical pieces."""
-    from agents.multistep.conversation import next_messages
+    from agents.multistep.conversation import next_messages, reply_tokens_after
     from agents.multistep.tasks import generate
 
     task = {**next(t for t in generate(40, 0) if len(t["steps"]) == parts), "compact_above_tokens": COMPACT_ABOVE}
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    calls, messages, replies, context_tokens = [], [], [], None
+    calls, messages, replies, reply_tokens = [], [], [], 0
     for index in range(parts):
-        messages = next_messages(task, messages, replies, context_tokens)
+        messages = next_messages(task, messages, replies, reply_tokens)
         pieces = ["hel", "lo world."] if index == split_reply else ["hello world."]
         response = tuple(t for piece in pieces for t in tokenizer.encode(piece, add_special_tokens=False)) + (end,)
         calls.append(RecordedCall("r", "g", index, render(tokenizer, messages), response, (-0.1,) * len(response), 0,
                                   True, "stop"))
         replies.append("".join(pieces))
-        context_tokens = len(calls[-1].prompt_token_ids) + len(response)
+        reply_tokens = reply_tokens_after(task, reply_tokens, len(response))
     return calls
 
 
@@ -93,7 +94,7 @@ def multistep_calls(tokenizer, parts: int, split_reply: int | None = None) -> li
     (3, None, 2, 1, 0),  # the compaction before part 3 opens the second sample, counted as "other"
     (4, None, 2, 1, 0),
     (5, None, 3, 2, 0),
-    (6, None, 4, 3, 0),  # the notes grow with the parts: after the second compaction one part passes the budget
+    (6, None, 3, 2, 0),
     (4, 0, 3, 1, 1),  # part 2 cannot extend part 1's non-canonical tokens: one retokenization failure more
     (4, 1, 2, 1, 0),  # the reply before a compaction is never extended: its tokens do not matter
 ])

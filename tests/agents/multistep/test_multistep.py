@@ -36,7 +36,7 @@ class ToyChat:
         prompt_ids, reply_ids = self.ids([*prompt, "<s>", "assistant"]), self.ids([*reply.split(), "</s>"])
         self.recorded.append((prompt_ids, reply_ids))
         return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=reply))],
-                               usage=SimpleNamespace(total_tokens=len(prompt_ids) + len(reply_ids)))
+                               usage=SimpleNamespace(completion_tokens=len(reply_ids)))
 
 
 def recorded_calls(rollout_id: str, chat: ToyChat) -> list[RecordedCall]:
@@ -62,36 +62,41 @@ def test_generate_refuses_bad_arguments():
         generate(1, 0, compact_above_tokens=0)
 
 
-@pytest.mark.parametrize(("budget", "context_tokens", "compacts"), [
-    (100, None, False), (100, 99, False), (100, 100, False), (100, 101, True), (5, 6, True)])
-def test_compaction_happens_once_the_previous_context_passed_the_budget(budget, context_tokens, compacts):
-    assert compacts_after({"compact_above_tokens": budget}, context_tokens) is compacts
+@pytest.mark.parametrize(("budget", "reply_tokens", "compacts"), [
+    (40, 0, False), (40, 39, False), (40, 40, False), (40, 41, True), (5, 6, True)])
+def test_compaction_happens_once_the_replies_since_the_last_one_passed_the_budget(budget, reply_tokens, compacts):
+    assert compacts_after({"compact_above_tokens": budget}, reply_tokens) is compacts
+
+
+@pytest.mark.parametrize(("completion_tokens", "expected"), [
+    ([], 1), ([50], 1),  # the last reply compacts nothing
+    ([20, 20, 20], 1), ([20, 21, 20], 2), ([41, 1, 41, 1], 3), ([41, 41, 41], 3), ([10] * 5, 1), ([10] * 6, 2)])
+def test_contexts_count_the_compactions_the_reply_lengths_cause(completion_tokens, expected):
+    assert contexts(completion_tokens, {"compact_above_tokens": 40}) == expected
 
 
 def test_compaction_replaces_the_history_with_notes():
-    task = {**generate(1, 0)[0], "compact_above_tokens": 100}
+    task = {**generate(1, 0)[0], "compact_above_tokens": 40}
     task["steps"] = task["steps"][:1] * 5
     first = next_messages(task, [], [])
-    second = next_messages(task, first, ["one two"], context_tokens=100)
+    second = next_messages(task, first, ["one two"], reply_tokens=40)
     assert second[: len(first)] == first and second[-2] == {"role": "assistant", "content": "one two"}
-    third = next_messages(task, second, ["one two", "a b c d e f g h i j"], context_tokens=101)
+    third = next_messages(task, second, ["one two", "a b c d e f g h i j"], reply_tokens=41)
     assert len(third) == 1 and "part 1: one two; part 2: a b c d e f g h ..." in third[0]["content"]
     assert summary(["", "x"]) == "part 1: (empty); part 2: x"
-    assert contexts([101, 50, 101, 101], task) == 3  # the last call's size compacts nothing
 
 
 def test_samples_per_rollout_follow_the_policys_reply_lengths_within_a_group():
     """Rollouts of ONE task split differently when the policy's replies differ in length: short replies keep the
     context under the budget (one sample), long ones pass it (a sample per compaction)."""
-    task = {**generate(1, seed=5)[0], "compact_above_tokens": 60}
+    task = {**generate(1, seed=5)[0], "compact_above_tokens": 10}
     task["steps"] = task["steps"][:1] * 4
     per_rollout = []
-    for words in (1, 8, 30):
+    for words in (1, 5, 30):
         chat = ToyChat([" ".join(["word"] * words)] * 4)
         assert len(run_episode(chat, task)) == 4
         built = build_samples(recorded_calls(f"r{words}", chat))
-        sizes = [len(prompt) + len(reply) for prompt, reply in chat.recorded]
-        assert len(built.samples) == contexts(sizes, task)
+        assert len(built.samples) == contexts([len(reply) for _, reply in chat.recorded], task)
         per_rollout.append(len(built.samples))
     assert per_rollout[0] < per_rollout[-1] and len(set(per_rollout)) >= 2
 
