@@ -34,8 +34,9 @@ def test_every_bad_key_and_value_is_named(tmp_path: Path):
 def test_missing_files_and_programs_are_named_before_a_run(tmp_path: Path):
     recipe = RECIPE.replace("[python, agent.py]", "[no-such-program-here, agent.py]").replace(
         "tasks.jsonl", "taks.jsonl") + "files: [notes.txt]\n"
-    with pytest.raises(RecipeFileError, match="(?s)has 3 problem.*tasks: 'taks.jsonl' does not exist.*harness.command: "
-                                              "'no-such-program-here' is neither.*files.0: 'notes.txt' does not exist"):
+    with pytest.raises(RecipeFileError, match="(?s)has 3 problem.*harness.command: 'no-such-program-here' is "
+                                              "neither.*files.0: 'notes.txt' does not exist.*tasks: 'taks.jsonl' does "
+                                              "not exist"):
         load_recipe_file(recipe_folder(tmp_path / "r", recipe=recipe))
 
 
