@@ -6,6 +6,7 @@ resume on either releases both, at once (NOTIFY), not at the next heartbeat. The
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from gateway.client import GatewayClient
-from gateway.records import RolloutCreated, RolloutSpec, RolloutState
+from gateway.records import RolloutCreated, RolloutPatch, RolloutSpec, RolloutState
 from gateway.scripted import Script
 from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
 from tests.inprocess import InProcessScripted
@@ -143,6 +144,57 @@ def test_a_rollout_finished_through_one_gateway_refuses_calls_on_the_other(pair)
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "rollout_finished", refused.text
     with GatewayClient(pair.a.url, ADMIN_TOKEN) as admin:
         assert [c.request["messages"][0]["content"] for c in admin.calls(created.id)] == ["before"]
+
+
+def test_a_rollout_reclaimed_through_one_gateway_takes_its_new_attempts_calls_on_the_other(pair) -> None:
+    """B cached attempt 1; the requeue and the new claim went through A: the attempt-2 key is accepted on B (a fresh
+    read), its calls numbered from 0 in attempt 2, and the attempt-1 key refused there."""
+    [first] = pair.rollouts(1)
+    with harness(pair.b, first) as client:
+        assert client.post("/chat/completions", json=chat("attempt 1")).status_code == 200
+    with GatewayClient(pair.a.url, ADMIN_TOKEN) as admin:
+        admin.set_state(first.id, RolloutState.QUEUED, error="lease lost", attempt=1, controller_id="controller")
+        assert [r.id for r in admin.claim("controller", limit=5)] == [first.id]
+        [second] = admin.create_rollouts([RolloutSpec(id=first.id, group_id="g")])
+    with harness(pair.b, second) as client:
+        answer = client.post("/chat/completions", json=chat("attempt 2"))
+    with harness(pair.b, first) as client:
+        stale = client.post("/chat/completions", json=chat("attempt 1 again"))
+    assert answer.status_code == 200 and answer.headers["x-harnessrl-call-seq"] == "0", answer.text
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_attempt", stale.text
+    with GatewayClient(pair.a.url, ADMIN_TOKEN) as admin:
+        assert [(c.attempt, c.seq) for c in admin.calls(first.id)] == [(1, 0), (2, 0)]
+
+
+def test_numbers_asked_at_once_are_consecutive_in_arrival_order_and_refused_for_a_finished_rollout(
+        postgres_server) -> None:
+    """The store's numbering (gateway/numbering.py) on its own: many requests in one batch, several per rollout."""
+    from gateway.errors import Conflict
+    from gateway.store import SqlStore
+
+    url = postgres_server.create_database("numbers")
+
+    async def main() -> tuple[list[int], str]:
+        store = SqlStore(url)
+        try:
+            await store.create_rollouts([RolloutSpec(id=f"n{i}", group_id="g") for i in range(3)])
+            await store.transition("n2", RolloutPatch(state=RolloutState.CANCELLED))
+            await store.share_numbering()
+            asked = [("n0", 0), ("n1", 0), ("n0", 0), ("n0", 0), ("n1", 0)] * 4
+            numbers = await asyncio.gather(*(store.next_call_seq(r, a) for r, a in asked))
+            with pytest.raises(Conflict) as refused:
+                await store.next_call_seq("n2", 0)
+            return numbers, refused.value.code
+        finally:
+            await store.close_numbering()
+            store.close()
+
+    numbers, code = asyncio.run(main())
+    asked = ["n0", "n1", "n0", "n0", "n1"] * 4
+    for rollout in ("n0", "n1"):
+        got = [n for r, n in zip(asked, numbers, strict=True) if r == rollout]
+        assert got == list(range(len(got))), (rollout, got)
+    assert code == "rollout_finished"
 
 
 def test_a_pause_on_one_gateway_holds_calls_on_the_other_and_returns_once_both_drained(pair) -> None:
