@@ -227,6 +227,7 @@ class Fleet:
         control, others = await self.store.fleet_write(lambda conn: join(conn, self._row(), stale_s))
         self.peers = others
         if any(p.peer.live for p in others):
+            self._log_sharing()
             await self.store.share_numbering()
         self._apply(control)
         self.gate.on_drained = self._wake.set
@@ -265,6 +266,11 @@ class Fleet:
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(DRAIN_POLL_S)
+
+    def _log_sharing(self) -> None:
+        others = ", ".join(f"{p.peer.id} ({p.peer.address})" for p in self.peers if p.peer.live)
+        log.warning("gateway %s shares its store with %s: calls are numbered in the store from now on", self.id,
+                    others)
 
     def _behind(self) -> str:
         """The live gateways that number calls in memory (named), or ''."""
@@ -353,6 +359,7 @@ class Fleet:
         control, peers, models = await self.store.fleet_write(sync)
         self.peers = [p for p in peers if p.peer.id != self.id]
         if not self.store.shared and any(p.peer.live for p in self.peers):
+            self._log_sharing()
             await self.store.share_numbering()
             self._wake.set()
         if models != self._models:
