@@ -10,12 +10,14 @@ A PostgreSQL store may serve several gateway processes (replicas behind one Serv
   a model change, a join, and a heartbeat whose pause or drain state changed (what a pause waits for);
 - numbers its calls in memory while it is the store's only gateway (the hot path takes no extra round trip), and in
   the store (`SqlStore.share_numbering`) once another gateway is live: a joining gateway registers under an advisory
-  lock, so two starting at once see each other, and starts serving only once every live gateway numbers in the store.
+  lock, so two starting at once see each other, and starts serving only once every live gateway numbers in the store;
+- numbers no call while its own heartbeat is late (`FENCE_SHARE`), since a gateway starting meanwhile may count it
+  gone and number on its own.
 
 `pause` writes the pause, holds this gateway's new calls and returns once every live gateway has applied that pause
-and has nothing in flight (or the drain timeout passes); `resume` clears it, here at once, on the others at their
-next beat. The pause is kept in the store: a gateway started while it holds starts holding, and `paused_s` is the
-store's (the same on every gateway).
+and has nothing in flight (or the drain timeout passes); `resume` clears it, here at once, on the others when the
+notification reaches them (at their next beat at the latest). The pause is kept in the store: a gateway started
+while it holds starts holding, and `paused_s` is the store's (the same on every gateway).
 
 A SQLite store has one writer and serves one gateway: a second gateway process on the same file is refused at start
 (an exclusive lock on `<database>.gateway-lock`, released by the kernel when the process dies, kill -9 included).
