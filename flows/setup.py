@@ -14,6 +14,8 @@ from pathlib import Path
 
 from flows.config import RunConfig
 from flows.run_processes import ProcessSettings
+from rollouts.recipe import recipe_hooks
+from rollouts.registry import get_recipe
 from storage.checkpoint_store import CheckpointStore
 from storage.directory_store import DirectoryStore, directory_store
 from storage.s3_store import S3Endpoint
@@ -22,10 +24,6 @@ from trainer.checkpoints import model_dir
 from trainer.loop_state import LoopState
 from trainer.rollout_feed import FeedConfig
 from trainer.task_mix import TaskMix, mix_stream, plan_mix
-
-RECORDED_TURN_RECIPES = frozenset({"claude-code", "codex"})
-"""The recipes whose runs' gateway gives the engine the recorded tokens of the turns a harness re-sends (the coding
-CLIs re-serialise their history: gateway config `recorded_turns`, gateway/recorded_turns.py)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +135,8 @@ def process_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) 
     return ProcessSettings(run_dir=plan.run_dir, model_path=plan.start_model, policy_version=plan.state.policy_version,
                            model_name=config.gateway.model_name, engine=config.engine, gateway_url=config.gateway.url,
                            start_controller=c.start, controller_args=controller_args,
-                           sampling=config.gateway.sampling, recorded_turns=config.recipe in RECORDED_TURN_RECIPES)
+                           sampling=config.gateway.sampling,
+                           recorded_turns=recipe_hooks(get_recipe(config.recipe)).recorded_turns)
 
 
 def feed_config(config: RunConfig, plan: RunPlan, mix: TaskMix | None = None) -> FeedConfig:

@@ -114,13 +114,16 @@ class RecipeHooks:
     - `no_signal_hint`: the advice printed after an iteration without reward variance (default: a generic one);
     - `metrics_read_calls`: whether `rollout_metrics` reads the groups' calls, so validation fetches them (default
       False);
-    - `task_rules()`: the recipe's data expectations (agents.expectations; looked up there, default: the common rules).
+    - `task_rules()`: the recipe's data expectations (agents.expectations; looked up there, default: the common rules);
+    - `recorded_turns`: whether the run's gateway prompts a re-sent assistant turn from its recorded tokens (gateway
+      config `recorded_turns`; for harnesses that re-serialise their history, such as the coding CLIs; default False).
     """
 
     rollout_metrics: RolloutMetrics = no_rollout_metrics
     shaping_shares: ShapingShares | None = None
     no_signal_hint: str = DEFAULT_NO_SIGNAL_HINT
     metrics_read_calls: bool = False
+    recorded_turns: bool = False
 
 
 def recipe_hooks(recipe: object) -> RecipeHooks:
@@ -129,4 +132,5 @@ def recipe_hooks(recipe: object) -> RecipeHooks:
     return RecipeHooks(rollout_metrics=getattr(recipe, "rollout_metrics", defaults.rollout_metrics),
                        shaping_shares=getattr(recipe, "shaping_shares", defaults.shaping_shares),
                        no_signal_hint=str(getattr(recipe, "no_signal_hint", defaults.no_signal_hint)),
-                       metrics_read_calls=bool(getattr(recipe, "metrics_read_calls", defaults.metrics_read_calls)))
+                       metrics_read_calls=bool(getattr(recipe, "metrics_read_calls", defaults.metrics_read_calls)),
+                       recorded_turns=bool(getattr(recipe, "recorded_turns", defaults.recorded_turns)))

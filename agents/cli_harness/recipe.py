@@ -32,6 +32,7 @@ class CliSweRecipe:
     swe: SweRecipe = field(default_factory=SweRecipe)  # tasks, working directory and grader
     cli_dir: Path | None = None  # where the CLIs are installed (None: binaries.cli_dir())
     no_signal_hint: ClassVar[str] = SWE_NO_SIGNAL_HINT  # the loop's advice after an iteration without reward variance
+    recorded_turns: ClassVar[bool] = True  # the CLIs re-serialise their history: prompt re-sent turns from the record
 
     def generate(self, count: int, seed: int, levels: dict[int, float] | None = None) -> list[dict[str, Any]]:
         """The `swe` recipe's tasks (`levels`: its ladder mix)."""

@@ -75,9 +75,11 @@ def test_a_recipe_without_hooks_gets_the_defaults() -> None:
     hooks = recipe_hooks(Bare())
     assert hooks.rollout_metrics([], 1.0, "rollout") == {} and hooks.shaping_shares is None
     assert hooks.no_signal_hint == DEFAULT_NO_SIGNAL_HINT and hooks.metrics_read_calls is False
+    assert hooks.recorded_turns is False
 
 
 def test_the_swe_recipe_brings_its_metrics_shaping_and_hint_through_hooks() -> None:
     hooks = recipe_hooks(registry.get_recipe("swe"))
     assert hooks.shaping_shares is not None and hooks.metrics_read_calls and "7B-class" in hooks.no_signal_hint
     assert recipe_hooks(registry.get_recipe("claude-code")).shaping_shares is None  # no mini-swe-agent format
+    assert recipe_hooks(registry.get_recipe("codex")).recorded_turns and not hooks.recorded_turns
