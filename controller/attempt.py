@@ -10,8 +10,7 @@ from pathlib import Path
 from controller.config import ControllerConfig
 from controller.recipe import TASK_FILE, Recipe
 from controller.runners.base import RunSpec
-from gateway.client import GatewayClient
-from gateway.records import Rollout, RolloutSpec
+from gateway.records import ClaimedRollout, Rollout
 
 
 @dataclass(frozen=True)
@@ -32,14 +31,6 @@ def recipe_name(rollout: Rollout, configured: str | None) -> str:
         raise KeyError(f"rollout {rollout.id!r} has no 'recipe' in its input and the controller has no --recipe; "
                        "start the controller with --recipe NAME or create the rollout with input.recipe")
     return name
-
-
-def rollout_key(admin: GatewayClient, rollout: Rollout) -> tuple[str, str]:
-    """(base_url, api_key) of a rollout, by re-posting its own spec: creation is idempotent and returns its key."""
-    spec = RolloutSpec(id=rollout.id, group_id=rollout.group_id, input=rollout.input, mode=rollout.mode,
-                       max_attempts=rollout.max_attempts, sampling_seed=rollout.sampling_seed)
-    created = admin.create_rollouts([spec])[0]
-    return created.base_url, created.api_key
 
 
 def attempt_paths(config: ControllerConfig, rollout: Rollout) -> tuple[Path, Path, Path]:
@@ -69,9 +60,9 @@ def harness_readonly(recipe: Recipe) -> tuple[Path, ...]:
     return paths
 
 
-def prepare_attempt(config: ControllerConfig, admin: GatewayClient, rollout: Rollout, recipe: Recipe) -> Attempt:
-    """Write task.json into a fresh working directory, let the recipe lay it out, and build the RunSpec."""
-    base_url, api_key = rollout_key(admin, rollout)
+def prepare_attempt(config: ControllerConfig, rollout: ClaimedRollout, recipe: Recipe) -> Attempt:
+    """Write task.json into a fresh working directory, let the recipe lay it out, and build the RunSpec (with the base
+    URL and key the claim returned for this attempt: no second request)."""
     workdir, stdout, stderr = attempt_paths(config, rollout)
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -80,7 +71,7 @@ def prepare_attempt(config: ControllerConfig, admin: GatewayClient, rollout: Rol
     (workdir / TASK_FILE).write_text(json.dumps(rollout.input))
     recipe.prepare_workdir(rollout.input, workdir)
     spec = RunSpec(rollout_id=rollout.id, attempt=rollout.attempt, command=tuple(recipe.harness_command()),
-                   base_url=base_url, api_key=api_key, task=rollout.input, workdir=workdir,
+                   base_url=rollout.base_url, api_key=rollout.api_key, task=rollout.input, workdir=workdir,
                    timeout_s=harness_timeout_s(config, rollout.input), stdout_path=stdout, stderr_path=stderr,
                    extra_env=config.harness_env, readonly=harness_readonly(recipe))
     return Attempt(rollout, recipe, spec)

@@ -25,8 +25,9 @@ from controller.recipe import Recipe
 from controller.recipes import get_recipe
 from controller.report import report_attempt
 from controller.runners.base import DeadlineExtender, OrphanReaper, Runner, RunResult, Termination
-from gateway.client import GatewayAPIError, GatewayClient
-from gateway.records import EventKind, FailureKind, InfraReason, Rollout, RolloutState
+from gateway.client import GatewayAPIError
+from gateway.client_roles import LeaseClient
+from gateway.records import ClaimedRollout, EventKind, FailureKind, InfraReason, Rollout, RolloutState
 
 log = logging.getLogger("harnessrl.controller")
 GATEWAY_ERRORS = (httpx.HTTPError, GatewayAPIError)
@@ -52,7 +53,7 @@ class _Active:
 class Reconciler:
     """Drives one Runner from one gateway; `tick()` is one pass, `run()` loops until stopped (or idle)."""
 
-    def __init__(self, config: ControllerConfig, admin: GatewayClient, grader: GatewayClient, runner: Runner,
+    def __init__(self, config: ControllerConfig, admin: LeaseClient, grader: LeaseClient, runner: Runner,
                  recipes: Callable[[str], Recipe] = get_recipe) -> None:
         self.config, self.admin, self.grader, self.runner = config, admin, grader, runner
         self._recipes = recipes
@@ -121,7 +122,7 @@ class Reconciler:
             self._start(rollout)
         return len(claimed)
 
-    def _start(self, rollout: Rollout) -> None:
+    def _start(self, rollout: ClaimedRollout) -> None:
         try:
             recipe = self._recipes(recipe_name(rollout, self.config.recipe))
         except (KeyError, ImportError) as exc:
@@ -129,7 +130,7 @@ class Reconciler:
             return
         active = None
         try:
-            attempt = prepare_attempt(self.config, self.admin, rollout, recipe)
+            attempt = prepare_attempt(self.config, rollout, recipe)
             active = _Active(attempt, time.monotonic())
             self.admin.post_event(rollout.id, EventKind.LOG, _log_payload(attempt))
             self.runner.start(attempt.spec)

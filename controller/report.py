@@ -18,7 +18,8 @@ from controller.outcomes import Outcome, classify, settle
 from controller.recipe import Grade, GradeInput, GraderInfraError
 from controller.reward_details import safe_details, safe_text
 from controller.runners.base import RunResult
-from gateway.client import GatewayAPIError, GatewayClient
+from gateway.client import GatewayAPIError
+from gateway.client_roles import LeaseClient
 from gateway.records import FailureKind, InfraReason, RolloutState
 from sandbox import SandboxError
 from sandbox.hostile_tree import TreeLimits, TreeProblem, survey_tree
@@ -27,7 +28,7 @@ log = logging.getLogger("harnessrl.controller")
 GRADER_INFRA_ERRORS = (GraderInfraError, SandboxError)  # what a grader may fail on without the policy's doing
 
 
-def report_attempt(attempt: Attempt, result: RunResult, admin: GatewayClient, grader: GatewayClient,
+def report_attempt(attempt: Attempt, result: RunResult, admin: LeaseClient, grader: LeaseClient,
                    controller_id: str) -> Outcome | None:
     """The outcome set on the rollout, or None when the rollout is no longer this controller's attempt."""
     rollout_id, number = attempt.rollout.id, attempt.rollout.attempt
@@ -49,7 +50,7 @@ def report_attempt(attempt: Attempt, result: RunResult, admin: GatewayClient, gr
     return final
 
 
-def _grade(attempt: Attempt, result: RunResult, calls: list, grader: GatewayClient, outcome: Outcome,
+def _grade(attempt: Attempt, result: RunResult, calls: list, grader: LeaseClient, outcome: Outcome,
            controller_id: str) -> tuple[Outcome, bool]:
     """Survey the working directory, run the grader and post its reward: (outcome, retryable). A refused tree or a
     grader that raises on what the agent left is the agent's failure (reward 0 posted); a GraderInfraError or a
@@ -93,7 +94,7 @@ def _where(attempt: Attempt) -> str:
     return f"attempt {attempt.rollout.attempt} of {attempt.rollout.id!r}"
 
 
-def _post(grader: GatewayClient, attempt: Attempt, grade: Grade, controller_id: str) -> None:
+def _post(grader: LeaseClient, attempt: Attempt, grade: Grade, controller_id: str) -> None:
     """Post the reward with its details made safe (`reward_details`); details the gateway still refuses (4xx) are
     replaced by a note, so the reward itself always lands. A gateway that cannot be reached raises (infra)."""
     rollout_id, number = attempt.rollout.id, attempt.rollout.attempt

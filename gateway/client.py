@@ -1,4 +1,5 @@
-"""Typed client of the gateway's admin API, used by the controller, the trainer, the flows and the tests."""
+"""Typed client of the gateway's admin API: `GatewayClient`, the one implementation of every role's protocol in
+`gateway.client_roles` (a caller declares the role it plays: `AdminClient`, `LeaseClient`, `FeedClient`, ...)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import TypeAdapter
 from gateway.artifacts import ArtifactInfo
 from gateway.records import (
     CallRecord,
+    ClaimedRollout,
     ClaimRequest,
     CreateRolloutsRequest,
     Event,
@@ -121,10 +123,10 @@ class GatewayClient:
         """One rollout."""
         return Rollout.model_validate(self._call("GET", f"/v1/admin/rollouts/{rollout_id}"))
 
-    def claim(self, controller_id: str, limit: int = 1, lease_s: float = 60.0) -> list[Rollout]:
-        """Lease queued rollouts."""
+    def claim(self, controller_id: str, limit: int = 1, lease_s: float = 60.0) -> list[ClaimedRollout]:
+        """Lease queued rollouts, each with its base URL and the key of the attempt just claimed."""
         body = ClaimRequest(controller_id=controller_id, limit=limit, lease_s=lease_s).model_dump()
-        return [Rollout.model_validate(r) for r in self._call("POST", "/v1/admin/rollouts/claim", json=body)]
+        return [ClaimedRollout.model_validate(r) for r in self._call("POST", "/v1/admin/rollouts/claim", json=body)]
 
     def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float = 60.0) -> Rollout:
         """Extend a lease."""

@@ -10,7 +10,8 @@ from gateway.config import GatewayConfig
 from gateway.fleet import Fleet
 from gateway.pause import PauseGate
 from gateway.routing import Router
-from gateway.store import SqlStore, Store
+from gateway.store import SqlStore
+from gateway.store_roles import AdminStore, FeedStore, HistoryStore, LeaseStore, RecorderStore, Store
 from gateway.telemetry import CallTelemetry, from_environment
 from gateway.upstream import RetryPolicy, Upstream
 
@@ -29,9 +30,35 @@ class GatewayContext:
     telemetry: CallTelemetry | None = None  # OpenTelemetry span export, when the OTEL_* settings ask for it
     fleet: Fleet | None = None  # this gateway among the store's gateways: the shared pause, heartbeats
 
+    # The store as each role's module sees it (`gateway.store_roles`): a module calls only its role's methods.
+    @property
+    def recorder_store(self) -> RecorderStore:
+        """The harness-facing routes' store."""
+        return self.store
+
+    @property
+    def history_store(self) -> HistoryStore:
+        """The store of an attempt's earlier calls, as a continued call reads it."""
+        return self.store
+
+    @property
+    def admin_store(self) -> AdminStore:
+        """The store of endpoints and the key secret."""
+        return self.store
+
+    @property
+    def lease_store(self) -> LeaseStore:
+        """The store as a controller's requests reach it."""
+        return self.store
+
+    @property
+    def feed_store(self) -> FeedStore:
+        """The store as the trainer's feed's requests reach it."""
+        return self.store
+
     async def reload_models(self) -> None:
         """Refresh the router from the store after a model change (and wake the store's other gateways to do so)."""
-        self.router.load(await self.store.list_models())
+        self.router.load(await self.admin_store.list_models())
         if self.fleet is not None:
             await self.fleet.notify()
 

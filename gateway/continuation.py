@@ -51,10 +51,11 @@ async def earlier_conversation(svc: GatewayContext, adapter: ProtocolAdapter, bo
     previous = adapter.previous_id(body)
     if previous is None:
         return NOTHING
-    stored = await svc.store.continuation(rollout_id, attempt, previous, adapter.kind)
+    stored = await svc.history_store.continuation(rollout_id, attempt, previous, adapter.kind)
     if stored is not None:
         return Earlier(orjson.loads(stored), stored)
-    turns = recorded_chain(adapter, previous, await svc.store.list_calls(rollout_id, attempt), rollout_id, attempt)
+    calls = await svc.history_store.list_calls(rollout_id, attempt)
+    turns = recorded_chain(adapter, previous, calls, rollout_id, attempt)
     return Earlier(turns, orjson.dumps(turns))
 
 

@@ -100,7 +100,7 @@ async def record_call(svc: GatewayContext, ctx: CallContext, row: dict[str, Any]
     """Store the call's row and, when the gateway exports OpenTelemetry, report its span (recorded or not)."""
     recorded = False
     try:
-        await svc.store.insert_call(row)
+        await svc.recorder_store.insert_call(row)
         recorded = True
     finally:
         if svc.telemetry is not None:

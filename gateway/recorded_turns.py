@@ -216,7 +216,7 @@ async def recorded_prompt(svc: GatewayContext, adapter: ProtocolAdapter, chat: d
     if chat.get("tool_choice") not in (None, "auto", "none") or \
             not any(message.get("role") == "assistant" for message in chat["messages"][1:-1]):
         return None  # a forced call (its opening is planned on the engine's rendering), or no answer to continue
-    latest = await svc.store.recent_calls(rollout_id, attempt, adapter.kind, MAX_CANDIDATES)
+    latest = await svc.history_store.recent_calls(rollout_id, attempt, adapter.kind, MAX_CANDIDATES)
     match = await matched_call(svc, adapter, chat, latest)
     if match is None:
         return None

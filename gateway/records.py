@@ -164,6 +164,14 @@ class Rollout(WireModel):
     finished_seq: int | None = Field(default=None, description="Cursor position among finished rollouts.")
 
 
+class ClaimedRollout(Rollout):
+    """A rollout as a claim leases it: with the base URL and the key of the attempt just claimed, so the runner needs
+    no second request for them (the key is a credential: left out of the record's repr)."""
+
+    base_url: str = Field(description="OpenAI base URL for the harness: {gateway}/r/{id}/v1.")
+    api_key: str = Field(repr=False, description="The key of this attempt of the rollout; valid only for it.")
+
+
 class ClaimRequest(WireModel):
     """A controller asks for queued rollouts."""
 

@@ -1,4 +1,5 @@
-"""The durable store: the `Store` protocol and its SQL implementation (SQLite in WAL mode, or Postgres).
+"""The durable store: `SqlStore`, the one implementation of the store's role protocols (`gateway.store_roles`),
+over SQLite in WAL mode or Postgres.
 
 Every write goes through one `GroupCommitter`, so an operation's result is returned only once it is committed.
 Reads use pooled connections in worker threads. The state machine is enforced here: an invalid transition raises
@@ -15,8 +16,7 @@ import math
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 import sqlalchemy as sa
@@ -37,10 +37,8 @@ from gateway.records import (
     ModelRecord,
     RewardIn,
     Rollout,
-    RolloutMode,
     RolloutPatch,
     RolloutSpec,
-    RolloutState,
 )
 from gateway.rollout_ops import (
     claim_rollouts,
@@ -51,54 +49,14 @@ from gateway.rollout_ops import (
     transition_rollout,
 )
 from gateway.sql import make_engine
+from gateway.store_roles import RolloutBrief, Store
 from gateway.tokens import call_row_to_record
 
 log = logging.getLogger("harnessrl.gateway")
 
 
-@dataclass(frozen=True)
-class RolloutBrief:
-    """What the proxy hot path needs to know about a rollout."""
-
-    state: RolloutState
-    attempt: int
-    mode: RolloutMode
-    sampling_seed: int | None = None
-    """Seeds every call of the rollout (`RolloutSpec.sampling_seed`)."""
-
-
-class Store(Protocol):
-    """Everything the gateway persists."""
-
-    async def create_rollouts(self, specs: Sequence[RolloutSpec]) -> list[tuple[Rollout, bool]]: ...
-    async def get_rollout(self, rollout_id: str) -> Rollout: ...
-    async def brief(self, rollout_id: str) -> RolloutBrief: ...
-    async def claim(self, controller_id: str, limit: int, lease_s: float) -> list[Rollout]: ...
-    async def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float) -> Rollout: ...
-    async def transition(self, rollout_id: str, patch: RolloutPatch) -> Rollout: ...
-    async def set_reward(self, rollout_id: str, reward: RewardIn) -> Rollout: ...
-    async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any], *,
-                        attempt: int | None = None, quota_bytes: int | None = None) -> Event: ...
-    async def list_events(self, rollout_id: str) -> list[Event]: ...
-    async def list_finished(self, after: int, limit: int, wait_s: float) -> FinishedPage: ...
-    async def next_call_seq(self, rollout_id: str, attempt: int) -> int: ...
-    async def insert_call(self, row: dict[str, Any]) -> None: ...
-    async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]: ...
-    async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int) -> list[CallRecord]: ...
-    async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None: ...
-    async def register_model(self, model: ModelIn) -> ModelRecord: ...
-    async def set_model_version(self, name: str, version: int) -> list[ModelRecord]: ...
-    async def delete_model(self, name: str, base_url: str | None) -> int: ...
-    async def list_models(self) -> list[ModelRecord]: ...
-    async def put_artifact(self, rollout_id: str, name: str, data: bytes, *, refuse_finished: bool,
-                           attempt: int | None = None, quota_bytes: int | None = None) -> ArtifactInfo: ...
-    async def get_artifact(self, rollout_id: str, name: str, attempt: int | None) -> bytes: ...
-    async def secret(self) -> bytes: ...
-    def close(self) -> None: ...
-
-
 class SqlStore:
-    """`Store` over SQLAlchemy; one process owns the writer."""
+    """`Store` (every role's protocol, `gateway.store_roles`) over SQLAlchemy; one process owns the writer."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "NORMAL", cache_rollouts: bool = True,
                  lock_wait_s: float = 0.75) -> None:

@@ -18,7 +18,7 @@ from agents.swe.datasets import load_swe_dataset
 from agents.swe.evaluation_report import EvaluationReport, InstanceOutcome, outcome_from_rollout
 from agents.swe.instances import Source
 from agents.swe.predictions import Prediction, write_predictions
-from gateway.client import GatewayClient
+from gateway.client_roles import RecordsClient
 from gateway.records import EventKind, RolloutMode
 from storage.checkpoint_store import CheckpointStore
 from tasks.retries import io_failure
@@ -78,7 +78,7 @@ def load_instances(source: str, kind: Source, cache_dir: Path, split: str | None
     return load_swe_dataset(source, kind, cache_dir=cache_dir, split=split, limit=limit, store=store)
 
 
-def reward_details(client: GatewayClient, rollout_id: str) -> dict[str, Any] | None:
+def reward_details(client: RecordsClient, rollout_id: str) -> dict[str, Any] | None:
     """The details of the rollout's last reward event (None: no reward was posted)."""
     rewards = [e for e in client.list_events(rollout_id) if e.kind == EventKind.REWARD]
     return dict(rewards[-1].payload.get("details") or {}) if rewards else None
@@ -97,7 +97,7 @@ def run_rollouts(client: FeedClient, tasks: Sequence[dict[str, Any]], id_prefix:
 
 
 @task(name="collect-outcomes", cache_policy=NO_CACHE, persist_result=False)
-def collect_outcomes(client: GatewayClient, groups: Sequence[FinishedGroup],
+def collect_outcomes(client: RecordsClient, groups: Sequence[FinishedGroup],
                      repos: Mapping[str, str]) -> list[InstanceOutcome]:
     """One outcome per rollout (group size 1): its state and the agent's patch from the reward event."""
     outcomes = []

@@ -9,12 +9,13 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engines.base import Engine
+from gateway.client_roles import AdminClient
 from storage.checkpoint_store import CheckpointStore
 from tasks.retries import io_failure
 from trainer.advantages import AdvantageConfig
 from trainer.backends.base import Backend
 from trainer.checkpoints import prune_checkpoints, step_root
-from trainer.collocation import GatewayControl, UpdateResult, collocated_update
+from trainer.collocation import UpdateResult, collocated_update
 from trainer.loop_state import LoopState, read_loop_state, save_loop_state
 from trainer.merge_failures import Decode
 from trainer.prepared_step import PreparedStep, prepare_step
@@ -50,7 +51,7 @@ def build_batch(groups: Sequence[FinishedGroup], policy_version: int, max_versio
 
 
 @task(name="update-policy", cache_policy=NO_CACHE, persist_result=False)
-def update_policy(gateway: GatewayControl, engine: Engine, backend: Backend, prepared: PreparedStep,
+def update_policy(gateway: AdminClient, engine: Engine, backend: Backend, prepared: PreparedStep,
                   checkpoint_root: Path, model_name: str, drain_timeout_s: float, keep_local: int) -> UpdateResult:
     """One collocated update (pause, drain, sleep, train, save, refit, wake, resume); old local checkpoints go."""
     assert prepared.batch is not None, "update_policy needs a batch with gradient signal"

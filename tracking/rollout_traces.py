@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
+from gateway.client_roles import RecordsClient
 from gateway.records import CallRecord, Event, EventKind, Rollout
 from tracking.traces import FeedbackDraft, TraceContext, TraceDraft, rollout_trace
 from tracking.tracker import Tracker
@@ -20,14 +21,6 @@ from tracking.trajectories import sample_for_display
 from trainer.rollout_groups import FinishedGroup
 
 log = logging.getLogger(__name__)
-
-
-class RecordsClient(Protocol):
-    """The gateway reads a trace needs (`gateway.client.GatewayClient` has them)."""
-
-    def calls(self, rollout_id: str, attempt: int | None = None) -> list[CallRecord]: ...
-
-    def list_events(self, rollout_id: str) -> list[Event]: ...
 
 
 def train_selection(groups: Sequence[FinishedGroup], k: int, seed: int) -> set[str]:

@@ -13,23 +13,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from engines.base import Engine
-from gateway.records import ModelRecord, PauseResult
+from gateway.client_roles import AdminClient
 from trainer.backends.base import Backend, TrainBatch
 
 log = logging.getLogger(__name__)
-
-
-class GatewayControl(Protocol):
-    """The part of `gateway.client.GatewayClient` an update needs."""
-
-    def pause(self, timeout_s: float | None = None) -> PauseResult: ...
-
-    def resume(self) -> PauseResult: ...
-
-    def set_model_version(self, name: str, version: int) -> list[ModelRecord]: ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +63,7 @@ def publish_weights(engine: Engine, path: Path, version: int) -> None:
         engine.update_weights(path, version)
 
 
-def collocated_update(gateway: GatewayControl, engine: Engine, backend: Backend, batch: TrainBatch,
+def collocated_update(gateway: AdminClient, engine: Engine, backend: Backend, batch: TrainBatch,
                       checkpoint_root: Path, model_name: str, drain_timeout_s: float = 600.0) -> UpdateResult:
     """Runs one update collocated with the engine (see the module docstring); the gateway is resumed on any error."""
     started = time.perf_counter()

@@ -18,12 +18,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
 from gateway.client import GatewayAPIError
-from gateway.records import CallRecord, Event, FinishedPage, Rollout, RolloutCreated, RolloutMode, RolloutSpec
+from gateway.client_roles import FeedClient
+from gateway.records import Event, Rollout, RolloutMode, RolloutSpec
 from trainer.infra_rate import needs_events
 from trainer.rollout_groups import FinishedGroup, PendingGroup, graded_tamper
 from trainer.task_mix import TaskMix, stratum_of, take_by_quota
@@ -36,18 +37,6 @@ def transient_read_error(error: BaseException) -> bool:
     if isinstance(error, GatewayAPIError):
         return error.status >= 500
     return isinstance(error, httpx.TransportError | OSError)
-
-
-class FeedClient(Protocol):
-    """The part of `gateway.client.GatewayClient` the feed uses."""
-
-    def create_rollouts(self, specs: Sequence[RolloutSpec]) -> list[RolloutCreated]: ...
-
-    def finished(self, after: int = 0, limit: int = 100, wait_s: float = 0.0) -> FinishedPage: ...
-
-    def calls(self, rollout_id: str, attempt: int | None = None) -> list[CallRecord]: ...
-
-    def list_events(self, rollout_id: str) -> list[Event]: ...
 
 
 @dataclass(frozen=True)
@@ -137,8 +126,8 @@ class RolloutFeed:
         items = [item for item in (self._next_item() for _ in range(groups)) if item is not None]
         specs = [spec for index, task in items for spec in self._specs(index, task)]
         try:
-            if specs:
-                self._client.create_rollouts(specs)
+            if specs:  # the keys it answers are attempt 0's, which no harness runs: a claim returns each attempt's
+                self._client.create_rollouts(specs)  # key to the controller (`ClaimedRollout`); none is kept here
         except BaseException:
             self._unsent = items + self._unsent
             raise

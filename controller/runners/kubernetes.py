@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from controller.config import KubernetesSettings
 from controller.runners.base import RunnerFullError, RunnerStartError, RunResult, RunSpec, Termination
@@ -47,6 +47,7 @@ from controller.workdir_transfer import (
     pack_workdir,
     replace_with_archive,
 )
+from gateway.client_roles import ArtifactClient
 from gateway.records import EventKind
 
 log = logging.getLogger("harnessrl.controller")
@@ -55,14 +56,6 @@ JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 NO_RESULT = (Termination.START_FAILED, Termination.CANCELLED)  # endings after which no result is looked for
 CONTROLLER_LABEL = "harnessrl.io/controller"  # the identity of the controller that created a Job
 SECRET_ATTEMPT_ANNOTATION = "harnessrl.io/attempt"  # the attempt whose key a rollout's Secret holds
-
-
-class ArtifactClient(Protocol):
-    """The part of the gateway's admin client the runner needs (`gateway.client.GatewayClient` is one)."""
-
-    def put_artifact(self, rollout_id: str, name: str, data: bytes) -> Any: ...
-    def get_artifact(self, rollout_id: str, name: str, attempt: int | None = None) -> bytes: ...
-    def post_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any]) -> Any: ...
 
 
 def api_client(settings: KubernetesSettings) -> Any:

@@ -16,4 +16,4 @@ async def list_calls(rollout_id: str,
                      attempt: int | None = Query(None, ge=0, le=MAX_ATTEMPT, description="Only this attempt."),
                      svc: GatewayContext = Depends(context)) -> list[CallRecord]:
     """A rollout's recorded calls ordered by attempt and arrival, with their token IDs and logprobs."""
-    return await svc.store.list_calls(rollout_id, attempt)
+    return await svc.feed_store.list_calls(rollout_id, attempt)

@@ -33,5 +33,5 @@ async def state(svc: GatewayContext = Depends(context)) -> GatewayState:
     control, gateways = await svc.fleet.state()
     live = [g for g in gateways if g.live]
     return GatewayState(paused=control.paused, in_flight=sum(g.in_flight for g in live),
-                        held=sum(g.held for g in live), models=await svc.store.list_models(),
+                        held=sum(g.held for g in live), models=await svc.admin_store.list_models(),
                         paused_s=control.paused_s, gateways=gateways)

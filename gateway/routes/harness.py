@@ -48,7 +48,7 @@ from gateway.recorded_turns import recorded_prompt, with_recorded
 from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord, SamplingRecord
 from gateway.routing import is_side_call
 from gateway.sampling import apply_policy, requested_sampling, seed_record, seeded_body
-from gateway.store import RolloutBrief
+from gateway.store_roles import RolloutBrief
 from gateway.translated import count_tokens, forward, prepare
 
 log = logging.getLogger("harnessrl.gateway")
@@ -154,7 +154,7 @@ async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: st
     """The context of a call about to go upstream, with its arrival number and, for a seeded rollout, its seed in
     `sampling` (`gateway.sampling.seed_record`); QuotaExceeded (429) once the attempt has made
     `max_calls_per_attempt` calls. Every kind of call (chat, completion, translated) is built here."""
-    seq = await svc.store.next_call_seq(rollout_id, brief.attempt)
+    seq = await svc.recorder_store.next_call_seq(rollout_id, brief.attempt)
     if seq >= svc.config.max_calls_per_attempt:
         raise QuotaExceeded(f"attempt {brief.attempt} of rollout {rollout_id!r} has made its "
                             f"{svc.config.max_calls_per_attempt} calls, the limit per attempt "
@@ -210,13 +210,13 @@ async def _live_brief(svc: GatewayContext, principal: Principal, rollout_id: str
     `rollout_finished`), and for a rollout key, its own attempt still live (409 `stale_attempt`). With several
     gateways on the store a refusal is checked again on a fresh read: the cached brief may predate a change another
     gateway made (a new attempt claimed there)."""
-    brief = await svc.store.brief(rollout_id)
+    brief = await svc.recorder_store.brief(rollout_id)
     try:
         _check_live(brief, principal, rollout_id, what)
     except Conflict:
-        if not svc.store.shared:
+        if not svc.recorder_store.shared:
             raise
-        brief = await svc.store.brief(rollout_id, fresh=True)
+        brief = await svc.recorder_store.brief(rollout_id, fresh=True)
         _check_live(brief, principal, rollout_id, what)
     return brief
 
@@ -252,7 +252,7 @@ async def _post_event(svc: GatewayContext, scope: dict, receive, send, rollout_i
     if event.kind in (EventKind.REWARD, EventKind.STATE) and principal.role != Role.ADMIN:
         raise Forbidden(f"a harness may not post {event.kind} events; rewards come from the grader")
     brief = await _live_brief(svc, principal, rollout_id, "events are")
-    stored = await svc.store.add_event(rollout_id, event.kind, event.payload, attempt=brief.attempt,
+    stored = await svc.recorder_store.add_event(rollout_id, event.kind, event.payload, attempt=brief.attempt,
                                        quota_bytes=svc.config.max_event_bytes_per_attempt)
     await send_bytes(send, 200, stored.model_dump_json().encode())
 
@@ -262,13 +262,13 @@ async def _artifact(svc: GatewayContext, scope: dict, receive, send, rollout_id:
     principal = svc.auth.require_rollout(_credential(scope), rollout_id)
     check_name(name)
     if scope["method"] == "GET":
-        brief = await svc.store.brief(rollout_id)
+        brief = await svc.recorder_store.brief(rollout_id)
         check_key_attempt(principal, rollout_id, brief.state, brief.attempt, live=False)
-        data = await svc.store.get_artifact(rollout_id, name, None)
+        data = await svc.recorder_store.get_artifact(rollout_id, name, None)
         await send_bytes(send, 200, data, content_type=b"application/octet-stream")
         return
     brief = await _live_brief(svc, principal, rollout_id, "artifacts are")
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
-    stored = await svc.store.put_artifact(rollout_id, name, raw, refuse_finished=True, attempt=brief.attempt,
+    stored = await svc.recorder_store.put_artifact(rollout_id, name, raw, refuse_finished=True, attempt=brief.attempt,
                                           quota_bytes=svc.config.max_artifact_bytes_per_attempt)
     await send_bytes(send, 200, stored.model_dump_json().encode())

@@ -24,7 +24,7 @@ async def register_model(body: ModelIn, request: Request, svc: GatewayContext = 
                             f"{own.host}:{own.port}): its calls would come back to the gateway; register the "
                             "engine's OpenAI base URL, e.g. http://engine-host:8000/v1", param="base_url",
                             code="base_url_is_gateway")
-    record = await svc.store.register_model(body)
+    record = await svc.admin_store.register_model(body)
     await svc.reload_models()
     return record
 
@@ -32,13 +32,13 @@ async def register_model(body: ModelIn, request: Request, svc: GatewayContext = 
 @router.get("")
 async def list_models(svc: GatewayContext = Depends(context)) -> list[ModelRecord]:
     """Every registered endpoint."""
-    return await svc.store.list_models()
+    return await svc.admin_store.list_models()
 
 
 @router.patch("/{name:path}")
 async def set_version(name: str, body: ModelVersionPatch, svc: GatewayContext = Depends(context)) -> list[ModelRecord]:
     """Set the policy version of a model (after a weight update)."""
-    records = await svc.store.set_model_version(name, body.version)
+    records = await svc.admin_store.set_model_version(name, body.version)
     await svc.reload_models()
     return records
 
@@ -47,7 +47,7 @@ async def set_version(name: str, body: ModelVersionPatch, svc: GatewayContext = 
 async def delete_model(name: str, base_url: str | None = Query(None, description="Only this endpoint."),
                        svc: GatewayContext = Depends(context)) -> dict[str, int]:
     """Unregister a model's endpoints."""
-    removed = await svc.store.delete_model(name, base_url)
+    removed = await svc.admin_store.delete_model(name, base_url)
     if not removed:
         raise NotFound(f"no endpoint of model {name!r}" + (f" at {base_url}" if base_url else ""), param="name")
     await svc.reload_models()
