@@ -18,13 +18,13 @@ from agents.swe.datasets import load_swe_dataset
 from agents.swe.evaluation_report import EvaluationReport, InstanceOutcome, outcome_from_rollout
 from agents.swe.instances import Source
 from agents.swe.predictions import Prediction, write_predictions
-from gateway.client_roles import RecordsClient
+from gateway.client_roles import FeedClient, RecordsClient
 from gateway.records import EventKind, RolloutMode
 from storage.checkpoint_store import CheckpointStore
 from tasks.retries import io_failure
 from tasks.rollouts import val_pass_with_progress
 from tracking.mlflow_tracker import MlflowTracker
-from trainer.rollout_feed import FeedClient, FeedConfig
+from trainer.rollout_feed import FeedConfig
 from trainer.rollout_groups import FinishedGroup
 
 REPORT_ARTIFACT_KEY = "swe-bench-verified-report"

@@ -28,11 +28,12 @@ from agents.swe.environments import EnvironmentBackend
 from agents.swe.expectations import validate_swe_rows
 from agents.swe.instances import Source
 from agents.swe.splits import SplitManifest, publish_splits, write_splits
+from gateway.client_roles import FeedClient
 from gateway.records import FailureKind, RolloutMode, RolloutState
 from storage.directory_store import DirectoryStore
 from tasks.retries import io_failure
 from tasks.rollouts import val_pass_with_progress
-from trainer.rollout_feed import FeedClient, FeedConfig
+from trainer.rollout_feed import FeedConfig
 from trainer.rollout_groups import FinishedGroup
 
 SHOWN_DROPS = 5  # dropped ids quoted in a step's log line

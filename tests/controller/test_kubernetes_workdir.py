@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.attempt import rollout_key
 from controller.config import KubernetesSettings
 from controller.pod_transfer import NOT_STARTED_MARK
 from controller.runners.base import RunSpec, Termination
@@ -41,7 +40,7 @@ def claimed(admin, tmp_path) -> tuple[Any, RunSpec]:
     rollout_id = f"kw-{tmp_path.name[-24:].replace('_', '-')}"
     admin.create_rollouts([RolloutSpec(id=rollout_id, group_id="kw", input={"id": rollout_id})])
     rollout = next(r for r in admin.claim("kw-test", limit=100, lease_s=300) if r.id == rollout_id)
-    base_url, api_key = rollout_key(admin, rollout)  # the key of attempt 1, as prepare_attempt gets it
+    base_url, api_key = rollout.base_url, rollout.api_key  # the key of attempt 1, as the claim returns it
     workdir = tmp_path / "local"
     (workdir / "repo").mkdir(parents=True)
     (workdir / "task.json").write_text(f'{{"id": "{rollout_id}"}}')

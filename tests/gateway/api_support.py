@@ -28,8 +28,8 @@ def create_rollouts(admin: GatewayClient, count: int = 1, *, prefix: str = "r", 
 
 
 def current_key(admin: GatewayClient, rollout_id: str) -> RolloutCreated:
-    """The rollout's base URL and key for its current attempt, as the controller gets them after a claim (by
-    idempotent re-creation: a key is bound to the attempt it was minted for)."""
+    """The rollout's base URL and key for its current attempt, by idempotent re-creation (a key is bound to the
+    attempt it was minted for; the claim that started the attempt answers the same, `ClaimedRollout`)."""
     r = admin.get_rollout(rollout_id)
     (created,) = admin.create_rollouts([RolloutSpec(id=r.id, group_id=r.group_id, input=r.input, mode=r.mode,
                                                     max_attempts=r.max_attempts, sampling_seed=r.sampling_seed)])

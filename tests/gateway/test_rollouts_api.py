@@ -123,6 +123,20 @@ def test_requeue_running_to_queued_and_the_next_claim_is_the_next_attempt(admin)
     assert (again.id, again.attempt, again.lease_owner) == (created.id, 2, "c2")
 
 
+def test_a_claim_answers_the_key_of_the_attempt_it_claims(gateway, admin) -> None:
+    """The controller needs no second request for a key: each claim carries its attempt's base URL and key, which
+    calls the rollout's proxy; the submission's key (attempt 0) and an ended attempt's are refused; no repr shows it."""
+    (created,) = create_rollouts(admin, prefix="claimkey", max_attempts=2)
+    (first,) = admin.claim("c1")
+    admin.set_state(created.id, RolloutState.QUEUED, error="evicted")
+    (second,) = admin.claim("c2")
+    assert (first.base_url, second.base_url) == (created.base_url, created.base_url)
+    assert len({created.api_key, first.api_key, second.api_key}) == 3
+    statuses = [harness_call(key_of).status_code for key_of in (second, first, created)]
+    assert statuses == [200, 409, 409]
+    assert second.api_key not in repr(second) and second.api_key not in str([second])
+
+
 def test_running_to_succeeded_finishes_and_logs_state_events(admin) -> None:
     (created,) = create_rollouts(admin, prefix="ok")
     admin.claim("c1")
