@@ -9,6 +9,12 @@ questions as the calculator recipe asks) in four schedules: one at a time (prefi
 batch compositions). Each schedule is compared with the first, request by request: identical token ids, or the
 position of the first different token, and the largest difference of the sampled tokens' logprobs before it. Prints
 a markdown table; JSON to benchmarks/results/seeded_batching.json.
+
+`--exposure` measures instead, in this process, how likely a token is to flip: the engine draws a token by inverse
+CDF with one uniform number, so a draw changes exactly when the number picks different tokens under the two
+cumulative distributions (F_batch and F_alone at the temperature):
+each prompt's next-token distribution prefilled alone against prefilled in a batch of all of them (`flip_probability`:
+one minus the measure of the numbers that pick the same token under both).
 """
 
 from __future__ import annotations
@@ -75,14 +81,55 @@ def compare(reference: list[Answer], other: list[Answer]) -> dict:
             "first_difference_positions": diverged, "max_abs_logprob_difference": max(gaps, default=0.0)}
 
 
+def flip_probabilities(model_dir: Path, bodies: list[dict], temperature: float) -> list[float]:
+    """Per prompt: the probability that its seeded first token differs between a prefill alone and one in a batch of
+    all the prompts (the L1 distance of the two cumulative distributions)."""
+    import torch
+
+    from engines.serving import kv_batch
+    from engines.serving.model_holder import ModelHolder
+
+    holder = ModelHolder(model_dir)
+    holder.load()
+    texts = [holder.tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=False)
+             for body in bodies]
+    prompts = [holder.tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    pad = holder.tokenizer.pad_token_id if holder.tokenizer.pad_token_id is not None else 0
+    with torch.inference_mode():
+        _, batched_BV = kv_batch.prefill(holder.model, prompts, pad)
+        alone_BV = torch.cat([kv_batch.prefill(holder.model, [prompt], pad)[1] for prompt in prompts])
+
+    def cdf(logits_BV: torch.Tensor) -> torch.Tensor:
+        cdf_BV = torch.cumsum(torch.softmax(logits_BV.double() / temperature, dim=-1), dim=-1)
+        return cdf_BV / cdf_BV[:, -1:]  # the engine scales its uniform number by the last value
+
+    return [flip_probability(a, b) for a, b in zip(cdf(batched_BV), cdf(alone_BV), strict=True)]
+
+
+def flip_probability(cdf_a, cdf_b) -> float:
+    """P(u picks different tokens under the two cumulative distributions), u uniform on [0, 1): 1 minus the measure
+    of the u that land in the same token's interval under both, [max(F_a(i-1), F_b(i-1)), min(F_a(i), F_b(i)))."""
+    import torch
+
+    low_a, low_b = torch.cat([cdf_a.new_zeros(1), cdf_a[:-1]]), torch.cat([cdf_b.new_zeros(1), cdf_b[:-1]])
+    agree = (torch.minimum(cdf_a, cdf_b) - torch.maximum(low_a, low_b)).clamp(min=0).sum()
+    return max(0.0, 1.0 - float(agree))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--exposure", action="store_true", help="measure the per-token flip probability instead")
     args = parser.parse_args()
     bodies = [request_body(i, args.max_tokens, args.temperature) for i in range(args.requests)]
+    if args.exposure:
+        flips = flip_probabilities(prepare_model(args.model), bodies, args.temperature)
+        print(f"{args.model}, T {args.temperature}, {len(flips)} prompts in one batch against each alone: "
+              f"P(first token flips) mean {sum(flips) / len(flips):.2e}, max {max(flips):.2e}")
+        return
     engine = EmbeddedEngine(prepare_model(args.model), served_model_name="bench", max_batch_size=args.requests)
     with engine:
         url = engine.base_url
