@@ -32,6 +32,7 @@ from rollouts.registry import (
     is_object_reference,
     recipe_names,
 )
+from rollouts.task_options import validated_options
 from trainer.advantages import AdvantageConfig
 from trainer.backends.torch import OptimizerConfig, TorchBackendConfig
 from trainer.backends.verl import VerlBackendConfig
@@ -65,8 +66,9 @@ class DataSection(Section):
     val_tasks: int = Field(default=8, ge=0, description="Tasks held out for validation.")
     seed: int = Field(default=0, description="Seed of generation and of the split.")
     generator: dict[str, Any] = Field(default_factory=dict, description="Keyword options of the recipe's "
-                                      "`generate` (source 'generated'), as its README lists them (e.g. the coding "
-                                      "recipe's `levels`, its difficulty ladder's mix).")
+                                      "`generate` (source 'generated'), checked against the recipe's "
+                                      "`generator_options` model (rollouts/task_options.py; e.g. the coding recipes' "
+                                      "`levels`, their difficulty ladder's mix; most recipes take none).")
 
 
 class RolloutSection(Section):
@@ -79,8 +81,10 @@ class RolloutSection(Section):
     max_version_lag: int = Field(default=2, ge=0, description="Drop rollouts whose oldest call is more than this "
                                  "many policy versions behind the trainer.")
     max_attempts: int = Field(default=3, ge=1, description="Attempts per rollout (infra failures are retried).")
-    task_overrides: dict[str, Any] = Field(default_factory=dict, description="Merged into every task input "
-                                           "(e.g. max_tokens, step_limit).")
+    task_overrides: dict[str, Any] = Field(default_factory=dict, description="Merged into every task input, "
+                                           "checked against the recipe's `task_fields` model (the fields its "
+                                           "harness reads: max_tokens, temperature, step_limit, ...; "
+                                           "rollouts/task_options.py).")
     wait_timeout_s: float = Field(default=3600.0, gt=0, description="Longest wait for one batch of groups.")
     drain_timeout_s: float = Field(default=600.0, gt=0, description="Longest wait for in-flight calls to drain.")
     pass_threshold: float = Field(default=1.0, description="A rollout passes when its reward is at least this.")
@@ -231,6 +235,7 @@ class RunConfig(Section):
             raise ValueError(f"algorithm.advantage.format_reward={self.algorithm.advantage.format_reward} with recipe "
                              f"{self.recipe!r}: the recipe defines no shaping term (no `shaping_shares` hook, "
                              "rollouts/recipe.py); set it to 0")
+        self._check_recipe_options()
         if self.controller.runner == "kubernetes" and is_file_reference(self.recipe):
             raise ValueError(f"recipe file {self.recipe}: recipe files run on the local runner (an agent image does "
                              "not hold your folder); set controller.runner: local")
@@ -238,6 +243,27 @@ class RunConfig(Section):
             raise ValueError("backend.verl.temperature is removed: verl trains at the temperature the calls were "
                              "sampled at (recorded by the gateway); set gateway sampling.temperature instead")
         return self
+
+    def _check_recipe_options(self) -> None:
+        """data.generator and rollout.task_overrides checked against the recipe's own models (coerced in place); a
+        recipe whose module does not import here is checked when the run loads it."""
+        if not (self.data.generator or self.rollout.task_overrides):
+            return
+        try:
+            hooks = recipe_hooks(get_recipe(self.recipe))
+        except ImportError:
+            return
+        label = self.recipe_label()
+        errors = []
+        for key, model, section, field in (("data.generator", hooks.generator_options, self.data, "generator"),
+                                           ("rollout.task_overrides", hooks.task_fields, self.rollout,
+                                            "task_overrides")):
+            try:
+                setattr(section, field, validated_options(model, getattr(section, field), key, label))
+            except ValueError as error:
+                errors.append(str(error))
+        if errors:
+            raise ValueError("; ".join(errors))
 
     def recipe_label(self) -> str:
         """The recipe's own name (a recipe file's `name`), for run names and tags."""

@@ -22,8 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
 from gateway.records import CallRecord
 from rollouts.groups import FinishedGroup
+from rollouts.task_options import NoGeneratorOptions, TaskOverrides
 
 TASK_FILE = "task.json"
 
@@ -38,7 +41,7 @@ class GraderInfraError(RuntimeError):
 class GradeInput:
     """Everything a grader may look at."""
 
-    task: dict[str, Any]  # the rollout's input, as given to the harness
+    task: dict[str, Any]  # the rollout's whole input (the harness saw only the recipe's `harness_task(task)`)
     workdir: Path  # the harness's working directory after it exited
     calls: Sequence[CallRecord]  # the rollout attempt's recorded calls, in seq order
     exit_code: int | None  # the harness's exit code (None when it was killed)
@@ -75,14 +78,21 @@ class Recipe(Protocol):
         the caps the working directory must stay within before this is called (default TreeLimits()). Optional
         method `harness_readonly()`: absolute folders of the harness's own code the local runner's sandbox binds
         read-only (a recipe file's folder); optional mapping `run_settings`: run settings the recipe brings (a
-        recipe file's `settings:`), applied over the profile and under --set."""
+        recipe file's `settings:`), applied over the profile and under --set. Optional method `harness_task(task)`:
+        the part of the task the harness may see, written to its task file (default: the whole task, only for a
+        recipe whose tasks hold nothing the grader keeps secret; a task's answer must not reach the harness, where
+        the policy reads every file). Optional attribute `failure_reward` (default 0.0): the reward posted when the
+        attempt's tree is refused or the grader fails on what the agent left; it must be the bottom of the grader's
+        scale, so that breaking the grader never beats a verdict."""
         ...
 
 
 def final_text(calls: Sequence[CallRecord]) -> str:
-    """The text of the last successful call's answer ('' when there is none): what most graders score."""
+    """The text of the last successful agent call's answer ('' when there is none): what most graders score. Side
+    calls (a harness's own bookkeeping requests, `CallRecord.side`) are not the agent's answer and are skipped, as the
+    shaping terms skip them."""
     for call in reversed(calls):
-        if call.status == "ok" and call.response_text is not None:
+        if call.status == "ok" and call.response_text is not None and not call.side:
             return call.response_text
     return ""
 
@@ -116,7 +126,11 @@ class RecipeHooks:
       False);
     - `task_rules()`: the recipe's data expectations (agents.expectations; looked up there, default: the common rules);
     - `recorded_turns`: whether the run's gateway prompts a re-sent assistant turn from its recorded tokens (gateway
-      config `recorded_turns`; for harnesses that re-serialise their history, such as the coding CLIs; default False).
+      config `recorded_turns`; for harnesses that re-serialise their history, such as the coding CLIs; default False);
+    - `generator_options`: the pydantic model of `generate`'s keyword options, what `data.generator` may hold
+      (`rollouts.task_options`; default: none);
+    - `task_fields`: the pydantic model of the task fields its harness reads, what `rollout.task_overrides` may hold
+      (default `TaskOverrides`: the common fields typed, others passed on).
     """
 
     rollout_metrics: RolloutMetrics = no_rollout_metrics
@@ -124,6 +138,8 @@ class RecipeHooks:
     no_signal_hint: str = DEFAULT_NO_SIGNAL_HINT
     metrics_read_calls: bool = False
     recorded_turns: bool = False
+    generator_options: type[BaseModel] = NoGeneratorOptions
+    task_fields: type[BaseModel] = TaskOverrides
 
 
 def recipe_hooks(recipe: object) -> RecipeHooks:
@@ -133,4 +149,6 @@ def recipe_hooks(recipe: object) -> RecipeHooks:
                        shaping_shares=getattr(recipe, "shaping_shares", defaults.shaping_shares),
                        no_signal_hint=str(getattr(recipe, "no_signal_hint", defaults.no_signal_hint)),
                        metrics_read_calls=bool(getattr(recipe, "metrics_read_calls", defaults.metrics_read_calls)),
-                       recorded_turns=bool(getattr(recipe, "recorded_turns", defaults.recorded_turns)))
+                       recorded_turns=bool(getattr(recipe, "recorded_turns", defaults.recorded_turns)),
+                       generator_options=getattr(recipe, "generator_options", defaults.generator_options),
+                       task_fields=getattr(recipe, "task_fields", defaults.task_fields))

@@ -8,8 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from agents.calculator import grader, tasks
 from controller.recipe import Grade, GradeInput
+from rollouts.task_options import SamplingFields
+
+
+class CalculatorTaskFields(SamplingFields):
+    """The task fields the calculator harness reads besides the question."""
+
+    max_turns: int | None = Field(default=None, ge=1, description="Model calls per rollout (default 4).")
+    force_tool: bool | None = Field(default=None, description="The first turn must call the tool (default true).")
 
 
 @dataclass(frozen=True)
@@ -17,6 +27,7 @@ class CalculatorRecipe:
     """Rewards in {0, 1}: the final answer's number equals the expression's value."""
 
     name: str = "calculator"
+    task_fields: ClassVar[type[BaseModel]] = CalculatorTaskFields  # what rollout.task_overrides may set
     no_signal_hint: ClassVar[str] = (  # the loop's advice after an iteration without reward variance
         "the policy must call the calculator and state its result sometimes: check that the engine honours "
         "tool_choice (the harness forces the first call), or use a larger model")

@@ -17,11 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from agents.cli_harness.binaries import CLAUDE_CODE, CLIS, CODEX, cli_dir
 from agents.swe.recipe import SWE_NO_SIGNAL_HINT, SweRecipe
 from agents.swe.run_metrics import swe_rollout_metrics
 from controller.recipe import Grade, GradeInput
 from rollouts.groups import FinishedGroup
+from rollouts.task_options import HarnessFields, LevelsOption
+
+
+class CliTaskFields(HarnessFields):
+    """The task fields the CLI harness reads besides the problem (agents/cli_harness/launch.py DEFAULTS)."""
+
+    model: str | None = Field(default=None, description="The model name the CLI asks for.")
+    codex_model: str | None = Field(default=None, description="Codex's model name (Codex only).")
+    step_limit: int | None = Field(default=None, ge=1, description="The CLI's turn limit.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Tokens per answer the CLI asks for.")
+    command_timeout_s: float | None = Field(default=None, gt=0, description="Limit of one shell command.")
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,8 @@ class CliSweRecipe:
     cli_dir: Path | None = None  # where the CLIs are installed (None: binaries.cli_dir())
     no_signal_hint: ClassVar[str] = SWE_NO_SIGNAL_HINT  # the loop's advice after an iteration without reward variance
     recorded_turns: ClassVar[bool] = True  # the CLIs re-serialise their history: prompt re-sent turns from the record
+    task_fields: ClassVar[type[BaseModel]] = CliTaskFields  # what rollout.task_overrides may set
+    generator_options: ClassVar[type[BaseModel]] = LevelsOption  # what data.generator may set: the ladder mix
 
     def generate(self, count: int, seed: int, levels: dict[int, float] | None = None) -> list[dict[str, Any]]:
         """The `swe` recipe's tasks (`levels`: its ladder mix)."""

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
+
 from agents.instruction_following import grader, tasks
 from controller.recipe import Grade, GradeInput
+from rollouts.task_options import SamplingFields
 
 
 @dataclass(frozen=True)
@@ -16,6 +19,7 @@ class InstructionFollowingRecipe:
     """Rewards in [0, 1]: the fraction of instructions followed."""
 
     name: str = "instruction_following"
+    task_fields: ClassVar[type[BaseModel]] = SamplingFields  # what rollout.task_overrides may set
     no_signal_hint: ClassVar[str] = (  # the loop's advice after an iteration without reward variance
         "lower the number of instructions per task or use a larger model")
 

@@ -8,8 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from agents.multistep import grader, tasks
 from controller.recipe import Grade, GradeInput
+from rollouts.task_options import SamplingFields
+
+
+class MultistepTaskFields(SamplingFields):
+    """The task fields the multistep harness reads besides its steps."""
+
+    compact_above_tokens: int | None = Field(default=None, ge=1, description="Reply tokens since the last "
+                                             "compaction past which the harness compacts its context.")
 
 
 @dataclass(frozen=True)
@@ -17,6 +27,7 @@ class MultistepRecipe:
     """Rewards in [0, 1]: the fraction of parts whose reply follows its instruction."""
 
     name: str = "multistep"
+    task_fields: ClassVar[type[BaseModel]] = MultistepTaskFields  # what rollout.task_overrides may set
     no_signal_hint: ClassVar[str] = (  # the loop's advice after an iteration without reward variance
         "give the parts easier instructions (agents/multistep/tasks.py STEP_KINDS) or use a larger model")
 

@@ -7,10 +7,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from agents.search import grader, tasks
 from agents.search.corpus import build_world, documents
 from agents.search.retrieval import CORPUS_FILE, write_corpus
 from controller.recipe import Grade, GradeInput
+from rollouts.task_options import SamplingFields
+
+
+class SearchTaskFields(SamplingFields):
+    """The task fields the search harness reads besides the question."""
+
+    max_turns: int | None = Field(default=None, ge=1, description="Model calls per rollout.")
+    top_k: int | None = Field(default=None, ge=1, description="Documents per search.")
 
 
 @dataclass(frozen=True)
@@ -18,6 +28,7 @@ class SearchRecipe:
     """Rewards in {0, 1}: exact match of the final answer."""
 
     name: str = "search"
+    task_fields: ClassVar[type[BaseModel]] = SearchTaskFields  # what rollout.task_overrides may set
     no_signal_hint: ClassVar[str] = (  # the loop's advice after an iteration without reward variance
         "the policy needs to find and state the answer sometimes; use a larger model or easier questions")
 

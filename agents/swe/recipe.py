@@ -18,15 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, Field, field_validator
+
 from agents.swe.generator import find_instance, generate_or_reuse
 from agents.swe.grader import checkout, grade_workdir
 from agents.swe.harness import REPO_DIR
-from agents.swe.harness_configs import DEFAULT_CONFIG, copy_to_workdir
+from agents.swe.harness_configs import DEFAULT_CONFIG, config_names, copy_to_workdir
 from agents.swe.kube_grading_swe import JobGrading, job_settings_from_env
 from agents.swe.ladder import LadderMix, instance_level
 from agents.swe.run_metrics import rollout_format_shares, swe_rollout_metrics
 from controller.recipe import Grade, GradeInput, GraderInfraError
 from rollouts.groups import FinishedGroup
+from rollouts.task_options import LevelsOption, SamplingFields
 
 DEFAULT_SOURCE = "pypi:xmltodict"
 SWE_NO_SIGNAL_HINT = ("SWE tasks need a capable coding model: 7B-class coder models (e.g. a Qwen2.5-Coder-7B-Instruct) "
@@ -44,6 +47,22 @@ def rollout_input(instance: dict[str, Any], store: Path) -> dict[str, Any]:
             "store": str(store.resolve()), "level": instance_level(instance)}
 
 
+class SweTaskFields(SamplingFields):
+    """The task fields the SWE harness (mini-swe-agent) reads besides the problem."""
+
+    step_limit: int | None = Field(default=None, ge=1, description="Agent steps (model calls) per attempt.")
+    command_timeout_s: float | None = Field(default=None, gt=0, description="Limit of one shell command.")
+    harness_config: str | None = Field(default=None, description="The mini-swe-agent configuration by name "
+                                       "(agents/swe/configs).")
+
+    @field_validator("harness_config")
+    @classmethod
+    def _known_config(cls, name: str | None) -> str | None:
+        if name is not None and name not in config_names():
+            raise ValueError(f"{name!r} is not a SWE harness configuration; use one of {config_names()}")
+        return name
+
+
 @dataclass(frozen=True)
 class SweRecipe:
     """Generated bug-fix tasks graded by their FAIL_TO_PASS / PASS_TO_PASS tests."""
@@ -54,6 +73,8 @@ class SweRecipe:
     job_grading: JobGrading | None = None  # grading Jobs (tests pass one); None: from the environment, if any
     no_signal_hint: ClassVar[str] = SWE_NO_SIGNAL_HINT  # the loop's advice after an iteration without reward variance
     metrics_read_calls: ClassVar[bool] = True  # the action-format rate reads the validation rollouts' calls
+    task_fields: ClassVar[type[BaseModel]] = SweTaskFields  # what rollout.task_overrides may set
+    generator_options: ClassVar[type[BaseModel]] = LevelsOption  # what data.generator may set: the ladder mix
 
     def generate(self, count: int, seed: int, levels: dict[int, float] | None = None) -> list[dict[str, Any]]:
         """`count` tasks (generated and stored, or reused from the store), reproducible from `seed` for a given

@@ -22,7 +22,9 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field
 
 from agents.swe.environments import instance_image
 from agents.swe.generator import INSTANCES_FILE, load_instances
@@ -33,6 +35,7 @@ from agents.swe_bench.harness import PATCH_ERROR_FILE, PATCH_FILE
 from agents.swe_bench.kube_grading import GradingInfraError, KubeGrader
 from controller.config import KubernetesSettings, load_controller_config
 from controller.recipe import Grade, GradeInput
+from rollouts.task_options import SamplingFields
 from sandbox.hostile_tree import TreeRefused, read_file
 
 NAME = "swe_bench"
@@ -73,11 +76,21 @@ def grading_settings() -> KubernetesSettings:
     return load_controller_config(path).kubernetes if path else KubernetesSettings()
 
 
+class SweBenchTaskFields(SamplingFields):
+    """The task fields the SWE-bench harness reads besides the instance."""
+
+    step_limit: int | None = Field(default=None, ge=1, description="Agent steps (model calls) per attempt.")
+    command_timeout_s: float | None = Field(default=None, gt=0, description="Limit of one shell command.")
+    sandbox_ready_timeout_s: float | None = Field(default=None, gt=0, description="Longest wait for the instance's "
+                                                  "sandbox to answer.")
+
+
 @dataclass(frozen=True)
 class SweBenchRecipe:
     """SWE-bench instances in their official images, graded by SWE-bench's rule in a fresh grading Job."""
 
     name: str = NAME
+    task_fields: ClassVar[type[BaseModel]] = SweBenchTaskFields  # what rollout.task_overrides may set
     store: Path = field(default_factory=lambda: Path(os.environ.get("HARNESSRL_SWE_BENCH_STORE", "swe-bench-store")))
     grade_timeout_s: float = 1800.0  # deadline of one grading Job
     grader: Any = None  # a KubeGrader (tests pass a fake); None: one from `grading_settings()` on first use

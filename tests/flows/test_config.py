@@ -333,7 +333,8 @@ def test_the_coding_clis_runs_start_their_gateway_with_recorded_turns(recipe, re
     from gateway.config import GatewayConfig
 
     config = load_run_config("swe-local", {"work_dir": str(tmp_path), "recipe": recipe,
-                                           "algorithm.advantage.format_reward": 0})
+                                           "algorithm.advantage.format_reward": 0,
+                                           "rollout.task_overrides": {}})  # the profile's are mini-swe-agent's
     settings = process_settings(config, fresh_plan(config, "r", Path("/models/base")))
     started = GatewayConfig.model_validate(yaml.safe_load(yaml.safe_dump(gateway_settings(settings))))
     assert started.recorded_turns is recorded_turns
