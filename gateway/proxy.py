@@ -1,7 +1,9 @@
 """Forward one harness call upstream, capture its tokens, record it durably, and answer the harness.
 
-The path is lean: the body is parsed once (orjson), only the fields the gateway relies on are checked, and the
-upstream answer is returned byte for byte. A call is recorded before its answer completes, so every answer the
+The path is lean: the body is parsed once (orjson), only the fields the gateway relies on are checked, the fields
+`gateway.request_fields` refuses are refused before the call is numbered (the rest are screened by
+`gateway.sampling.apply_policy`: only the table's forwarded fields reach the engine), and the upstream answer is
+returned byte for byte. A call is recorded before its answer completes, so every answer the
 harness received is in the store.
 """
 
@@ -18,16 +20,17 @@ from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, 
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
 from gateway.records import CallErrorCode, CallStatus, ModelRecord, RolloutMode, SamplingRecord
+from gateway.request_fields import CHAT, COMPLETION, check_refused
 from gateway.tokens import pack_extra_choices, pack_floats, pack_ids, pack_sampling
 from gateway.upstream import UpstreamFailed, answer_timed_out, read_refused
 
-CHAT, COMPLETION = "chat", "completion"
 PATHS = {CHAT: "/chat/completions", COMPLETION: "/completions"}
 DONE_TOKEN = b"[DONE]"  # the final SSE event is `data: [DONE]`
 
 
 def parse_request(raw: bytes, kind: str) -> dict[str, Any]:
-    """The harness's JSON body, with the fields the gateway relies on type-checked."""
+    """The harness's JSON body, with the fields the gateway relies on type-checked and none it refuses
+    (`gateway.request_fields`: 400 naming the field)."""
     body = json_object(raw)
     if kind == CHAT and (not isinstance(body.get("messages"), list) or not body["messages"]):
         raise BadRequest("'messages' must be a non-empty list of messages", param="messages")
@@ -37,6 +40,7 @@ def parse_request(raw: bytes, kind: str) -> dict[str, Any]:
         raise BadRequest("'stream' must be a boolean", param="stream")
     if not isinstance(body.get("model", ""), str):
         raise BadRequest("'model' must be a string", param="model")
+    check_refused(body, kind)
     return body
 
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.capture import MAX_CHOICES
 from gateway.errors import BadRequest
 from gateway.records import RolloutMode, SamplingRecord
+from gateway.request_fields import kind_of, screen
 from gateway.strict_json import is_integer
 
 GREEDY_BELOW = 1e-5
@@ -37,6 +38,10 @@ NEUTRAL: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0,
 PENALTY_FIELDS = ("frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias")
 """Other request fields that change the distribution a token is sampled from: recorded in `requested`, removed when
 the policy is enforced, forwarded as sent otherwise."""
+FREE_FORMATS = (None, "text")
+"""`response_format` types that constrain nothing; any other (`json_object`, `json_schema`, `structural_tag`) is a
+grammar on vLLM: recorded in `requested`, removed when the policy is enforced, and its call's tokens masked by the
+trainer otherwise (`trainer.sampling`)."""
 REQUESTED_FIELDS = (*NEUTRAL, *PENALTY_FIELDS, "seed")
 """The harness's sampling fields copied into `SamplingRecord.requested` (any protocol: Anthropic Messages sends
 temperature / top_p / top_k, Responses temperature / top_p, chat and completions any of these)."""
@@ -111,22 +116,45 @@ def apply_policy(chat: dict[str, Any], requested: dict[str, Any], mode: RolloutM
     """(the body to forward, the call's sampling record) for an engine-bound request `chat` (chat or completions;
     a translated protocol's chat request) whose harness sent `requested` (`requested_sampling` of its own body).
 
-    Enforced: the four parameters set to the policy's, the penalty fields removed. Otherwise: the body as it is, the
-    parameters it lacks set to their neutral values. `n` and `stream` are left as they are: the parameters apply to
-    every choice and to a streamed answer alike."""
+    Only the fields `gateway.request_fields` forwards go on (the others' names are recorded in
+    `requested["dropped"]`; the ones it refuses were refused by `proxy.parse_request`). Enforced: the four parameters
+    set to the policy's, the penalty fields and a constraining `response_format` removed. Otherwise: the body as it
+    is, the parameters it lacks set to their neutral values. A constraining `response_format` and a `tool_choice` that
+    forces a call are recorded in `requested` (as the engine got them). `n` and `stream` are left as they are: the
+    parameters apply to every choice and to a streamed answer alike."""
     check_types(requested)
     check_choices(chat.get("n"))
-    forwarded = dict(chat)
+    forwarded, dropped = screen(chat, kind_of(chat))
+    forwarded = dict(forwarded)
+    recorded = {**requested, **constraints(forwarded)}
+    if dropped:
+        recorded["dropped"] = dropped
     if enforces(policy, mode):
         for key in PENALTY_FIELDS:
             forwarded.pop(key, None)
+        if "response_format" in recorded:
+            del forwarded["response_format"]
         values: dict[str, Any] = {**NEUTRAL, "temperature": policy.temperature}
     else:
         values = {**NEUTRAL, **{key: chat[key] for key in NEUTRAL if chat.get(key) is not None}}
     forwarded.update(values)
     own_seed = int(forwarded["seed"]) if is_integer(forwarded.get("seed")) else None  # the harness's own
-    return forwarded, SamplingRecord(**applied_values(values), requested=requested, enforced=enforces(policy, mode),
+    return forwarded, SamplingRecord(**applied_values(values), requested=recorded, enforced=enforces(policy, mode),
                                      seed=own_seed)
+
+
+def constraints(chat: dict[str, Any]) -> dict[str, Any]:
+    """The decoding constraints of an engine-bound `chat`: its `response_format` unless it is plain text, its
+    `tool_choice` when it forces a call (`required`, a named function)."""
+    found: dict[str, Any] = {}
+    response_format = chat.get("response_format")
+    if response_format is not None and (not isinstance(response_format, dict)
+                                        or response_format.get("type") not in FREE_FORMATS):
+        found["response_format"] = response_format
+    tool_choice = chat.get("tool_choice")
+    if tool_choice is not None and tool_choice not in ("auto", "none"):
+        found["tool_choice"] = tool_choice
+    return found
 
 
 CALL_SEED_BITS = 31

@@ -11,7 +11,8 @@ the engines reported then: raw logprobs). A temperature below `GREEDY_MAX_TEMPER
 threshold): its tokens were not sampled from any distribution the trainer could take a ratio against, so they are
 masked (`trainer.sample_masks`). So are the tokens of a call whose harness's penalties or logit bias reached the engine
 (recorded in `requested` and not enforced: gateway `sampling.train: record`): vLLM applies them, and they depend on
-more than the logits (the tokens generated so far), which the trainer does not recompute.
+more than the logits (the tokens generated so far), which the trainer does not recompute; and those of a call whose
+constraining `response_format` (a grammar) reached the engine, for the same reason.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ GREEDY_MAX_TEMPERATURE = 1e-5
 FIELDS = ("temperature", "top_p", "top_k", "min_p")
 """The applied parameters read from a record's `sampling`."""
 NEUTRAL_PENALTIES: dict[str, object] = {"frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1,
-                                        "logit_bias": {}}
-"""Request fields (the gateway's `PENALTY_FIELDS`) that change the distribution beyond the four, at no-op values."""
+                                        "logit_bias": {}, "response_format": {"type": "text"}}
+"""Request fields (the gateway's `PENALTY_FIELDS`) that change the distribution beyond the four, at no-op values; and
+`response_format`, which the gateway records in `requested` only when it constrains the answer (a JSON grammar on
+vLLM: its tokens drawn from the grammar-masked distribution)."""
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,14 @@ def test_a_verl_update_takes_its_samples_temperature_and_refuses_mixed_or_filter
         ({"requested": {"frequency_penalty": 0.5}, "enforced": True}, False),
         ({"requested": {"frequency_penalty": 0, "presence_penalty": 0.0, "repetition_penalty": 1.0}}, False),
         ({"requested": {"temperature": 0.7}, "temperature": 0.7}, False),
+        # a constraining response_format (a grammar on vLLM) that reached the engine; the gateway records none for text
+        ({"requested": {"response_format": {"type": "json_object"}}}, True),
+        ({"requested": {"response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}}, True),
+        ({"requested": {"response_format": {"type": "json_object"}}, "enforced": True}, False),
+        ({"requested": {"response_format": {"type": "text"}}}, False),
+        # dropped fields' names and a forcing tool_choice are recorded, not masked (the embedded engine forces the
+        # call's opening as prompt tokens: gateway/README.md, "Request fields")
+        ({"requested": {"dropped": ["metadata", "user"], "tool_choice": "required"}}, False),
     ],
 )
 def test_penalties_that_reached_the_engine_make_a_call_untrainable(raw, penalized):
