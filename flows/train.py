@@ -223,7 +223,7 @@ def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: Rollou
     """Publishes the update's checkpoint with the loop's position (what a resume starts from) and tags the run."""
     state = LoopState(run_name=plan.name, iteration=iteration, next_task=feed.next_task, open_tasks=feed.open_tasks,
                       policy_version=update.policy_version, tracking_run_id=tracker.run_id)
-    summary["checkpoint_uri"] = publish_checkpoint(store, update.checkpoint, plan.name, iteration, state)
+    summary["checkpoint_uri"] = publish_checkpoint(store, update.checkpoint, plan.name, state)
     tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
 
 

@@ -1,10 +1,10 @@
 """Checkpoints on a directory store: a key convention plus a pointer.
 
-Run RUN's checkpoint after N steps is the folder `RUN/step-NNNNNN` (complete once its META_FILE, uploaded last, is
-in), and `RUN/latest` names the newest; it is written only after the whole upload, so a half-uploaded checkpoint is
-never latest nor listed. A run's folder thus has the layout of `storage.checkpoint_layout`
-(`trainer.checkpoints.latest_checkpoint(ROOT/RUN)` reads a local one). Checkpoint URIs (`file:///ROOT/RUN/step-…`,
-`s3://BUCKET/PREFIX/RUN/step-…`) are what MLflow logs and a resumed run downloads.
+Run RUN's checkpoint of policy version N is the folder `RUN/step-NNNNNN`, as on the trainer's disk (complete once
+its META_FILE, uploaded last, is in), and `RUN/latest` names the newest; it is written only after the whole upload,
+so a half-uploaded checkpoint is never latest nor listed. A run's folder thus has the layout of
+`storage.checkpoint_layout` (`trainer.checkpoints.latest_checkpoint(ROOT/RUN)` reads a local one). Checkpoint URIs
+(`file:///ROOT/RUN/step-…`, `s3://BUCKET/PREFIX/RUN/step-…`) are what MLflow logs and a resumed run downloads.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ class CheckpointStore:
     store: DirectoryStore
     """Where the run folders live (a local directory, or a bucket and prefix of an S3 endpoint)."""
 
-    def upload(self, local_dir: Path, run_id: str, step: int, progress: ProgressFn | None = None) -> str:
-        """Stores checkpoint `local_dir` as the run's `step` (meta file last), then makes it the run's latest; returns
-        its URI."""
-        name = checkpoint_name(step)
+    def upload(self, local_dir: Path, run_id: str, policy_version: int, progress: ProgressFn | None = None) -> str:
+        """Stores checkpoint `local_dir` as the run's `policy_version` (meta file last), then makes it the run's
+        latest; returns its URI."""
+        name = checkpoint_name(policy_version)
         uri = self.store.put_dir(Path(local_dir), f"{check_run_id(run_id)}/{name}", META_FILE, progress)
         self.store.put_text(f"{run_id}/{LATEST_FILE}", name + "\n")
         return uri
@@ -59,7 +59,7 @@ class CheckpointStore:
         return self.store.uri(f"{run_id}/{name}")
 
     def list(self, run_id: str) -> list[str]:
-        """The URIs of the run's complete checkpoints, oldest step first."""
+        """The URIs of the run's complete checkpoints, lowest policy version first."""
         keys = self.store.complete_keys(check_run_id(run_id), META_FILE)
         steps = [(step, key) for key in keys if (step := step_of(key.rsplit("/", 1)[-1])) is not None]
         return [self.store.uri(key) for _, key in sorted(steps)]

@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from engines.base import Engine
 from gateway.client_roles import AdminClient
+from storage.checkpoint_layout import check_numbering
 from storage.checkpoint_store import CheckpointStore
 from tasks.retries import io_failure
 from trainer.advantages import AdvantageConfig
@@ -63,11 +64,13 @@ def update_policy(gateway: AdminClient, engine: Engine, backend: Backend, prepar
 
 @task(name="publish-checkpoint", cache_policy=NO_CACHE, persist_result=False,
       retries=3, retry_condition_fn=io_failure, retry_delay_seconds=10)
-def publish_checkpoint(store: CheckpointStore, checkpoint: Path, run_name: str, step: int, state: LoopState) -> str:
-    """Saves the loop state in the checkpoint's step directory, uploads that directory, returns its URI."""
+def publish_checkpoint(store: CheckpointStore, checkpoint: Path, run_name: str, state: LoopState) -> str:
+    """Saves the loop state in the checkpoint's step directory, uploads that directory under the same name (its policy
+    version, `state.policy_version`), returns its URI."""
     root = step_root(checkpoint)
+    check_numbering(str(root), root.name, state.policy_version)
     save_loop_state(root, state)
-    return store.upload(root, run_name, step)
+    return store.upload(root, run_name, state.policy_version)
 
 
 @task(name="find-resume-point", cache_policy=NO_CACHE, persist_result=False,
@@ -82,4 +85,5 @@ def find_resume_point(store: CheckpointStore, run_name: str, local_dir: Path) ->
     if state is None:
         raise RuntimeError(f"checkpoint {uri} has no loop state; it was not written by a training flow, so the run "
                            f"{run_name!r} cannot resume from it: pick another run name")
+    check_numbering(uri, path.name, state.policy_version)
     return path, state

@@ -1,11 +1,12 @@
 """Training checkpoints: an HF safetensors model directory plus the policy version, step and optimizer state.
 
-A checkpoint `ROOT/step-000042/` holds what `save_pretrained` writes (config.json, *.safetensors,
-generation_config.json), the tokenizer files copied from the model it was trained from, `harnessrl-checkpoint.json`
-(`CheckpointMeta`), `optimizer.pt` (the optimizer's state_dict) and, for a bf16 model, `master_weights.pt` (the
-fp32 copies the optimizer steps). It is written into a hidden temporary
-directory next to it, fsynced, then renamed into place, so a checkpoint directory is always complete; `ROOT/latest`
-names the newest one and is replaced atomically too. Any engine that loads HF directories can serve it.
+A checkpoint `ROOT/step-000042/` (numbered by its policy version, as in the checkpoint store: `storage.checkpoint_
+layout`) holds what `save_pretrained` writes (config.json, *.safetensors, generation_config.json), the tokenizer files
+copied from the model it was trained from, `harnessrl-checkpoint.json` (`CheckpointMeta`), `optimizer.pt` (the
+optimizer's state_dict) and, for a bf16 model, `master_weights.pt` (the fp32 copies the optimizer steps). It is
+written into a hidden temporary directory next to it, fsynced, then renamed into place, so a checkpoint directory is
+always complete; `ROOT/latest` names the newest one and is replaced atomically too. Any engine that loads HF
+directories can serve it.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def save_checkpoint(
     `master_weights` (fp32 copies of a bf16 model's parameters) also `master_weights.pt`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / checkpoint_name(meta.step)
+    final = root / checkpoint_name(meta.policy_version)
     if final.exists():
         raise CheckpointError(f"checkpoint {final} already exists; save into another root or remove it first")
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))

@@ -53,7 +53,7 @@ def write_checkpoint(root: Path, step: int, extra_bytes: int = 0, created_at: fl
     parameter.sum().backward()
     optimizer.step()
     meta = checkpoints.CheckpointMeta(
-        policy_version=step + 1, step=step, optimizer_updates=step, base_model="/models/fake", created_at=created_at
+        policy_version=step, step=step, optimizer_updates=step, base_model="/models/fake", created_at=created_at
     )
     path = checkpoints.save_checkpoint(root / "local", FakeModel(step), optimizer, meta, tokenizer_dir)
     if extra_bytes:
@@ -73,7 +73,7 @@ def test_roundtrip_keeps_every_file_including_a_multipart_one(store, tmp_path):
     restored = store.download(uri, tmp_path / "restored")
     assert restored == tmp_path / "restored" / "step-000007"
     assert tree(restored) == tree(source)
-    assert checkpoints.read_meta(restored).policy_version == 8
+    assert checkpoints.read_meta(restored).policy_version == 7
     assert torch.equal(load_file(restored / "model.safetensors")["embed.weight"], FakeModel(7).weights["embed.weight"])
     assert "momentum_buffer" in checkpoints.load_optimizer_state(restored)["state"][0]
     assert [p.name for p in (tmp_path / "restored").iterdir()] == ["step-000007"]  # no staging left
@@ -143,7 +143,7 @@ def test_missing_checkpoints_duplicates_and_bad_inputs_are_refused(store, tmp_pa
         store.upload(tmp_path, "run", 4)
     with pytest.raises(CheckpointError, match="run id '../x'"):
         store.upload(tmp_path / "local" / "step-000003", "../x", 4)
-    with pytest.raises(CheckpointError, match="step -1 is negative"):
+    with pytest.raises(CheckpointError, match="policy version -1 is negative"):
         store.upload(tmp_path / "local" / "step-000003", "run", -1)
     store.store.put_text("run/latest", "step-000009\n")
     with pytest.raises(CheckpointError, match="latest names 'step-000009', not a complete checkpoint; fix or remove"):

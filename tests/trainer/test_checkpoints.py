@@ -22,10 +22,18 @@ def model_and_optimizer(tiny_model_dir: Path):
     return model, optimizer
 
 
-def meta(step: int = 3, version: int = 5) -> CheckpointMeta:
+def meta(step: int = 3, version: int | None = None) -> CheckpointMeta:
     return CheckpointMeta(
-        policy_version=version, step=step, optimizer_updates=2 * step, base_model="/models/tiny", created_at=1.0
-    )
+        policy_version=step if version is None else version, step=step, optimizer_updates=2 * step,
+        base_model="/models/tiny", created_at=1.0)
+
+
+def test_a_checkpoint_folder_is_numbered_by_its_policy_version(tmp_path, tiny_model_dir, model_and_optimizer):
+    """One numbering with the store and the gateway's records: a backend started at version 5 names its third step's
+    checkpoint step-000008."""
+    model, optimizer = model_and_optimizer
+    path = checkpoints.save_checkpoint(tmp_path, model, None, meta(step=3, version=8), tiny_model_dir)
+    assert (path.name, checkpoints.read_meta(path).step) == ("step-000008", 3)
 
 
 def test_checkpoint_is_a_loadable_hf_directory_with_state(tmp_path, tiny_model_dir, model_and_optimizer):
@@ -145,7 +153,7 @@ def test_a_verl_checkpoint_is_published_pruned_and_served_like_a_torch_one(tmp_p
     backend.workers = FakeVerlWorkers()
     saved = []
     for step in (1, 2):
-        backend.step = step
+        backend.step, backend._version = step, step  # as a train step leaves them
         hf_dir, version = backend.save_checkpoint(tmp_path / "local")
         saved.append(hf_dir)
     assert (hf_dir / "config.json").is_file() and step_root(hf_dir) == tmp_path / "local" / "step-000002"

@@ -352,7 +352,7 @@ class VerlBackend:
         at the top); returns the HF directory and the policy version."""
         if self.workers is None:
             raise RuntimeError("VerlBackend.save_checkpoint before load(); call load() first")
-        root = Path(directory) / checkpoints.checkpoint_name(self.step)
+        root = Path(directory) / checkpoints.checkpoint_name(self._version)
         if root.exists():
             raise checkpoints.CheckpointError(f"checkpoint {root} already exists; save into another root")
         self.workers.save_checkpoint(str(root / "verl"), global_step=self.step)
