@@ -60,18 +60,31 @@ def harness_readonly(recipe: Recipe) -> tuple[Path, ...]:
     return paths
 
 
+def harness_task(recipe: Recipe, task: dict) -> dict:
+    """The part of `task` the harness may see: the recipe's optional `harness_task(task)` (a task's answer and other
+    grader-only fields left out), else the whole task. The grader still gets the whole task (controller/report.py)."""
+    hook = getattr(recipe, "harness_task", None)
+    visible = hook(dict(task)) if hook is not None else dict(task)
+    if not isinstance(visible, dict):
+        raise TypeError(f"recipe {getattr(recipe, 'name', recipe)!r}: harness_task() must return a dict, got "
+                        f"{type(visible).__name__}")
+    return visible
+
+
 def prepare_attempt(config: ControllerConfig, rollout: ClaimedRollout, recipe: Recipe) -> Attempt:
-    """Write task.json into a fresh working directory, let the recipe lay it out, and build the RunSpec (with the base
-    URL and key the claim returned for this attempt: no second request)."""
+    """Write the harness's part of the task (`harness_task`) as task.json into a fresh working directory, let the
+    recipe lay it out, and build the RunSpec (with the base URL and key the claim returned for this attempt: no
+    second request)."""
     workdir, stdout, stderr = attempt_paths(config, rollout)
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     stdout.parent.mkdir(parents=True, exist_ok=True)
-    (workdir / TASK_FILE).write_text(json.dumps(rollout.input))
+    visible = harness_task(recipe, rollout.input)  # never the grader-only fields: the policy reads this file
+    (workdir / TASK_FILE).write_text(json.dumps(visible))
     recipe.prepare_workdir(rollout.input, workdir)
     spec = RunSpec(rollout_id=rollout.id, attempt=rollout.attempt, command=tuple(recipe.harness_command()),
-                   base_url=rollout.base_url, api_key=rollout.api_key, task=rollout.input, workdir=workdir,
+                   base_url=rollout.base_url, api_key=rollout.api_key, task=visible, workdir=workdir,
                    timeout_s=harness_timeout_s(config, rollout.input), stdout_path=stdout, stderr_path=stderr,
                    extra_env=config.harness_env, readonly=harness_readonly(recipe))
     return Attempt(rollout, recipe, spec)

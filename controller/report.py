@@ -12,6 +12,7 @@ longer current or the lease was lost; nothing is then reported.
 from __future__ import annotations
 
 import logging
+import math
 
 from controller.attempt import Attempt
 from controller.outcomes import Outcome, classify, settle
@@ -53,15 +54,16 @@ def report_attempt(attempt: Attempt, result: RunResult, admin: LeaseClient, grad
 def _grade(attempt: Attempt, result: RunResult, calls: list, grader: LeaseClient, outcome: Outcome,
            controller_id: str) -> tuple[Outcome, bool]:
     """Survey the working directory, run the grader and post its reward: (outcome, retryable). A refused tree or a
-    grader that raises on what the agent left is the agent's failure (reward 0 posted); a GraderInfraError or a
-    sandbox that cannot be built fails the rollout as infra, not retried."""
+    grader that raises on what the agent left is the agent's failure (the recipe's `failure_reward` posted, default
+    0); a GraderInfraError or a sandbox that cannot be built fails the rollout as infra, not retried."""
     rollout_id, recipe = attempt.rollout.id, attempt.recipe
     survey = survey_tree(attempt.spec.workdir, getattr(recipe, "tree_limits", TreeLimits()))
+    bottom = failure_reward(recipe)
     if survey.problem is not None:
-        grade, error = refused_grade(survey.problem)
+        grade, error = refused_grade(survey.problem, bottom)
         _post(grader, attempt, grade, controller_id)
         return Outcome(RolloutState.FAILED, FailureKind.AGENT, f"{_where(attempt)}: {error}", graded=True), True
-    graded = GradeInput(task=dict(attempt.spec.task), workdir=attempt.spec.workdir, calls=calls,
+    graded = GradeInput(task=dict(attempt.rollout.input), workdir=attempt.spec.workdir, calls=calls,
                         exit_code=result.exit_code)
     try:
         grade = recipe.grade(graded)
@@ -75,19 +77,31 @@ def _grade(attempt: Attempt, result: RunResult, calls: list, grader: LeaseClient
         log.warning("grader of recipe %s raised on rollout %s: %s: %s", recipe.name, rollout_id,
                     type(exc).__name__, safe_text(str(exc), 500))
         error = f"the grader raised {type(exc).__name__} on what the attempt left: {safe_text(str(exc), 2000)}"
-        _post(grader, attempt, Grade(0.0, {"error": error, "grader_error": type(exc).__name__}), controller_id)
+        _post(grader, attempt, Grade(bottom, {"error": error, "grader_error": type(exc).__name__}), controller_id)
         return Outcome(RolloutState.FAILED, FailureKind.AGENT, f"{_where(attempt)}: {error}", graded=True), True
     _post(grader, attempt, grade, controller_id)
     return outcome, True
 
 
-def refused_grade(problem: TreeProblem) -> tuple[Grade, str]:
-    """Reward 0 for a working directory refused before grading, with the reason (and `tamper` for a way out)."""
+def failure_reward(recipe: object) -> float:
+    """The reward of an attempt whose tree is refused or whose grader fails on what the agent left: the recipe's
+    optional `failure_reward` (the bottom of its grader's scale, so breaking the grader never beats a verdict),
+    default 0.0."""
+    value = getattr(recipe, "failure_reward", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"recipe {getattr(recipe, 'name', recipe)!r}: failure_reward must be a finite number, got "
+                        f"{value!r}")
+    return float(value)
+
+
+def refused_grade(problem: TreeProblem, reward: float = 0.0) -> tuple[Grade, str]:
+    """The failure reward (default 0) for a working directory refused before grading, with the reason (and `tamper`
+    for a way out)."""
     if problem.kind == "tamper":
-        return (Grade(0.0, {"resolved": False, "tamper": True, "tamper_reasons": [problem.reason]}),
+        return (Grade(reward, {"resolved": False, "tamper": True, "tamper_reasons": [problem.reason]}),
                 f"tamper: {problem.reason}")
     details = {"resolved": False, "error": problem.reason, **({"cap": problem.cap} if problem.cap else {})}
-    return Grade(0.0, details), f"working directory refused: {problem.reason}"
+    return Grade(reward, details), f"working directory refused: {problem.reason}"
 
 
 def _where(attempt: Attempt) -> str:

@@ -13,7 +13,9 @@ as what it points at. Sizes are checked from metadata before any content is read
 - `read_file(root, relative, max_bytes)`: one regular file's bytes, no link followed on the way, at most `max_bytes`.
 - `resolves_inside(link, target, links)`: the pure resolution the survey uses.
 
-FIFOs, sockets and devices are listed as `other` and never opened (opening a FIFO would block its reader).
+FIFOs, sockets and device files are refused by the survey (`unreadable`, the agent's failure) before any grader
+reads the tree, and never opened: a FIFO blocks its reader until the grader times out, which would let the policy
+trade a bad verdict for a grader failure.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class TreeProblem:
     """Why a tree is refused."""
 
     kind: ProblemKind  # tamper: a way out of the tree; limit: a cap passed; unreadable: a name or file no reader
-    # can carry (a name that is not UTF-8, a FIFO where a file is expected)
+    # can carry (a name that is not UTF-8, a FIFO, socket or device file)
     reason: str  # for humans: what was found and where
     cap: str | None = None  # the TreeLimits field passed (kind "limit")
 
@@ -99,6 +101,9 @@ class _Walk:
         if relative.count("/") + 1 > limits.max_depth:
             raise _limit("max_depth", f"{relative[:200]!r} is deeper than {limits.max_depth} components")
         kind = _kind(st.st_mode)
+        if kind == "other":
+            raise TreeRefused(TreeProblem("unreadable", f"{relative[:200]!r} is a {special_kind(st.st_mode)}: a "
+                                          "working directory may hold only files, folders and links"))
         size = st.st_size if kind == "file" else 0
         if size > limits.max_file_bytes:
             raise _limit("max_file_bytes", f"{relative[:200]!r} holds {size} bytes, over {limits.max_file_bytes}")
@@ -124,6 +129,15 @@ def _kind(mode: int) -> EntryKind:
     if stat.S_ISREG(mode):
         return "file"
     return "link" if stat.S_ISLNK(mode) else "other"
+
+
+def special_kind(mode: int) -> str:
+    """What a file that is neither a regular file, a folder nor a link is, for a reason."""
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
 
 
 def _name(raw: bytes, parent: str) -> str:

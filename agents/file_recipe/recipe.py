@@ -3,10 +3,13 @@
 `load_recipe_file(path)` is registered under the entry-point group `harnessrl.recipe_loaders` (pyproject.toml), so
 `rollouts.registry.get_recipe("/abs/my_recipe.yaml")` gives a `FileRecipe` in the flow and in the controller alike.
 The harness runs in the local runner's sandbox under the harness contract (OPENAI_BASE_URL, OPENAI_API_KEY,
-HARNESSRL_TASK, its working directory), with the recipe's folder bound read-only (`harness_readonly`; the sandbox's
-users must be able to read it: world-readable files, as `mkdir` and an editor make them). The grader command runs
-after the harness exited in a sandbox of its own (grader_sandbox.py). Local runner only: a Kubernetes agent image
-does not hold the user's folder.
+HARNESSRL_TASK, its working directory). What the policy can read there is only the harness's own: its task file holds
+the task without the file's `hidden` fields (`harness_task`), and only the harness command's files and
+`harness.files` are bound read-only (`harness_readonly`), never the recipe's folder: `check` refuses a recipe whose
+harness-visible paths hold the tasks or the grader's files. The sandbox's users must be able to read them
+(world-readable files, as `mkdir` and an editor make them). The grader command runs after the harness exited in a
+sandbox of its own (grader_sandbox.py), with the whole task; a grader failure pays the bottom of `reward_range`.
+Local runner only: a Kubernetes agent image does not hold the user's folder.
 """
 
 from __future__ import annotations
@@ -90,9 +93,43 @@ class FileRecipe:
         tasks = self.folder / self.spec.tasks
         if not tasks.exists() and (Path(self.spec.tasks).suffix in TASK_SUFFIXES or self.spec.tasks.startswith(".")):
             found.append(("tasks", f"{self.spec.tasks!r} does not exist in {self.folder}"))
+        for index, name in enumerate(self.spec.harness.files):
+            target = (self.folder / name).resolve()
+            if not target.exists() or not target.is_relative_to(self.folder):
+                found.append((f"harness.files.{index}", f"{name!r} is not a file or folder of {self.folder}"))
+        found += self._leaks()
         used = [self.folder / arg for arg in (*self.spec.harness.command, *self.spec.grader.command,
-                                              *self.spec.files, self.spec.tasks)]
+                                              *self.spec.files, *self.spec.harness.files, self.spec.tasks)]
         found += unreadable(self.folder, [path for path in used if path.exists()])
+        return found
+
+    def _harness_visible(self) -> list[tuple[str, Path]]:
+        """(key, absolute path) of everything of the folder the harness can read: its command's files, `harness.files`
+        (bound read-only) and `files` (copied into its working directory)."""
+        named = [("harness.command", arg) for arg in self.spec.harness.command[1:]]
+        named += [(f"harness.files.{i}", name) for i, name in enumerate(self.spec.harness.files)]
+        named += [(f"files.{i}", name) for i, name in enumerate(self.spec.files)]
+        first = self.spec.harness.command[0]
+        if first not in PYTHON_NAMES:
+            named.append(("harness.command", first))
+        return [(key, (self.folder / name).resolve()) for key, name in named
+                if not Path(name).is_absolute() and (self.folder / name).exists()]
+
+    def _grader_only(self) -> list[Path]:
+        """The tasks source and the grader command's files: what the harness must never see."""
+        names = [self.spec.tasks, *self.spec.grader.command]
+        return [(self.folder / name).resolve() for name in names
+                if not Path(name).is_absolute() and (self.folder / name).exists()]
+
+    def _leaks(self) -> list[tuple[str, str]]:
+        """A harness-visible path that is, or holds, the tasks or a grader file (the answers, the grading rules)."""
+        found = []
+        for key, visible in self._harness_visible():
+            for secret in self._grader_only():
+                if secret == visible or secret.is_relative_to(visible):
+                    found.append((key, f"{visible} would show the harness {secret} (the tasks or the grader's "
+                                       "files, which the policy must not read): keep the harness's files apart, "
+                                       "e.g. in a folder of their own"))
         return found
 
     def generate(self, count: int, seed: int) -> list[dict[str, Any]]:
@@ -117,8 +154,18 @@ class FileRecipe:
         return self._argv(self.spec.harness.command)
 
     def harness_readonly(self) -> tuple[Path, ...]:
-        """The recipe's folder, bound read-only in the harness's sandbox (its code and data)."""
-        return (self.folder,)
+        """Only the harness's own files, bound read-only in its sandbox: its command's files of the folder and
+        `harness.files` (never the folder: it holds the tasks and the grader)."""
+        return tuple(path for key, path in self._harness_visible() if not key.startswith("files."))
+
+    def harness_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The task without the file's `hidden` fields: what the harness's task file holds."""
+        return {key: value for key, value in task.items() if key not in self.spec.hidden}
+
+    @property
+    def failure_reward(self) -> float:
+        """The bottom of the grader's `reward_range`: what a refused tree or a failed grading pays."""
+        return self.spec.grader.reward_range[0]
 
     def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
         """The file's `files:` copied into the working directory under their names."""
@@ -134,7 +181,7 @@ class FileRecipe:
         """The grader command's verdict (GraderVerdictError, the attempt's failure, when it gives none)."""
         grader = self.spec.grader
         run = GraderRun(tuple(self._argv(grader.command)), self.folder, grader.timeout_s, grader.memory_mb << 20,
-                        grader.max_output_bytes)
+                        grader.max_output_bytes, grader.reward_range)
         reward, details = run_grader(run, graded.task, graded.workdir, final_text(graded.calls), graded.exit_code)
         return Grade(reward=reward, details={**details, "exit_code": graded.exit_code})
 

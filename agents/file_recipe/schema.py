@@ -3,13 +3,16 @@ named at once.
 
     name: my-agent                   # run names and MLflow tags
     tasks: tasks.jsonl               # JSONL, parquet or a folder the `datasets` loader reads (relative: to this file)
+    hidden: [answer]                 # task fields only the grader sees (never in the harness's task file)
     harness:
       command: [python, agent.py]    # `python`: the project's interpreter; files of this folder by relative path
+      files: [helpers.py]            # optional: more files of this folder the harness reads (bound read-only)
       timeout_s: 120                 # optional: the attempt's wall-clock limit (default: the controller's)
     files: [notes.txt]               # optional: copied into each attempt's working directory
     grader:
       command: [python, grade.py]    # run in a sandbox of its own; prints {"reward": x, "details": {...}} last
       timeout_s: 60
+      reward_range: [0, 1]           # optional: the verdict's scale; a broken grader pays its bottom
     shaping:                         # optional, training only: the share of answers in which the pattern is found
       answer_pattern: '=\\s*-?\\d+'
     settings:                        # optional run settings (a profile's keys), under `--set`
@@ -18,12 +21,15 @@ named at once.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+CONTROLLER_FIELDS = frozenset({"id", "harness_timeout_s"})  # task fields the controller itself reads
 
 
 class Strict(BaseModel):
@@ -35,6 +41,9 @@ class HarnessSection(Strict):
                                "a relative path names a file of the recipe's folder.")
     timeout_s: float | None = Field(default=None, gt=0, description="Wall-clock limit of one attempt (none: the "
                                     "controller's harness_timeout_s).")
+    files: list[str] = Field(default_factory=list, description="Files or folders of the recipe's folder the harness "
+                             "reads besides its command's script (its modules, prompts), bound read-only in its "
+                             "sandbox; never the tasks or the grader's files.")
 
 
 class GraderSection(Strict):
@@ -44,6 +53,18 @@ class GraderSection(Strict):
     memory_mb: int = Field(default=2048, ge=64, description="Address-space limit of the grader's processes.")
     max_output_bytes: int = Field(default=1 << 20, ge=1024, le=16 << 20, description="Output kept (head and "
                                   "tail); a longer output is the attempt's failure.")
+    reward_range: tuple[float, float] = Field(default=(0.0, 1.0), description="[lowest, highest] reward the grader "
+                                              "gives; a verdict outside it is the attempt's failure, and a failed "
+                                              "attempt (a grader that crashed, timed out or printed no verdict) "
+                                              "gets the lowest.")
+
+    @field_validator("reward_range")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"must be [lowest, highest] with finite lowest < highest, got {list(value)}")
+        return value
 
 
 class ShapingSection(Strict):
@@ -65,12 +86,22 @@ class RecipeFile(Strict):
     description: str = Field(default="", description="What the agent does, for humans.")
     tasks: str = Field(min_length=1, description="The task rows: a JSONL, parquet or folder (relative: to the recipe "
                        "file) or a hub dataset id.")
+    hidden: list[str] = Field(default_factory=list, description="Task fields only the grader sees (the answer): left "
+                              "out of the harness's task file, where the policy reads everything.")
     harness: HarnessSection
     grader: GraderSection
     files: list[str] = Field(default_factory=list, description="Files or folders of the recipe's folder copied into "
                              "every working directory.")
     shaping: ShapingSection | None = None
     settings: dict[str, Any] = Field(default_factory=dict, description="Run settings (a profile's keys).")
+
+    @field_validator("hidden")
+    @classmethod
+    def _not_controller_fields(cls, value: list[str]) -> list[str]:
+        kept = sorted(set(value) & CONTROLLER_FIELDS)
+        if kept:
+            raise ValueError(f"{kept} cannot be hidden: the controller sets them on every task")
+        return value
 
 
 class RecipeFileError(KeyError):

@@ -133,7 +133,7 @@ def test_repo_as_a_link_inside_the_working_directory_is_tampering(gateway, grade
     ([["badname", "repo"]], "not UTF-8"),
     ([["write_bytes", "repo/blob.bin", str(CAP_BYTES + 1)]], "max_file_bytes"),
     ([["chmod", "repo/tinymath.py", "000"]], "could not be diffed"),
-    ([["mkfifo", "repo/pipe"]], None),
+    ([["mkfifo", "repo/pipe"]], "is a FIFO"),
 ])
 def test_a_tree_the_grader_cannot_read_is_the_agents_failure_on_the_first_attempt(
         gateway, grader, tmp_path, store, caplog, attack, expected):

@@ -4,11 +4,13 @@ checked from metadata before any content is read (`sandbox.hostile_tree`)."""
 from __future__ import annotations
 
 import os
+import socket
+import stat
 from pathlib import Path
 
 import pytest
 
-from sandbox.hostile_tree import TreeLimits, TreeRefused, read_file, resolves_inside, survey_tree
+from sandbox.hostile_tree import TreeLimits, TreeRefused, read_file, resolves_inside, special_kind, survey_tree
 
 SECRET = "the-secret-marker-7f3a"
 
@@ -131,13 +133,25 @@ def test_a_name_that_is_not_utf8_is_refused_as_unreadable(tree):
     problem.reason.encode("utf-8")  # the reason itself can be posted
 
 
-def test_fifos_are_listed_and_never_opened(tree):
+def test_fifos_are_refused_by_the_survey_and_never_opened(tree):
     os.mkfifo(tree / "repo" / "pipe")  # opening it for reading would block a reader without O_NONBLOCK
-    survey = survey_tree(tree)
-    assert survey.problem is None and ("repo/pipe", "other") in {(e.path, e.kind) for e in survey.entries}
+    problem = survey_tree(tree).problem
+    assert problem is not None and problem.kind == "unreadable" and "'repo/pipe' is a FIFO" in problem.reason
     with pytest.raises(TreeRefused) as refused:
         read_file(tree, "repo/pipe", 100)
     assert refused.value.problem.kind == "unreadable"
+
+
+def test_sockets_are_refused_by_the_survey(tree):
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(tree / "repo" / "sock"))
+        problem = survey_tree(tree).problem
+    assert problem is not None and problem.kind == "unreadable" and "'repo/sock' is a socket" in problem.reason
+
+
+def test_device_files_are_named_as_such():
+    assert special_kind(stat.S_IFCHR | 0o666) == "device file" and special_kind(stat.S_IFBLK) == "device file"
+    assert special_kind(stat.S_IFIFO) == "FIFO"
 
 
 def test_read_file_reads_a_regular_file_and_follows_no_link(tree, secret_dir):

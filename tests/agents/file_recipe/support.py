@@ -24,6 +24,7 @@ print(json.dumps({"reward": float(correct), "details": {"answer": answer[:100]}}
 '''
 RECIPE = '''name: sums
 tasks: tasks.jsonl
+hidden: [answer]
 harness:
   command: [python, agent.py]
 grader:

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.file_recipe.grader_sandbox import GraderVerdictError, parse_verdict
+from agents.file_recipe.grader_sandbox import (
+    NON_DUMPABLE_LAUNCHER,
+    GraderVerdictError,
+    non_dumpable_argv,
+    parse_verdict,
+)
 from agents.file_recipe.recipe import AnswerPatternShares, load_recipe_file
 from agents.file_recipe.schema import RecipeFileError
 from rollouts.recipe import recipe_hooks
@@ -61,7 +66,8 @@ def test_tasks_ids_harness_command_and_files(tmp_path: Path):
         recipe.generate(11, seed=0)
     command = recipe.harness_command()
     assert command[1] == str(path.parent / "agent.py") and Path(command[0]).name.startswith("python")
-    assert recipe.harness_readonly() == (path.parent,)
+    assert recipe.harness_readonly() == (path.parent / "agent.py",)  # never the folder (tasks, grader)
+    assert recipe.harness_task(tasks[1]) == {"id": "sums-1", "question": "What is 1 + 2?", "harness_timeout_s": 90.0}
     workdir = tmp_path / "work"
     workdir.mkdir()
     recipe.prepare_workdir(tasks[0], workdir)
@@ -108,3 +114,63 @@ def test_a_malformed_verdict_is_named(output, reason):
 
 def test_the_verdict_is_the_last_line():
     assert parse_verdict('noise\n{"reward": 0.5, "details": {"ok": true}}\n\n') == (0.5, {"ok": True})
+
+
+def test_the_verdict_line_is_split_at_newlines_only():
+    # a grader echoing the answer with ensure_ascii=False: U+2028 and U+0085 inside a string stay in the one line
+    output = '{"reward": 0.0, "details": {"answer": "6\u2028\u0085"}}\n'
+    assert parse_verdict(output) == (0.0, {"answer": "6\u2028\u0085"})
+
+
+def test_a_verdict_outside_the_reward_range_is_the_attempts_failure():
+    assert parse_verdict('{"reward": -1}', (-1.0, 1.0)) == (-1.0, {})
+    for reward in ("-1", "1.5"):
+        with pytest.raises(GraderVerdictError, match=f"reward {reward} is outside the recipe's reward_range"):
+            parse_verdict('{"reward": ' + reward + '}')
+
+
+def test_the_failure_reward_is_the_bottom_of_the_reward_range(tmp_path: Path):
+    assert load_recipe_file(recipe_folder(tmp_path / "a")).failure_reward == 0.0
+    scaled = RECIPE.replace("  timeout_s: 30\n", "  timeout_s: 30\n  reward_range: [-1, 2]\n")
+    assert load_recipe_file(recipe_folder(tmp_path / "b", recipe=scaled)).failure_reward == -1.0
+    for bad in ("[1, 0]", "[0, .inf]", "[0]"):
+        with pytest.raises(RecipeFileError, match="grader.reward_range"):
+            load_recipe_file(recipe_folder(tmp_path / "c", recipe=RECIPE.replace(
+                "  timeout_s: 30\n", f"  timeout_s: 30\n  reward_range: {bad}\n")))
+
+
+@pytest.mark.parametrize(("extra", "key"), [
+    ("  files: [.]\n", "harness.files.0"),
+    ("  files: [tasks.jsonl]\n", "harness.files.0"),
+    ("  files: [grade.py]\n", "harness.files.0"),
+])
+def test_a_harness_that_would_see_the_tasks_or_the_grader_is_refused(tmp_path: Path, extra, key):
+    recipe = RECIPE.replace("  command: [python, agent.py]\n", "  command: [python, agent.py]\n" + extra)
+    with pytest.raises(RecipeFileError, match=f"{key}: .* would show the harness .*(tasks.jsonl|grade.py)"):
+        load_recipe_file(recipe_folder(tmp_path / "r", recipe=recipe))
+
+
+def test_files_copied_to_the_workdir_or_the_command_must_not_be_the_grader(tmp_path: Path):
+    with pytest.raises(RecipeFileError, match="files.0: .* would show the harness .*grade.py"):
+        load_recipe_file(recipe_folder(tmp_path / "a", recipe=RECIPE + "files: [grade.py]\n"))
+    with pytest.raises(RecipeFileError, match="harness.command: .* would show the harness .*tasks.jsonl"):
+        load_recipe_file(recipe_folder(tmp_path / "b", recipe=RECIPE.replace("[python, agent.py]",
+                                                                           "[python, agent.py, tasks.jsonl]")))
+
+
+def test_harness_files_are_bound_and_the_id_cannot_be_hidden(tmp_path: Path):
+    path = recipe_folder(tmp_path / "r", recipe=RECIPE.replace("  command: [python, agent.py]\n",
+                                                               "  command: [python, agent.py]\n  files: [lib]\n"))
+    (path.parent / "lib").mkdir(mode=0o755)
+    assert load_recipe_file(path).harness_readonly() == (path.parent / "agent.py", path.parent / "lib")
+    with pytest.raises(RecipeFileError, match="hidden: Value error, \\['id'\\] cannot be hidden"):
+        load_recipe_file(recipe_folder(tmp_path / "s", recipe=RECIPE.replace("hidden: [answer]", "hidden: [id]")))
+
+
+def test_python_graders_run_non_dumpable_other_commands_as_they_are():
+    python = "/venv/bin/python"
+    assert non_dumpable_argv((python, "/r/grade.py", "x"), python) == [python, "-c", NON_DUMPABLE_LAUNCHER,
+                                                                        "/r/grade.py", "x"]
+    assert non_dumpable_argv((python, "-m", "grader"), python)[1:4] == ["-c", NON_DUMPABLE_LAUNCHER, "-m"]
+    for command in ((python, "-c", "print(1)"), ("/bin/sh", "grade.sh"), (python, "-m")):
+        assert non_dumpable_argv(command, python) == list(command)
