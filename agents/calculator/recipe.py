@@ -14,6 +14,8 @@ from agents.calculator import grader, tasks
 from controller.recipe import Grade, GradeInput
 from rollouts.task_options import SamplingFields
 
+GRADER_ONLY_FIELDS = ("answer",)  # in the rollout's input, never in the harness's task file
+
 
 class CalculatorTaskFields(SamplingFields):
     """The task fields the calculator harness reads besides the question."""
@@ -37,6 +39,10 @@ class CalculatorRecipe:
 
     def harness_command(self) -> list[str]:
         return [sys.executable, "-m", "agents.calculator.harness"]
+
+    def harness_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The task file without the answer (the grader re-evaluates the expression; the policy reads every file)."""
+        return {key: value for key, value in task.items() if key not in GRADER_ONLY_FIELDS}
 
     def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
         """Nothing to lay out: the question is in the task file."""

@@ -15,6 +15,8 @@ from agents.search.retrieval import CORPUS_FILE, write_corpus
 from controller.recipe import Grade, GradeInput
 from rollouts.task_options import SamplingFields
 
+GRADER_ONLY_FIELDS = ("answers", "evidence")  # in the rollout's input, never in the harness's task file
+
 
 class SearchTaskFields(SamplingFields):
     """The task fields the search harness reads besides the question."""
@@ -37,6 +39,11 @@ class SearchRecipe:
 
     def harness_command(self) -> list[str]:
         return [sys.executable, "-m", "agents.search.harness"]
+
+    def harness_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The task file without the gold answers and the evidence's document ids (the grader's; the policy reads
+        every file)."""
+        return {key: value for key, value in task.items() if key not in GRADER_ONLY_FIELDS}
 
     def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
         """Write the task's corpus (rebuilt from its corpus_seed) as corpus.jsonl; the harness indexes it."""

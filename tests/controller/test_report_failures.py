@@ -13,11 +13,13 @@ import pytest
 from controller.config import ControllerConfig
 from controller.recipe import Grade, GradeInput, GraderInfraError
 from controller.reconcile import Reconciler
+from controller.report import failure_reward, refused_grade
 from controller.reward_details import MAX_DETAILS_BYTES, safe_details
 from controller.runners.local import LocalRunner
 from gateway.client import GatewayClient
 from gateway.records import EventKind, FailureKind, RolloutSpec, RolloutState
 from sandbox import SandboxError
+from sandbox.hostile_tree import TreeProblem
 from tests.controller.support import ScriptRecipe
 from tests.gateway.support import ADMIN_TOKEN
 
@@ -63,6 +65,24 @@ def test_a_grader_that_raises_on_the_attempt_is_the_agents_failure_with_reward_z
         RolloutState.FAILED, FailureKind.AGENT, 1, 0.0)
     rewards = [e.payload for e in events if e.kind == EventKind.REWARD]
     assert rewards[-1]["details"]["grader_error"] == type(error).__name__
+
+
+@dataclass
+class ScaledRecipe(RaisingRecipe):
+    """A grader whose scale goes down to -1: its failure must not pay more than its worst verdict."""
+
+    failure_reward: float = -1.0
+
+
+def test_a_grader_failure_pays_the_recipes_failure_reward_not_zero(gateway, grader, tmp_path):
+    rollout, events = run(gateway, grader, tmp_path, ScaledRecipe(error=ValueError("a FIFO blocked me")))
+    assert (rollout.state, rollout.failure_kind, rollout.attempt, rollout.reward) == (
+        RolloutState.FAILED, FailureKind.AGENT, 1, -1.0)
+    problem = TreeProblem("unreadable", "'answer.txt' is a FIFO")
+    assert refused_grade(problem, failure_reward(ScaledRecipe()))[0].reward == -1.0
+    assert failure_reward(RaisingRecipe()) == 0.0  # the default
+    with pytest.raises(TypeError, match="failure_reward must be a finite number"):
+        failure_reward(ScaledRecipe(failure_reward=float("-inf")))
 
 
 @pytest.mark.parametrize("error", [GraderInfraError("the store is gone"), SandboxError("no bwrap")])

@@ -15,7 +15,7 @@ from agents.file_recipe.grader_sandbox import (
 )
 from agents.file_recipe.recipe import AnswerPatternShares, load_recipe_file
 from agents.file_recipe.schema import RecipeFileError
-from rollouts.recipe import recipe_hooks
+from rollouts.recipe import final_text, recipe_hooks
 from rollouts.registry import get_recipe
 from tests.agents.file_recipe.support import RECIPE, recipe_folder
 from tests.trainer.loop_support import call, group
@@ -174,3 +174,11 @@ def test_python_graders_run_non_dumpable_other_commands_as_they_are():
     assert non_dumpable_argv((python, "-m", "grader"), python)[1:4] == ["-c", NON_DUMPABLE_LAUNCHER, "-m"]
     for command in ((python, "-c", "print(1)"), ("/bin/sh", "grade.sh"), (python, "-m")):
         assert non_dumpable_argv(command, python) == list(command)
+
+
+def test_the_graded_answer_and_the_shaping_term_skip_side_calls_alike():
+    calls = (call("g-0", 0, response_text="2 + 3 = 5"), call("g-0", 1, response_text="a title", side=True))
+    assert final_text(calls) == "2 + 3 = 5"  # not the side call, recorded last
+    groups = [group("g", [1.0], calls=lambda rid: calls)]
+    assert AnswerPatternShares("=")(groups) == {"g-0": 1.0}
+    assert final_text((call("g-0", 0, response_text="side", side=True),)) == ""
