@@ -49,8 +49,8 @@ def harness_timeout_s(config: ControllerConfig, task: dict) -> float:
 
 
 def harness_readonly(recipe: Recipe) -> tuple[Path, ...]:
-    """The recipe's optional `harness_readonly()`: folders of its harness's own code the sandbox binds read-only (a
-    recipe file's folder); absolute paths only."""
+    """The recipe's optional `harness_readonly()`: files and folders of its harness's own code the sandbox binds
+    read-only (a recipe file's harness files, never anything of its grader's); absolute paths only."""
     hook = getattr(recipe, "harness_readonly", None)
     paths = tuple(Path(path) for path in hook()) if hook is not None else ()
     relative = [str(path) for path in paths if not path.is_absolute()]

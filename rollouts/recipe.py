@@ -76,9 +76,10 @@ class Recipe(Protocol):
         """Score a finished attempt. Raise GraderInfraError for the grader's own infrastructure failures; anything
         else raised counts as the agent's failure. Optional attribute `tree_limits` (sandbox.hostile_tree.TreeLimits):
         the caps the working directory must stay within before this is called (default TreeLimits()). Optional
-        method `harness_readonly()`: absolute folders of the harness's own code the local runner's sandbox binds
-        read-only (a recipe file's folder); optional mapping `run_settings`: run settings the recipe brings (a
-        recipe file's `settings:`), applied over the profile and under --set. Optional method `harness_task(task)`:
+        method `harness_readonly()`: absolute paths of the harness's own code the local runner's sandbox binds
+        read-only (a recipe file's harness files, never its folder: the policy reads all of it); optional mapping
+        `run_settings`: run settings the recipe brings (a recipe file's `settings:`), applied over the profile and
+        under --set. Optional method `harness_task(task)`:
         the part of the task the harness may see, written to its task file (default: the whole task, only for a
         recipe whose tasks hold nothing the grader keeps secret; a task's answer must not reach the harness, where
         the policy reads every file). Optional attribute `failure_reward` (default 0.0): the reward posted when the
