@@ -3,8 +3,9 @@
 Each describes what its parser takes (`proxy.parse_request` with `sampling.apply_policy` for chat and completions,
 `protocols/anthropic_request.py` for Messages and count_tokens, `protocols/responses_request.py` for Responses): the
 required fields, the types, the values refused (a negative temperature, `n` past the recorded choices, Anthropic's
-and Responses' unknown fields). Chat and completions pass fields they do not check on to the engine
-(`additionalProperties`). What a schema cannot say, and the gateway still refuses with a 400 naming it: a Messages
+and Responses' unknown fields, the chat and completions fields `request_fields.FIELDS` refuses: typed null here, as
+null counts as absent). Chat and completions accept other fields (`additionalProperties`) and forward only those the
+table forwards. What a schema cannot say, and the gateway still refuses with a 400 naming it: a Messages
 conversation ending with an assistant turn (prefill), a Responses `tool_choice` naming no offered function, two
 functions of one name, an input that holds no message, a `previous_response_id` that is not an answer of the same
 rollout attempt, and anywhere a value the store cannot keep exactly (`strict_json`: an integer past 64 bits).
@@ -17,6 +18,7 @@ from typing import Any
 from gateway.capture import MAX_CHOICES
 from gateway.protocols import anthropic_request, responses_request
 from gateway.records import EventKind
+from gateway.request_fields import CHAT, COMPLETION, REFUSED
 
 Schema = dict[str, Any]
 MAX_TOKENS = 2**31 - 1  # token counts are 32-bit on every engine
@@ -68,6 +70,11 @@ OPENAI_COMMON: dict[str, Schema] = {
 }
 
 
+def _refused(kind: str) -> dict[str, Schema]:
+    """The fields the gateway refuses on route `kind` (400 naming the field): null only (null counts as absent)."""
+    return {key: {"type": "null", "description": f"Refused (400): it {why}."} for key, why in REFUSED[kind].items()}
+
+
 def chat_completion() -> Schema:
     """POST /r/{id}/v1/chat/completions: a non-empty list of messages; other fields go to the engine as sent."""
     part = _object({"type": STRING, "text": STRING}, ("type",))
@@ -83,7 +90,7 @@ def chat_completion() -> Schema:
     choice = _one_of({"enum": ["none", "auto", "required"]},
                      _object({"type": _const("function"), "function": _object({"name": STRING}, ("name",))},
                              ("type", "function")))
-    return _object({**OPENAI_COMMON, "messages": _array(message, min_items=1), "tools": _array(tool),
+    return _object({**_refused(CHAT), **OPENAI_COMMON, "messages": _array(message, min_items=1), "tools": _array(tool),
                     "tool_choice": choice, "parallel_tool_calls": BOOLEAN, "response_format": OBJECT,
                     "logprobs": BOOLEAN, "top_logprobs": _integer(0, 20), "max_completion_tokens": _integer(1)},
                    ("messages",), description="OpenAI chat completions; token IDs and (train) logprobs are forced.")
@@ -93,9 +100,8 @@ def completion() -> Schema:
     """POST /r/{id}/v1/completions: a prompt (text, texts, token IDs or lists of them)."""
     ids = _array(_integer(0, 2**31 - 1), min_items=1)
     prompt = _one_of(STRING, _array(STRING, min_items=1), ids, _array(ids, min_items=1))
-    return _object({**OPENAI_COMMON, "prompt": prompt, "logprobs": _integer(0, 20), "echo": BOOLEAN,
-                    "suffix": STRING}, ("prompt",), description="OpenAI completions; token IDs and (train) "
-                   "logprobs are forced.")
+    return _object({**_refused(COMPLETION), **OPENAI_COMMON, "prompt": prompt, "logprobs": _integer(0, 20)},
+                   ("prompt",), description="OpenAI completions; token IDs and (train) logprobs are forced.")
 
 
 def _anthropic_blocks() -> tuple[Schema, Schema, Schema, Schema]:
