@@ -18,7 +18,7 @@ from typing import Any
 from gateway.capture import MAX_CHOICES
 from gateway.protocols import anthropic_request, responses_request
 from gateway.records import EventKind
-from gateway.request_fields import CHAT, COMPLETION, REFUSED
+from gateway.request_fields import CHAT, COMPLETION, ENGINE_DEFAULTS, REFUSED
 
 Schema = dict[str, Any]
 MAX_TOKENS = 2**31 - 1  # token counts are 32-bit on every engine
@@ -71,8 +71,10 @@ OPENAI_COMMON: dict[str, Schema] = {
 
 
 def _refused(kind: str) -> dict[str, Schema]:
-    """The fields the gateway refuses on route `kind` (400 naming the field): null only (null counts as absent)."""
-    return {key: {"type": "null", "description": f"Refused (400): it {why}."} for key, why in REFUSED[kind].items()}
+    """The fields the gateway refuses on route `kind` (400 naming the field): null (absent) or the engines'
+    default, which asks for nothing and is dropped."""
+    defaults = ENGINE_DEFAULTS[kind]
+    return {key: {"enum": [None, defaults[key]]} if key in defaults else {"type": "null"} for key in REFUSED[kind]}
 
 
 def chat_completion() -> Schema:

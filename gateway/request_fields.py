@@ -104,20 +104,40 @@ FIELDS: dict[str, dict[str, tuple[Action, str]]] = {
 }
 """Every field the gateway knows, per route: (action, why). Unlisted fields are dropped and recorded."""
 
+ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
+    CHAT: {"echo": False, "ignore_eos": False, "include_stop_str_in_output": False, "skip_special_tokens": True,
+           "spaces_between_special_tokens": True, "min_tokens": 0, "use_beam_search": False, "stop_token_ids": [],
+           "bad_words": [], "add_generation_prompt": True, "continue_final_message": False,
+           "add_special_tokens": False},
+}
+ENGINE_DEFAULTS[COMPLETION] = {**ENGINE_DEFAULTS[CHAT], "add_special_tokens": True}
+"""A refused field sent at the engines' default value (vLLM 0.32's, the embedded engine's) asks for nothing: it is
+dropped (recorded) instead, as clients that send every field at its default do."""
+
 FORWARDED = {kind: frozenset(k for k, (a, _) in table.items() if a in (F, G)) for kind, table in FIELDS.items()}
 REFUSED = {kind: {k: why for k, (a, why) in table.items() if a in (R, G)} for kind, table in FIELDS.items()}
 
 
 def check_refused(body: dict[str, Any], kind: str) -> None:
     """BadRequest naming the first field of `body` (a harness's request on route `kind`) the table refuses; a
-    field sent as null counts as absent."""
+    field sent as null counts as absent, one sent at the engines' default (`ENGINE_DEFAULTS`) is left to be
+    dropped."""
     refused = REFUSED[kind]
     if refused.keys().isdisjoint(body):
         return
+    defaults = ENGINE_DEFAULTS[kind]
     for key, value in body.items():
-        if key in refused and value is not None:
+        if key in refused and value is not None and not _is_default(value, defaults.get(key, _ABSENT)):
             raise BadRequest(f"'{key}' {refused[key]}; the gateway does not forward it: leave it out "
                              "(gateway/README.md, 'Request fields')", param=key)
+
+
+_ABSENT = object()
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """`value` is `default`, of the same JSON type (`false` is not `0`)."""
+    return type(value) is type(default) and value == default
 
 
 def kind_of(chat: dict[str, Any]) -> str:

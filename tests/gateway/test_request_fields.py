@@ -15,7 +15,17 @@ from gateway.client import GatewayClient
 from gateway.errors import BadRequest
 from gateway.protocols import anthropic_request, responses_request
 from gateway.records import CallStatus, RolloutMode
-from gateway.request_fields import CHAT, COMPLETION, FIELDS, FORWARDED, REFUSED, Action, check_refused, screen
+from gateway.request_fields import (
+    CHAT,
+    COMPLETION,
+    ENGINE_DEFAULTS,
+    FIELDS,
+    FORWARDED,
+    REFUSED,
+    Action,
+    check_refused,
+    screen,
+)
 from tests.gateway.api_support import chat, completion, create_rollouts, error_of, write_config
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
@@ -62,9 +72,22 @@ def test_every_refused_field_of_the_table_is_refused_naming_it_and_null_counts_a
     for kind, refused in REFUSED.items():
         for key in refused:
             with pytest.raises(BadRequest) as caught:
-                check_refused({"model": "m", key: VALUES.get(key, 1)}, kind)
+                value = VALUES.get(key, 1)
+                check_refused({"model": "m", key: not value if value == ENGINE_DEFAULTS[kind].get(key) else value},
+                              kind)
             assert caught.value.param == key and key in caught.value.message
             check_refused({key: None}, kind)
+
+
+def test_a_refused_field_at_the_engines_default_asks_for_nothing_and_is_dropped() -> None:
+    for kind in (CHAT, COMPLETION):
+        check_refused({"echo": False, "ignore_eos": False, "skip_special_tokens": True, "stop_token_ids": []}, kind)
+        for key, value in (("echo", 0), ("min_tokens", False), ("skip_special_tokens", 1), ("stop_token_ids", [2])):
+            with pytest.raises(BadRequest):
+                check_refused({key: value}, kind)  # another value, or another JSON type than the default's
+    check_refused({"add_generation_prompt": True, "add_special_tokens": False}, CHAT)
+    check_refused({"add_special_tokens": True}, COMPLETION)
+    assert screen(chat(echo=False, add_generation_prompt=True), CHAT)[1] == ["add_generation_prompt", "echo"]
 
 
 def test_vllms_decoding_and_prompt_fields_are_all_in_the_table() -> None:
@@ -102,7 +125,7 @@ def test_a_refused_field_is_a_400_naming_it_and_nothing_is_forwarded_or_recorded
 def test_dropped_fields_do_not_reach_the_engine_and_their_names_are_recorded(admin, scripted, kind, mode,
                                                                              stream) -> None:
     path, body = ROUTES[kind]
-    sent = body(stream=stream, max_tokens=4, stop=["\n"], seed=3, **DROPPED)
+    sent = body(stream=stream, max_tokens=4, stop=["\n"], seed=3, echo=False, **DROPPED)
     response, (record,) = post(admin, path, sent, mode)
     assert response.status_code == 200, response.text
     engine = forwarded(scripted)
@@ -110,7 +133,8 @@ def test_dropped_fields_do_not_reach_the_engine_and_their_names_are_recorded(adm
     assert {key: engine[key] for key in ("max_tokens", "stop", "seed", "stream")} == {
         "max_tokens": 4, "stop": ["\n"], "seed": 3, "stream": stream}
     assert record.status == CallStatus.OK and record.request == sent  # the harness's request as it sent it
-    assert record.sampling.requested["dropped"] == sorted(DROPPED)
+    assert not {"echo", *DROPPED} & set(engine)
+    assert record.sampling.requested["dropped"] == sorted({"echo", *DROPPED})
 
 
 def test_only_table_fields_reach_the_engine_and_a_clean_body_is_not_copied() -> None:
