@@ -5,6 +5,7 @@ smuggle a field through."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -210,3 +211,9 @@ def test_every_field_a_translated_protocol_writes_is_one_the_table_forwards() ->
         assert set(chat_body) <= FORWARDED[CHAT] and screen(chat_body, CHAT)[1] == []
     assert {"parallel_tool_calls", "tool_choice", "tools"} <= set(messages)
     assert {"response_format", "max_tokens", "stop"} <= set(responses)
+
+
+def test_the_readme_table_names_every_field_of_the_table() -> None:
+    readme = (Path(__file__).parents[2] / "gateway" / "README.md").read_text()
+    section = readme[readme.index("Request fields (`request_fields.py`"):readme.index("Model names, side calls")]
+    assert [key for table in FIELDS.values() for key in table if f"`{key}`" not in section] == []
