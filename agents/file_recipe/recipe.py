@@ -125,8 +125,11 @@ class FileRecipe:
         """A harness-visible path that is, or holds, the tasks or a grader file (the answers, the grading rules)."""
         found = []
         for key, visible in self._harness_visible():
+            # a folder's links too: `files` are copied with their links' targets
+            reached = [visible, *(child.resolve() for child in visible.rglob("*") if child.is_symlink())] \
+                if visible.is_dir() else [visible]
             for secret in self._grader_only():
-                if secret == visible or secret.is_relative_to(visible):
+                if any(secret == path or secret.is_relative_to(path) for path in reached):
                     found.append((key, f"{visible} would show the harness {secret} (the tasks or the grader's "
                                        "files, which the policy must not read): keep the harness's files apart, "
                                        "e.g. in a folder of their own"))

@@ -153,6 +153,11 @@ def test_a_harness_that_would_see_the_tasks_or_the_grader_is_refused(tmp_path: P
 def test_files_copied_to_the_workdir_or_the_command_must_not_be_the_grader(tmp_path: Path):
     with pytest.raises(RecipeFileError, match="files.0: .* would show the harness .*grade.py"):
         load_recipe_file(recipe_folder(tmp_path / "a", recipe=RECIPE + "files: [grade.py]\n"))
+    linked = recipe_folder(tmp_path / "c", recipe=RECIPE + "files: [data]\n")
+    (linked.parent / "data").mkdir(mode=0o755)
+    (linked.parent / "data" / "rows.jsonl").symlink_to(linked.parent / "tasks.jsonl")  # copied as its target
+    with pytest.raises(RecipeFileError, match="files.0: .* would show the harness .*tasks.jsonl"):
+        load_recipe_file(linked)
     with pytest.raises(RecipeFileError, match="harness.command: .* would show the harness .*tasks.jsonl"):
         load_recipe_file(recipe_folder(tmp_path / "b", recipe=RECIPE.replace("[python, agent.py]",
                                                                            "[python, agent.py, tasks.jsonl]")))
