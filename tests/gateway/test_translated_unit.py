@@ -70,7 +70,7 @@ def lookup(calls: list[CallRecord], body: dict[str, Any], stored: dict[str, byte
         listed.append(attempt)
         return calls
 
-    svc = SimpleNamespace(store=SimpleNamespace(continuation=continuation, list_calls=list_calls))
+    svc = SimpleNamespace(history_store=SimpleNamespace(continuation=continuation, list_calls=list_calls))
     earlier = asyncio.run(earlier_conversation(svc, Chained(), body, "r", 0))
     assert not (stored and body.get("previous") in stored and listed)  # a stored continuation: no chain read
     return earlier
