@@ -11,8 +11,8 @@ per SmolLM2 run (11 GB after four) until it would have run out of memory, and a 
 end the others. A failed run is reported and the others continue; starting the flow again with the same `name`
 resumes each run from its last checkpoint.
 
-Default arms: the Agent Lightning v1.0 report's three (`flows.ablation_plan.REPORT_ARMS`); other arms (an lr sweep
-with an lr = 0 control) are the `arms` parameter: `[{"name": "lr0", "overrides": {"backend.optimizer.lr": 0.0}}]`.
+Default arms: the Agent Lightning v1.0 report's three and an lr = 0 control (`flows.ablation_plan.ABLATION_ARMS`);
+other arms (an lr sweep) are the `arms` parameter: `[{"name": "lr1e-5", "overrides": {"backend.optimizer.lr": 1e-5}}]`.
 A learning experiment with controls is this flow with the arms `learning` (the profile as it is, and lr = 0; with
 `learning+rerun` the trained configuration twice) on any profile, reported by `benchmarks/learning_report.py`:
 
@@ -200,8 +200,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--profile", default="ablation-local")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(DEFAULT_SEEDS)}")
     parser.add_argument("--arms", default=None, help="a JSON file (a list of {name, overrides, reference}) or a named "
-                        "set: report (the default), learning (trained, lr0), learning+rerun (trained, trained-rerun, "
-                        "lr0)")
+                        "set: report+lr0 (the default: the report's three arms and lr = 0), report, learning "
+                        "(trained, lr0), learning+rerun (trained, trained-rerun, lr0)")
     parser.add_argument("--set", dest="set_", action="append", default=[], help="key.path=value (repeatable)")
     parser.add_argument("--run-config", type=Path, default=None, help="(internal) train one run: a JSON file of "
                         "{profile, overrides}")

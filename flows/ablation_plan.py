@@ -44,7 +44,11 @@ LEARNING_ARMS: tuple[Arm, ...] = (Arm("trained"), Arm("lr0", {"backend.optimizer
 weight change); `benchmarks/learning_report.py` compares them with step 0 of each run."""
 RERUN_ARM = Arm("trained-rerun")
 """The trained configuration again (the same overrides as `trained`): the spread of a rerun beside the effect."""
-NAMED_ARMS: dict[str, tuple[Arm, ...]] = {"report": REPORT_ARMS, "learning": LEARNING_ARMS,
+ABLATION_ARMS: tuple[Arm, ...] = (*REPORT_ARMS, LEARNING_ARMS[1])
+"""The flow's default: the report's three arms and the lr = 0 control (the profile's rollout-level defaults, no
+weight change), so that the page can say whether any arm learned at all."""
+NAMED_ARMS: dict[str, tuple[Arm, ...]] = {"report": REPORT_ARMS, "report+lr0": ABLATION_ARMS,
+                                          "learning": LEARNING_ARMS,
                                           "learning+rerun": (LEARNING_ARMS[0], RERUN_ARM, LEARNING_ARMS[1])}
 """Arm sets by name (`python -m flows.ablation --arms NAME`)."""
 
@@ -60,9 +64,9 @@ class PlannedRun:
 
 
 def parse_arms(arms: Sequence[Mapping[str, Any]] | None) -> tuple[Arm, ...]:
-    """Arms from flow parameters (`[{"name": ..., "overrides": {...}, "reference": ...}]`); None: REPORT_ARMS."""
+    """Arms from flow parameters (`[{"name": ..., "overrides": {...}, "reference": ...}]`); None: ABLATION_ARMS."""
     if arms is None:
-        return REPORT_ARMS
+        return ABLATION_ARMS
     parsed = tuple(Arm(str(a["name"]), dict(a.get("overrides") or {}), a.get("reference")) for a in arms)
     names = [arm.name for arm in parsed]
     if not parsed or len(set(names)) != len(names):

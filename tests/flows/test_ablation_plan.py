@@ -39,7 +39,7 @@ def test_report_arms_are_the_three_of_the_report_and_load_on_the_profile():
 
 
 def test_parse_arms_defaults_to_the_report_and_takes_other_arms_as_data():
-    assert parse_arms(None) == REPORT_ARMS
+    assert parse_arms(None) == (*REPORT_ARMS, Arm("lr0", {"backend.optimizer.lr": 0.0}))
     sweep = parse_arms([{"name": "lr0", "overrides": {"backend.optimizer.lr": 0.0}},
                         {"name": "lr1e-4", "overrides": {"backend.optimizer.lr": 1e-4}}])
     assert sweep == (Arm("lr0", {"backend.optimizer.lr": 0.0}), Arm("lr1e-4", {"backend.optimizer.lr": 1e-4}))
