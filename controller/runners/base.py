@@ -39,7 +39,7 @@ class RunSpec:
     attempt: int  # the gateway's attempt number (1 for the first claim)
     command: tuple[str, ...]  # the harness command (argv)
     base_url: str  # OPENAI_BASE_URL: the rollout's gateway URL ({gateway}/r/{id}/v1)
-    api_key: str  # OPENAI_API_KEY: the rollout's own key
+    api_key: str = field(repr=False)  # OPENAI_API_KEY: the rollout's own key (a credential: not in the repr)
     task: Mapping[str, Any]  # the task input written to task.json
     workdir: Path  # the prepared working directory (task.json inside) on the controller's machine
     timeout_s: float  # wall-clock limit of the attempt; killed past it
