@@ -74,12 +74,15 @@ def main() -> int:
         gradients = {}
         for arm in REPORT_ARMS:
             batch = arm_batch(batch_rows, arm.overrides["algorithm.advantage.level"], limits, decode)
-            gradients[arm.name] = backends[arm.name].batch_gradient(batch)
+            gradients[arm.name] = backends[arm.name].batch_gradient(batch).double()  # float64: ~1e8 weights
         spread = split_spread_metrics((s.rollout_id, s.group_id) for s in batch.samples)
         rewards = [round(row["reward"], 2) for row in batch_rows]
         print(f"batch {first // args.batch_tasks + 1}: {len(batch.samples)} samples of {len(batch_rows)} rollouts; "
               f"within-group variance of samples per rollout {spread['samples/per_rollout_var_within_group']:.3g}, "
               f"groups with varied splits {spread['samples/groups_with_varied_splits_share']:.2f}; rewards {rewards}")
+        if not any(bool(grad.any()) for grad in gradients.values()):
+            print("  no gradient in any arm (every group's rewards equal)")
+            continue
         for (name_a, grad_a), (name_b, grad_b) in combinations(gradients.items(), 2):
             cosine = float(torch.nn.functional.cosine_similarity(grad_a, grad_b, dim=0))
             ratio = float(grad_a.norm() / grad_b.norm()) if grad_b.norm() > 0 else float("nan")

@@ -7,8 +7,10 @@ first-turn tool_choice (`--force`: `tool` forces the calculator, `auto` leaves i
 with the recipe's grader and prints per condition: rollouts whose answer to the first call was a parsed tool call,
 rollouts with any parsed tool call, rollouts where the calculator computed a result (a later request holds a tool
 result that is not an error), calls whose tool call the gateway could not parse (`model_tool_arguments`), and the
-reward (sums and products apart).
-Run: `nice .venv/bin/python benchmarks/calculator_baseline.py [--tasks 20] [--force tool auto]`.
+reward (sums and products apart), and the training samples per rollout (the recorded calls merged as a training step
+does; `--recorded-turns` starts the gateway with `recorded_turns: true`, so a re-sent turn is prompted from its
+recorded tokens).
+Run: `nice .venv/bin/python benchmarks/calculator_baseline.py [--tasks 20] [--force tool auto] [--recorded-turns]`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from gateway.client import GatewayClient  # noqa: E402
 from gateway.records import CallRecord, RolloutSpec  # noqa: E402
 from tests.gateway.support import ADMIN_TOKEN  # noqa: E402
 from tests.inprocess import InProcessGateway  # noqa: E402
+from trainer.recorded import to_recorded_call  # noqa: E402
+from trainer.samples import build_samples  # noqa: E402
 
 HARNESS_TIMEOUT_S = 600  # the profile's controller.harness_timeout_s
 
@@ -72,6 +76,8 @@ def run_rollout(admin: GatewayClient, task: dict[str, Any], folder: Path) -> dic
             "calls": len(calls), "first_call_tool": bool(calls) and called_a_tool(calls[0]),
             "any_tool": grade.details["tool_calls"] > 0, "tool_computed": tool_computed(calls),
             "unparsed_tool_calls": sum(c.error_code == "model_tool_arguments" for c in calls),
+            "samples": len(build_samples([to_recorded_call(c, task["id"]) for c in calls]).samples),
+            "recorded_prefix_calls": sum(bool(c.recorded_prefix) for c in calls),
             "final": grade.details["answer_text"][-80:], "expected": grade.details["expected"],
             "stderr": stderr[-400:]}
 
@@ -92,7 +98,9 @@ def summary(force: str, temperature: float, rows: list[dict[str, Any]], seconds:
             f"calculator computed {count('tool_computed')}, unparsable tool calls "
             f"{sum(r['unparsed_tool_calls'] for r in rows)}, harness exit != 0 {sum(r['exit'] != 0 for r in rows)}; "
             f"reward {reward()} (sums {reward('sum')}, products {reward('product')}); calls per rollout "
-            f"{sum(r['calls'] for r in rows) / max(n, 1):.2f}")
+            f"{sum(r['calls'] for r in rows) / max(n, 1):.2f}, samples per rollout "
+            f"{sum(r['samples'] for r in rows) / max(n, 1):.2f}, calls prompted from recorded tokens "
+            f"{sum(r['recorded_prefix_calls'] for r in rows)}")
 
 
 def measure(admin: GatewayClient, args: argparse.Namespace, force: str, folder: Path) -> None:
@@ -119,6 +127,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=1.0, help="the gateway's train sampling temperature")
+    parser.add_argument("--recorded-turns", action="store_true", help="gateway recorded_turns: true")
     parser.add_argument("--show", type=int, default=4, help="final texts printed per condition")
     args = parser.parse_args()
 
@@ -126,7 +135,8 @@ def main() -> int:
     engine.start()
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "gateway.yaml"
-        config.write_text(f"sampling: {{temperature: {args.temperature}}}\n")
+        config.write_text(f"sampling: {{temperature: {args.temperature}}}\n"
+                          f"recorded_turns: {str(args.recorded_turns).lower()}\n")
         gateway = InProcessGateway(Path(folder) / "store.db", config_path=config).start()
         try:
             with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:

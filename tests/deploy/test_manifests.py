@@ -136,7 +136,8 @@ def test_postgres_gateway_runs_replicas_rolled_one_at_a_time_with_one_kept_throu
                                               "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     budget = named(objects, "PodDisruptionBudget", "harnessrl-gateway")
-    assert budget["spec"]["minAvailable"] == 1 and budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
