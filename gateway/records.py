@@ -290,7 +290,9 @@ class SamplingRecord(WireModel):
                          "off.")
     requested: dict[str, Any] = Field(default_factory=dict, description="The harness's own sampling fields as it "
                                       "sent them, in its protocol (temperature, top_p, top_k, min_p, penalties, "
-                                      "logit_bias); empty when it sent none.")
+                                      "logit_bias); the decoding constraints the engine got (response_format unless "
+                                      "plain text, a tool_choice forcing a call); `dropped`: the names of the fields "
+                                      "the gateway did not forward (gateway/request_fields.py); empty when none.")
     enforced: bool = Field(default=False, description="True when the gateway applied the policy's sampling in place "
                            "of the harness's (gateway config `sampling.train: enforce`, train rollouts).")
     seed: int | None = Field(default=None, description="The seed the engine sampled with: the gateway's for a "

@@ -94,7 +94,7 @@ PLAIN = SamplingParams()
 def sampling_params(raw: Any) -> SamplingParams:
     """The applied parameters of a record's `sampling` (None, a mapping or an object with the fields), normalised:
     a missing field is its neutral value, top_k <= 0 (vLLM's -1) is off, top_p above 1 is 1; `penalized` when
-    `requested` holds a penalty or logit bias that was not enforced away."""
+    `requested` holds a penalty, a logit bias or a constraining response format that was not enforced away."""
     if raw is None:
         return PLAIN
     get = raw.get if isinstance(raw, Mapping) else lambda name, default=None: getattr(raw, name, default)
