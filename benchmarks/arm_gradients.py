@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 
@@ -48,6 +49,16 @@ def arm_batch(rows: list[dict], level: str, limits: SampleLimits, decode) -> Tra
     return TrainBatch.of(built.samples, advantages.advantages_S)
 
 
+def cosine_and_ratio(grad_a: torch.Tensor, grad_b: torch.Tensor) -> tuple[float, float]:
+    """Cosine and norm ratio of two flat gradients, summed in float64 (in float32 over ~1e8 weights the cosine
+    reached 1.0008)."""
+    a, b = grad_a.double(), grad_b.double()
+    norm_a, norm_b = float(a.norm()), float(b.norm())
+    if norm_a == 0 or norm_b == 0:
+        return float("nan"), float("nan")
+    return float(a @ b) / (norm_a * norm_b), norm_a / norm_b
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("episodes", type=Path, help="benchmarks/multistep_samples.py --save output")
@@ -60,13 +71,10 @@ def main() -> int:
     model_dir = prepare_model(args.model)
     decode = AutoTokenizer.from_pretrained(str(model_dir)).decode
     limits = SampleLimits(max_response_tokens=args.max_tokens)
-    backends = {}
-    for arm in REPORT_ARMS:
-        config = TorchBackendConfig(model_dir, optimizer=OptimizerConfig(lr=0.0),
-                                    schedule=ScheduleConfig(max_tokens_per_micro_batch=4096, layout="padded"),
-                                    loss=LossConfig(agg_mode=arm.overrides["backend.loss.agg_mode"]))
-        backends[arm.name] = TorchBackend(config)
-        backends[arm.name].load()
+    backend = TorchBackend(TorchBackendConfig(model_dir, optimizer=OptimizerConfig(lr=0.0),
+                                              schedule=ScheduleConfig(max_tokens_per_micro_batch=4096,
+                                                                      layout="padded")))
+    backend.load()  # one model for every arm (three copies and their gradients ran out of 24 GB): each arm's loss
     groups = list(dict.fromkeys(row["group_id"] for row in rows))
     for first in range(0, len(groups), args.batch_tasks):
         chosen = set(groups[first : first + args.batch_tasks])
@@ -74,7 +82,8 @@ def main() -> int:
         gradients = {}
         for arm in REPORT_ARMS:
             batch = arm_batch(batch_rows, arm.overrides["algorithm.advantage.level"], limits, decode)
-            gradients[arm.name] = backends[arm.name].batch_gradient(batch).double()  # float64: ~1e8 weights
+            backend.config = replace(backend.config, loss=LossConfig(agg_mode=arm.overrides["backend.loss.agg_mode"]))
+            gradients[arm.name] = backend.batch_gradient(batch)
         spread = split_spread_metrics((s.rollout_id, s.group_id) for s in batch.samples)
         rewards = [round(row["reward"], 2) for row in batch_rows]
         print(f"batch {first // args.batch_tasks + 1}: {len(batch.samples)} samples of {len(batch_rows)} rollouts; "
@@ -84,8 +93,7 @@ def main() -> int:
             print("  no gradient in any arm (every group's rewards equal)")
             continue
         for (name_a, grad_a), (name_b, grad_b) in combinations(gradients.items(), 2):
-            cosine = float(torch.nn.functional.cosine_similarity(grad_a, grad_b, dim=0))
-            ratio = float(grad_a.norm() / grad_b.norm()) if grad_b.norm() > 0 else float("nan")
+            cosine, ratio = cosine_and_ratio(grad_a, grad_b)
             print(f"  cos({name_a}, {name_b}) = {cosine:.4f}; norm ratio {ratio:.3f}")
     return 0
 
