@@ -2,11 +2,13 @@
 
 The harness is the policy's (it runs in the sandbox and may send any body). The engine (vLLM 0.32, the embedded
 engine) honours many fields beyond OpenAI's that force or shape the answer's tokens (grammars, allowed or banned
-tokens, a minimum length, `ignore_eos`), change the prompt it renders from what the gateway records
-(`chat_template`, `add_generation_prompt`, `continue_final_message`, `kv_transfer_params`, truncation, embeddings) or
-the answer's shape the gateway captures (`echo`). Tokens shaped that way would be recorded as freely sampled and
-trained as the policy's, and in val mode could force a graded answer. So a field reaches the engine only when the
-table below says so:
+tokens, a minimum length, logits processors, beam search), change the prompt it renders from what the gateway
+records (`chat_template`, `add_generation_prompt`, `continue_final_message`, `kv_transfer_params`, truncation,
+embeddings) or the answer's shape the gateway captures (`echo`). Tokens shaped that way would be recorded as freely
+sampled and trained as the policy's, and in val mode could force a graded answer. Fields that only end an answer
+(`stop`, `stop_token_ids`, `ignore_eos`: no logit is masked, vLLM and the embedded engine only stop or not) or render
+its text (`include_stop_str_in_output`, `skip_special_tokens`) are harmless: every token is still the policy's
+sample. So a field reaches the engine only when the table below says so:
 
 - `FORWARD`: sent as the harness sent it (its sampling fields then pass `gateway.sampling.apply_policy`, which may
   replace or remove them; `response_format` and a forcing `tool_choice` are recorded as constraints).
@@ -61,6 +63,10 @@ COMMON: dict[str, tuple[Action, str]] = {
     "logit_bias": (F, "as frequency_penalty"),
     "response_format": (F, "a grammar on vLLM: removed when the policy is enforced, recorded and masked otherwise"),
     "logprobs": (F, "forced on train calls"), "return_token_ids": (F, "forced"),
+    # where an answer ends and how its text is rendered: every token still sampled from the policy, recorded as it was
+    "stop_token_ids": (F, "ends the answer, as stop"), "ignore_eos": (F, "does not end the answer at EOS (no mask)"),
+    "include_stop_str_in_output": (F, "text only"), "skip_special_tokens": (F, "text only"),
+    "spaces_between_special_tokens": (F, "text only"),
     # client metadata: changes nothing the model computes
     "user": (D, ""), "metadata": (D, ""), "store": (D, ""), "service_tier": (D, ""), "prompt_cache_key": (D, ""),
     "prompt_cache_retention": (D, ""), "safety_identifier": (D, ""), "request_id": (D, "an engine-side id"),
@@ -75,9 +81,7 @@ COMMON: dict[str, tuple[Action, str]] = {
     "guided_json": (R, FORCES), "guided_grammar": (R, FORCES), "guided_decoding_backend": (R, FORCES),
     "guided_whitespace_pattern": (R, FORCES), "structural_tag": (R, FORCES), "allowed_token_ids": (R, FORCES),
     "bad_words": (R, FORCES), "min_tokens": (R, FORCES), "logits_processors": (R, FORCES),
-    "vllm_xargs": (R, FORCES), "ignore_eos": (R, FORCES), "stop_token_ids": (R, FORCES),
-    "include_stop_str_in_output": (R, FORCES), "skip_special_tokens": (R, FORCES),
-    "spaces_between_special_tokens": (R, FORCES), "thinking_token_budget": (R, FORCES),
+    "vllm_xargs": (R, FORCES), "thinking_token_budget": (R, FORCES),
     "repetition_detection": (R, FORCES), "watermarking": (R, FORCES),
     "use_beam_search": (R, NOT_SAMPLED), "length_penalty": (R, NOT_SAMPLED), "best_of": (R, NOT_SAMPLED),
     # the prompt
@@ -105,10 +109,8 @@ FIELDS: dict[str, dict[str, tuple[Action, str]]] = {
 """Every field the gateway knows, per route: (action, why). Unlisted fields are dropped and recorded."""
 
 ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
-    CHAT: {"echo": False, "ignore_eos": False, "include_stop_str_in_output": False, "skip_special_tokens": True,
-           "spaces_between_special_tokens": True, "min_tokens": 0, "use_beam_search": False, "stop_token_ids": [],
-           "bad_words": [], "add_generation_prompt": True, "continue_final_message": False,
-           "add_special_tokens": False},
+    CHAT: {"echo": False, "min_tokens": 0, "use_beam_search": False, "bad_words": [], "add_generation_prompt": True,
+           "continue_final_message": False, "add_special_tokens": False},
 }
 ENGINE_DEFAULTS[COMPLETION] = {**ENGINE_DEFAULTS[CHAT], "add_special_tokens": True}
 """A refused field sent at the engines' default value (vLLM 0.32's, the embedded engine's) asks for nothing: it is

@@ -37,8 +37,7 @@ VALUES: dict[str, Any] = {  # a value the engine would honour, per refused field
     "structured_outputs": {"choice": ["yes", "no"]}, "guided_choice": ["yes", "no"], "guided_regex": "[0-9]+",
     "guided_json": {"type": "object"}, "guided_grammar": "root ::= \"a\"", "allowed_token_ids": [1, 2, 3],
     "bad_words": ["no"], "min_tokens": 50, "logits_processors": ["m:LP"], "vllm_xargs": {"k": 1},
-    "ignore_eos": True, "stop_token_ids": [2], "include_stop_str_in_output": True, "skip_special_tokens": False,
-    "spaces_between_special_tokens": False, "add_generation_prompt": False, "continue_final_message": True,
+    "add_generation_prompt": False, "continue_final_message": True,
     "chat_template": "{{ messages }}", "chat_template_kwargs": {"enable_thinking": True}, "echo": True,
     "truncate_prompt_tokens": 3, "kv_transfer_params": {"prompt_token_ids": [1, 2, 3]}, "use_beam_search": True,
     "add_special_tokens": False, "suffix": "end", "prompt_embeds": "AAAA", "functions": [{"name": "f"}],
@@ -82,8 +81,8 @@ def test_every_refused_field_of_the_table_is_refused_naming_it_and_null_counts_a
 
 def test_a_refused_field_at_the_engines_default_asks_for_nothing_and_is_dropped() -> None:
     for kind in (CHAT, COMPLETION):
-        check_refused({"echo": False, "ignore_eos": False, "skip_special_tokens": True, "stop_token_ids": []}, kind)
-        for key, value in (("echo", 0), ("min_tokens", False), ("skip_special_tokens", 1), ("stop_token_ids", [2])):
+        check_refused({"echo": False, "min_tokens": 0, "use_beam_search": False, "bad_words": []}, kind)
+        for key, value in (("echo", 0), ("min_tokens", False), ("use_beam_search", 1), ("bad_words", ["x"])):
             with pytest.raises(BadRequest):
                 check_refused({key: value}, kind)  # another value, or another JSON type than the default's
     check_refused({"add_generation_prompt": True, "add_special_tokens": False}, CHAT)
@@ -94,9 +93,8 @@ def test_a_refused_field_at_the_engines_default_asks_for_nothing_and_is_dropped(
 def test_vllms_decoding_and_prompt_fields_are_all_in_the_table() -> None:
     """The fields of vLLM 0.32's ChatCompletionRequest / CompletionRequest that shape tokens or the prompt (read from
     vllm/entrypoints/openai/{chat_completion,completion}/protocol.py) are refused, none forwarded by omission."""
-    shaping = {"structured_outputs", "allowed_token_ids", "bad_words", "min_tokens", "vllm_xargs", "ignore_eos",
-               "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens",
-               "echo", "truncate_prompt_tokens", "add_special_tokens", "kv_transfer_params", "use_beam_search",
+    shaping = {"structured_outputs", "allowed_token_ids", "bad_words", "min_tokens", "vllm_xargs", "echo",
+               "truncate_prompt_tokens", "add_special_tokens", "kv_transfer_params", "use_beam_search",
                "length_penalty", "thinking_token_budget", "repetition_detection", "watermarking", "mm_payload"}
     chat_only = {"add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
                  "documents"}
@@ -113,7 +111,7 @@ def test_a_refused_field_is_a_400_naming_it_and_nothing_is_forwarded_or_recorded
                                                                                    stream) -> None:
     path, body = ROUTES[kind]
     before = scripted.upstream.last_request
-    for key in ("structured_outputs", "min_tokens", "kv_transfer_params", "echo", "ignore_eos"):
+    for key in ("structured_outputs", "min_tokens", "kv_transfer_params", "echo", "allowed_token_ids"):
         response, calls = post(admin, path, body(stream=stream, **{key: VALUES[key]}), mode)
         error = error_of(response, 400)
         assert error["param"] == key and key in error["message"] and calls == []
@@ -126,13 +124,16 @@ def test_a_refused_field_is_a_400_naming_it_and_nothing_is_forwarded_or_recorded
 def test_dropped_fields_do_not_reach_the_engine_and_their_names_are_recorded(admin, scripted, kind, mode,
                                                                              stream) -> None:
     path, body = ROUTES[kind]
-    sent = body(stream=stream, max_tokens=4, stop=["\n"], seed=3, echo=False, **DROPPED)
+    sent = body(stream=stream, max_tokens=4, stop=["\n"], seed=3, echo=False, ignore_eos=True,
+                include_stop_str_in_output=True, **DROPPED)
     response, (record,) = post(admin, path, sent, mode)
     assert response.status_code == 200, response.text
     engine = forwarded(scripted)
     assert not set(DROPPED) & set(engine)
-    assert {key: engine[key] for key in ("max_tokens", "stop", "seed", "stream")} == {
-        "max_tokens": 4, "stop": ["\n"], "seed": 3, "stream": stream}
+    assert {key: engine[key] for key in ("max_tokens", "stop", "seed", "stream", "ignore_eos",
+                                         "include_stop_str_in_output")} == {
+        "max_tokens": 4, "stop": ["\n"], "seed": 3, "stream": stream, "ignore_eos": True,
+        "include_stop_str_in_output": True}
     assert record.status == CallStatus.OK and record.request == sent  # the harness's request as it sent it
     assert not {"echo", *DROPPED} & set(engine)
     assert record.sampling.requested["dropped"] == sorted({"echo", *DROPPED})
