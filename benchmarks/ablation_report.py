@@ -17,13 +17,11 @@ import argparse
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
 from flows.ablation_plan import REPORT_ARMS
+from tracking.learning_stats import Interval, t_interval
 
 FINAL_METRIC = "val/reward_mean"
 DEFAULT_OUT = Path(__file__).resolve().parent / "ablation.md"
@@ -34,29 +32,6 @@ FULL_RUN = (".venv/bin/python -m flows.ablation --name ablation-full   # 3 arms 
 """The commands of the full ablation and its report."""
 REFERENCE = {arm.name: arm.reference for arm in REPORT_ARMS}
 """The report's step-128 SWE numbers (%) by arm name."""
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A mean with its two-sided t confidence interval (low = high = nan with fewer than two values)."""
-
-    n: int
-    mean: float
-    low: float
-    high: float
-
-
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Student-t interval of the mean: mean +- t_{(1+c)/2, n-1} * s / sqrt(n), s the sample standard deviation."""
-    if not values:
-        raise ValueError("t_interval needs at least one value")
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return Interval(n, mean, math.nan, math.nan)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
-    return Interval(n, mean, mean - half, mean + half)
 
 
 def paired_differences(first: Mapping[int, float], second: Mapping[int, float]) -> list[float]:
