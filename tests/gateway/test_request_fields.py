@@ -139,6 +139,39 @@ def test_dropped_fields_do_not_reach_the_engine_and_their_names_are_recorded(adm
     assert record.sampling.requested["dropped"] == sorted({"echo", *DROPPED})
 
 
+FORWARDED_VALUES: dict[str, Any] = {  # a value per forwarded field the harness may set (the scripted engine takes any)
+    "stream_options": {"include_usage": True}, "max_tokens": 5, "n": 2, "stop": ["x"], "seed": 4, "temperature": 0.5,
+    "top_p": 0.9, "top_k": 7, "min_p": 0.1, "frequency_penalty": 0.2, "presence_penalty": 0.3,
+    "repetition_penalty": 1.1, "logit_bias": {"5": 1.0}, "response_format": {"type": "json_object"},
+    "logprobs": True, "stop_token_ids": [7], "ignore_eos": True, "include_stop_str_in_output": True,
+    "skip_special_tokens": False, "spaces_between_special_tokens": False, "tools": [], "tool_choice": "none",
+    "parallel_tool_calls": False, "max_completion_tokens": 5, "top_logprobs": 2,
+}
+POLICY_REPLACED = {"temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
+                   "repetition_penalty", "logit_bias", "response_format"}  # on an enforced train call
+
+
+@pytest.mark.parametrize("kind", [CHAT, COMPLETION])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_every_forwarded_field_reaches_the_engine_as_sent_unless_the_policy_replaces_it(admin, scripted, kind, mode,
+                                                                                        stream) -> None:
+    path, body = ROUTES[kind]
+    assert set(FORWARDED_VALUES) <= FORWARDED[CHAT]  # what the harnesses send stays forwarded
+    fields = {key: value for key, value in FORWARDED_VALUES.items() if key in FORWARDED[kind]}
+    assert set(FORWARDED[kind]) - set(fields) <= {"model", "stream", "messages", "prompt", "return_token_ids",
+                                                  "kv_transfer_params"}  # every other forwarded field is tried
+    if kind == COMPLETION:
+        fields["logprobs"] = 1
+    response, (record,) = post(admin, path, body(stream=stream, **fields), mode)
+    assert response.status_code == 200, response.text
+    engine = forwarded(scripted)
+    replaced = POLICY_REPLACED if mode == RolloutMode.TRAIN else set()
+    assert {key: engine.get(key) for key in fields if key not in replaced} == {
+        key: value for key, value in fields.items() if key not in replaced}
+    assert "dropped" not in record.sampling.requested
+
+
 def test_only_table_fields_reach_the_engine_and_a_clean_body_is_not_copied() -> None:
     body = chat(user="u", temperature=0.5, tools=[], response_format={"type": "text"})
     kept, dropped = screen(body, CHAT)
