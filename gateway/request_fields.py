@@ -144,7 +144,7 @@ def _is_default(value: Any, default: Any) -> bool:
 
 def kind_of(chat: dict[str, Any]) -> str:
     """The route an engine-bound body goes to: completions when it holds `prompt` (refused on chat), else chat."""
-    return COMPLETION if "prompt" in chat else CHAT
+    return COMPLETION if chat.get("prompt") is not None else CHAT
 
 
 def screen(body: dict[str, Any], kind: str) -> tuple[dict[str, Any], list[str]]:

@@ -25,6 +25,7 @@ from gateway.request_fields import (
     REFUSED,
     Action,
     check_refused,
+    kind_of,
     screen,
 )
 from tests.gateway.api_support import chat, completion, create_rollouts, error_of, write_config
@@ -176,6 +177,7 @@ def test_only_table_fields_reach_the_engine_and_a_clean_body_is_not_copied() -> 
     body = chat(user="u", temperature=0.5, tools=[], response_format={"type": "text"})
     kept, dropped = screen(body, CHAT)
     assert set(kept) == {"model", "messages", "temperature", "tools", "response_format"} and dropped == ["user"]
+    assert kind_of(chat(prompt=None)) == CHAT and kind_of(completion(messages=None)) == COMPLETION
     clean = chat(max_tokens=3)
     assert screen(clean, CHAT) == (clean, []) and screen(clean, CHAT)[0] is clean
 
