@@ -23,7 +23,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:
+    """Until `url` answers 200, or the process exits. The default is generous: a gateway that starts in seconds
+    took over 60 s in a clean-clone CI run beside a training run (memory nearly full), and no test measures it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
