@@ -63,7 +63,11 @@ class GatewayProcess:
         if self.config_path is not None:
             cmd += ["--config", str(self.config_path)]
         self.proc = subprocess.Popen(cmd, env=env)
-        wait_healthy(self.url + "/health", self.proc)
+        try:
+            wait_healthy(self.url + "/health", self.proc)
+        except BaseException:  # a gateway that never became healthy is not left running (a CI run leaked one)
+            self.stop()
+            raise
         return self
 
     def kill9(self) -> None:
@@ -95,7 +99,11 @@ class ScriptedProcess:
 
     def start(self) -> ScriptedProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "gateway.scripted", "--port", str(self.port), *self.args])
-        wait_healthy(self.base_url + "/models", self.proc)
+        try:
+            wait_healthy(self.base_url + "/models", self.proc)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
