@@ -74,3 +74,15 @@ def test_reward_metrics_table():
     assert m == {"val/reward_mean": 0.75, "val/reward_std": 0.25, "val/pass_rate": 0.5, "val/rollouts": 3.0,
                  "val/graded": 2.0, "val/failed_agent": 0.0, "val/failed_infra": 1.0}
     assert reward_metrics([], 1.0, "val")["val/reward_mean"] == 0.0
+
+
+def test_a_step_reports_how_its_rollouts_split_within_their_groups():
+    """One rollout of the group splits in two, the other stays one sample: the spread the ablation needs is logged."""
+    def uneven(rid: str) -> tuple[CallRecord, ...]:
+        return two_samples(rid) if rid == "a" else (call(rid, 0, 0, [7, 8], prompt=PROMPT),)
+
+    built = prepare_step([group("g", {"a": 1.0, "b": 0.0}, calls=uneven)], AdvantageConfig(), SampleLimits())
+    assert built.metrics["samples/per_rollout_var_within_group"] == 0.25  # counts 2 and 1
+    assert built.metrics["samples/groups_with_varied_splits_share"] == 1.0
+    even = prepare_step([group("g", {"a": 1.0, "b": 0.0}, calls=two_samples)], AdvantageConfig(), SampleLimits())
+    assert even.metrics["samples/groups_with_varied_splits_share"] == 0.0
