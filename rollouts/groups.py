@@ -11,6 +11,17 @@ from dataclasses import dataclass, field
 from gateway.records import CallRecord, Rollout
 
 
+def scored_reward(rollout: Rollout, failure_reward: float = 0.0) -> float | None:
+    """What a finished rollout counts as in reward metrics: its reward; `failure_reward` for an agent failure without
+    one (a harness that timed out or exited non-zero stays the agent's failure, so leaving out what it could not do
+    never raises a mean); None for an infrastructure failure (left out, counted apart)."""
+    if rollout.failure_kind == "infra":
+        return None
+    if rollout.reward is not None:
+        return float(rollout.reward)
+    return failure_reward if rollout.failure_kind == "agent" else None
+
+
 @dataclass(frozen=True)
 class FinishedGroup:
     """A complete group: every member rollout reached a terminal state."""

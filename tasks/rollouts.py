@@ -51,14 +51,15 @@ def val_pass_with_progress(client: FeedClient, config: FeedConfig, tasks: Sequen
 def run_validation(client: FeedClient, val_rows: Sequence[dict], id_prefix: str, group_size: int,
                    policy_version: int, timeout_s: float, pass_threshold: float, max_attempts: int = 3,
                    task_overrides: dict | None = None, fetch_calls: bool = False,
-                   sampling_seed: int | None = None) -> tuple[dict[str, float], list[FinishedGroup]]:
+                   sampling_seed: int | None = None,
+                   failure_reward: float = 0.0) -> tuple[dict[str, float], list[FinishedGroup]]:
     """Every validation task in val mode (no training); returns val/ metrics (val/unfinished_tasks counts the tasks
     whose group did not finish within `timeout_s`: they are left out, not fatal) and the groups (with their recorded
     calls when `fetch_calls`). `sampling_seed`: every call seeded from it and the task (`FeedConfig.sampling_seed`),
-    so the same weights give the same answers."""
+    so the same weights give the same answers. An agent failure counts at `failure_reward` (`reward_metrics`)."""
     config = FeedConfig(group_size, id_prefix, RolloutMode.VAL, max_attempts=max_attempts,
                         task_overrides=task_overrides, fetch_calls=fetch_calls, sampling_seed=sampling_seed)
     groups, unfinished = val_pass_with_progress(client, config, val_rows, policy_version, timeout_s, "task",
                                   "they are left out of the validation metrics")
-    metrics = reward_metrics([r for g in groups for r in g.rollouts], pass_threshold, "val")
+    metrics = reward_metrics([r for g in groups for r in g.rollouts], pass_threshold, "val", failure_reward)
     return {**metrics, "val/unfinished_tasks": float(len(unfinished))}, groups

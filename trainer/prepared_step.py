@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.records import Rollout
+from rollouts.groups import scored_reward
 from trainer.advantages import AdvantageConfig, sample_advantages
 from trainer.backends.base import TrainBatch
 from trainer.rollout_groups import FinishedGroup
@@ -36,15 +37,21 @@ class PreparedStep:
         return self.batch is None
 
 
-def reward_metrics(rollouts: Sequence[Rollout], pass_threshold: float, prefix: str) -> dict[str, float]:
-    """Reward mean / std, pass rate (reward >= pass_threshold) and failure counts of finished rollouts."""
-    rewards_R = np.array([r.reward for r in rollouts if r.reward is not None], dtype=np.float64)
+def reward_metrics(rollouts: Sequence[Rollout], pass_threshold: float, prefix: str,
+                   failure_reward: float = 0.0) -> dict[str, float]:
+    """Reward mean / std and pass rate (reward >= pass_threshold) over every rollout but the infrastructure's
+    failures, with failure counts. An agent failure without a reward (a harness that timed out or exited non-zero)
+    counts at `failure_reward`, as the step trains on it (`AdvantageConfig.agent_failure_reward`): a policy that fails
+    the hard tasks outright does not raise the mean by leaving them out."""
+    scored = [scored_reward(r, failure_reward) for r in rollouts]
+    rewards_R = np.array([reward for reward in scored if reward is not None], dtype=np.float64)
     return {
         f"{prefix}/reward_mean": float(rewards_R.mean()) if rewards_R.size else 0.0,
         f"{prefix}/reward_std": float(rewards_R.std()) if rewards_R.size else 0.0,
         f"{prefix}/pass_rate": float((rewards_R >= pass_threshold).mean()) if rewards_R.size else 0.0,
         f"{prefix}/rollouts": float(len(rollouts)),
-        f"{prefix}/graded": float(rewards_R.size),
+        f"{prefix}/scored": float(rewards_R.size),
+        f"{prefix}/graded": float(sum(1 for r in rollouts if r.reward is not None)),
         f"{prefix}/failed_agent": float(sum(1 for r in rollouts if r.failure_kind == "agent")),
         f"{prefix}/failed_infra": float(sum(1 for r in rollouts if r.failure_kind == "infra")),
     }
@@ -62,7 +69,8 @@ def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, li
     built = build_samples(rewards.calls, limits=limits, decode=decode)
     rollout_ids = [sample.rollout_id for sample in built.samples]
     advantages = sample_advantages(rollout_ids, rewards.outcomes, advantage)
-    metrics = {**reward_metrics(rollouts, pass_threshold, "rollout"), **built.stats.as_metrics(),
+    failure_reward = advantage.agent_failure_reward if advantage.agent_failure_reward is not None else 0.0
+    metrics = {**reward_metrics(rollouts, pass_threshold, "rollout", failure_reward), **built.stats.as_metrics(),
                **advantages.metrics, **rewards.metrics, "rollout/groups": float(len(groups)),
                **split_spread_metrics((sample.rollout_id, sample.group_id) for sample in built.samples)}
     signal_S = advantages.keep_S & (advantages.advantages_S != 0.0)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from agents.swe.harness_configs import DEFAULT_CONFIG, MINI_SWE_AGENT_ACTION_REGEX, action_regex
 from agents.swe.ladder import instance_level
 from gateway.records import CallRecord
-from rollouts.groups import FinishedGroup
+from rollouts.groups import FinishedGroup, scored_reward
 
 ACTION_REGEX = MINI_SWE_AGENT_ACTION_REGEX  # the default configuration's
 
@@ -81,10 +81,12 @@ def groups_by_level(groups: Iterable[FinishedGroup]) -> dict[int, list[FinishedG
 
 def level_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:
     """Per ladder level of the groups' tasks: `{prefix}/level{L}/pass_rate`, `/reward_mean` and `/rollouts`
-    (graded rollouts only); nothing for tasks without a level (other recipes)."""
+    (every rollout but the infrastructure's failures, an agent failure at 0: `rollouts.groups.scored_reward`); nothing
+    for tasks without a level (other recipes)."""
     metrics: dict[str, float] = {}
     for level, members in groups_by_level(groups).items():
-        values = [r.reward for group in members for r in group.rollouts if r.reward is not None]
+        scored = [scored_reward(r) for group in members for r in group.rollouts]
+        values = [value for value in scored if value is not None]
         name = f"{prefix}/level{level}"
         metrics[f"{name}/rollouts"] = float(len(values))
         if values:

@@ -72,8 +72,26 @@ def test_reward_metrics_table():
     rollouts = [rollout("a", "g", 1.0), rollout("b", "g", 0.5), rollout("c", "g", None, failure_kind="infra")]
     m = reward_metrics(rollouts, pass_threshold=1.0, prefix="val")
     assert m == {"val/reward_mean": 0.75, "val/reward_std": 0.25, "val/pass_rate": 0.5, "val/rollouts": 3.0,
-                 "val/graded": 2.0, "val/failed_agent": 0.0, "val/failed_infra": 1.0}
+                 "val/scored": 2.0, "val/graded": 2.0, "val/failed_agent": 0.0, "val/failed_infra": 1.0}
     assert reward_metrics([], 1.0, "val")["val/reward_mean"] == 0.0
+
+
+def test_an_agent_failure_without_a_reward_lowers_the_mean_instead_of_leaving_it():
+    """A harness that timed out on a hard task has no reward; leaving it out reported 1/2 where the policy solved 1 of
+    4 (a calculator validation read 0.47 with 45 of 64 timed out). It counts at the failure reward, infra stays out."""
+    rollouts = [rollout("a", "g", 1.0), rollout("b", "g", 0.0), rollout("c", "g", None, failure_kind="agent"),
+                rollout("d", "g", None, failure_kind="agent"), rollout("e", "g", None, failure_kind="infra")]
+    m = reward_metrics(rollouts, pass_threshold=1.0, prefix="val")
+    assert m["val/reward_mean"] == 0.25 and m["val/pass_rate"] == 0.25
+    assert m["val/scored"] == 4.0 and m["val/graded"] == 2.0 and m["val/failed_agent"] == 2.0
+    assert reward_metrics(rollouts, 1.0, "val", failure_reward=-1.0)["val/reward_mean"] == -0.25
+
+
+def test_the_step_reports_agent_failures_at_the_reward_it_trains_them_on():
+    g = group("g", {"a": 1.0, "b": None}, failures={"b": "agent"}, calls=two_samples)
+    assert prepare_step([g], AdvantageConfig(), SampleLimits()).metrics["rollout/reward_mean"] == 0.5
+    minus = prepare_step([g], AdvantageConfig(agent_failure_reward=-1.0), SampleLimits())
+    assert minus.metrics["rollout/reward_mean"] == 0.0
 
 
 def test_a_step_reports_how_its_rollouts_split_within_their_groups():

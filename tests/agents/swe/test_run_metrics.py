@@ -99,6 +99,13 @@ def test_level_rates_per_task_level_and_nothing_for_tasks_without_one():
     assert "rollout/action_format_rate" not in swe_rollout_metrics(groups, 1.0, "rollout", mini_swe_agent=False)
 
 
+def test_a_level_rate_counts_agent_failures_and_leaves_infrastructure_failures_out():
+    timed_out = group("g", {"a": 1.0, "b": None, "c": None}, failures={"b": "agent", "c": "infra"},
+                      task={"level": 2})
+    assert level_metrics([timed_out], 1.0, "val") == {"val/level2/rollouts": 2.0, "val/level2/pass_rate": 0.5,
+                                                      "val/level2/reward_mean": 0.5}
+
+
 def test_validation_rows_are_drawn_from_every_level_in_proportion():
     rows = [{"id": f"t{i}", "level": level} for i, level in enumerate([0] * 8 + [1] * 4 + [3] * 4)]
     train, val = split_rows(rows, 4, seed=0, stratify="level")
