@@ -67,7 +67,7 @@ chromium:
 	  { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } || \
 	  { echo "chromium is needed for the UI screenshot test: install it as root (apt-get install chromium)"; exit 1; }
 
-# The coding CLIs of the claude-code and codex recipes, pinned in agents/cli_harness/binaries.py (Claude Code
+# The coding CLIs of the claude-code and codex recipes, pinned in recipes/cli_harness/binaries.py (Claude Code
 # 2.1.328, Codex 0.169.0), in a project-local npm folder with a stamp file. Node.js 18 or newer with npm is a
 # prerequisite: checked first, the message names what to install. Claude Code's install script is run by hand when npm
 # skipped it. Standard-library Python only: no venv needed.
@@ -75,8 +75,8 @@ HARNESSES_DIR ?= .harnesses
 HARNESSES_STAMP := $(HARNESSES_DIR)/.installed
 harnesses: $(HARNESSES_STAMP)
 
-$(HARNESSES_STAMP): agents/cli_harness/binaries.py agents/cli_harness/install.py
-	$(PYTHON) -m agents.cli_harness.install $(HARNESSES_DIR)
+$(HARNESSES_STAMP): recipes/cli_harness/binaries.py recipes/cli_harness/install.py
+	$(PYTHON) -m recipes.cli_harness.install $(HARNESSES_DIR)
 
 # The fast tier (no model weights, no server processes; tests/README.md) on two xdist workers.
 test-fast: $(STAMP)

@@ -1,6 +1,6 @@
 """The calculator recipe's untrained baseline: how often the policy calls the tool, and how often it answers right.
 
-Runs the real harness (`python -m agents.calculator.harness`, one subprocess per rollout under the harness contract,
+Runs the real harness (`python -m recipes.calculator.harness`, one subprocess per rollout under the harness contract,
 `--concurrency` at a time) on a seed's first `--tasks` tasks through an in-process gateway (train mode: the gateway
 enforces `--temperature` on every call, as in training) in front of the embedded engine serving `--model`, once per
 first-turn tool_choice (`--force`: `tool` forces the calculator, `auto` leaves it to the model), grades each rollout
@@ -29,13 +29,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.calculator.recipe import RECIPE  # noqa: E402
-from agents.calculator.tool_calls import called_a_tool  # noqa: E402
 from controller.recipe import TASK_FILE, GradeInput  # noqa: E402
 from engines.embedded import EmbeddedEngine  # noqa: E402
 from engines.model_cache import prepare_model  # noqa: E402
 from gateway.client import GatewayClient  # noqa: E402
 from gateway.records import CallRecord, RolloutSpec  # noqa: E402
+from recipes.calculator.recipe import RECIPE  # noqa: E402
+from recipes.calculator.tool_calls import called_a_tool  # noqa: E402
 from tests.gateway.support import ADMIN_TOKEN  # noqa: E402
 from tests.inprocess import InProcessGateway  # noqa: E402
 from trainer.recorded import to_recorded_call  # noqa: E402

@@ -1,10 +1,11 @@
 """Samples per rollout of each real coding CLI on the scripted SWE episode, the gateway's recorded turns off and on.
 
 `python -m benchmarks.cli_samples [--rollouts 2]` (as root: the local runner sandboxes the CLI as another uid; the
-CLIs installed by `make harnesses`). Each rollout is the slow test's episode (tests/agents/test_cli_scripted_episode.py:
-read the file, edit it, run the tests, finish; Claude Code's Read/Edit/Bash, Codex's exec_command and free-form
-apply_patch), run by the controller through an in-process gateway in front of the scripted upstream, which renders
-ChatML one token per character as a chat template would (tests/agents/cli_episode.py). Prints one row per CLI and
+CLIs installed by `make harnesses`). Each rollout is the slow test's episode
+(tests/recipes/test_cli_scripted_episode.py: read the file, edit it, run the tests, finish; Claude Code's
+Read/Edit/Bash, Codex's exec_command and free-form apply_patch), run by the controller through an in-process gateway
+in front of the scripted upstream, which renders ChatML one token per character as a chat template would
+(tests/recipes/cli_episode.py). Prints one row per CLI and
 setting: calls, samples per rollout (the trainer's build), calls whose prompt came from the records
 (`CallRecord.recorded_prefix` > 0), and the median gateway latency of the calls after the first (the recorded turns'
 cost: the attempt's calls read and three /tokenize round trips).
@@ -17,13 +18,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from agents.cli_harness.launch import REPO_DIR
 from gateway.client import GatewayClient
 from gateway.records import RolloutSpec, RolloutState
-from tests.agents.cli_episode import Episode, EpisodeUpstream, claude_code_steps, codex_steps
-from tests.agents.cli_support import attempt_dir, built_samples, generated_task, run_through_controller, task_input
+from recipes.cli_harness.launch import REPO_DIR
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
+from tests.recipes.cli_episode import Episode, EpisodeUpstream, claude_code_steps, codex_steps
+from tests.recipes.cli_support import attempt_dir, built_samples, generated_task, run_through_controller, task_input
 
 OVERRIDES = {"model": "policy", "step_limit": 8, "max_tokens": 256, "command_timeout_s": 60}
 

@@ -1,6 +1,6 @@
 """Samples per rollout of the multistep recipe on a real model: the ablation's training batches replayed.
 
-Runs the multistep harness (`agents.multistep.harness.run_episode`, in threads) on a seed's first tasks, `--group`
+Runs the multistep harness (`recipes.multistep.harness.run_episode`, in threads) on a seed's first tasks, `--group`
 rollouts each, through an in-process gateway in front of the embedded engine (SmolLM2-135M-Instruct by default, the
 ablation profile's max_tokens 24), then builds samples from the gateway's recorded calls exactly as a training step
 does (`trainer.recorded` + `trainer.samples.build_samples` with the tokenizer's decode) and prints, per batch of
@@ -28,13 +28,13 @@ sys.path.insert(0, str(ROOT))
 from openai import OpenAI  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from agents.multistep.grader import part_replies, score_replies  # noqa: E402
-from agents.multistep.harness import run_episode  # noqa: E402
-from agents.multistep.tasks import generate  # noqa: E402
 from engines.embedded import EmbeddedEngine  # noqa: E402
 from engines.model_cache import prepare_model  # noqa: E402
 from gateway.client import GatewayClient  # noqa: E402
 from gateway.records import RolloutSpec  # noqa: E402
+from recipes.multistep.grader import part_replies, score_replies  # noqa: E402
+from recipes.multistep.harness import run_episode  # noqa: E402
+from recipes.multistep.tasks import generate  # noqa: E402
 from tests.gateway.support import ADMIN_TOKEN  # noqa: E402
 from tests.inprocess import InProcessGateway  # noqa: E402
 from trainer.recorded import to_recorded_call  # noqa: E402

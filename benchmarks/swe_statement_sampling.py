@@ -28,11 +28,11 @@ from pathlib import Path
 
 from scipy import stats
 
-from agents.swe.generator import base_path, load_instances
-from agents.swe.harness_configs import action_regex, load_harness_config
-from agents.swe.ladder import BugSite, edit_command, ladder_statement
-from agents.swe.run_metrics import parsed_action
-from agents.swe.sandbox import Sandbox
+from recipes.swe.generator import base_path, load_instances
+from recipes.swe.harness_configs import action_regex, load_harness_config
+from recipes.swe.ladder import BugSite, edit_command, ladder_statement
+from recipes.swe.run_metrics import parsed_action
+from recipes.swe.sandbox import Sandbox
 
 HARNESS_CONFIG = "one_command"
 HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")

@@ -37,7 +37,6 @@ from typing import Any
 from mlflow import MlflowClient
 from prefect import flow
 
-from agents.task_data import write_task_rows
 from controller.recipes import get_recipe
 from flows.ablation_plan import (
     DEFAULT_SEEDS,
@@ -51,6 +50,7 @@ from flows.ablation_plan import (
 )
 from flows.config import PROJECT_ROOT, RunConfig, load_run_config
 from flows.train import train
+from recipes.task_data import write_task_rows
 from storage.files import write_atomic
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 

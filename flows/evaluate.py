@@ -1,7 +1,7 @@
 """Flow `evaluate-swe-verified`: a model or checkpoint on SWE-bench instances, graded with SWE-bench's resolved rule.
 
 instances (SWE-bench Verified from the hub by default; "generated" for the local store) → where each runs
-(`agents.swe.evaluation.plan_evaluation`: the local sandbox for instances of the generated store; instances needing
+(`recipes.swe.evaluation.plan_evaluation`: the local sandbox for instances of the generated store; instances needing
 an official SWE-bench image as Kubernetes Jobs of the `swe_bench` recipe when `controller.runner` is kubernetes, else
 reported as not runnable here, with the reason) → the weights, only when an instance runs (a checkpoint downloaded
 from the checkpoint store, a prepared model name or an HF directory, or the latest checkpoint of the train-swe runs)
@@ -22,14 +22,18 @@ from typing import Any
 
 from prefect import flow
 
-from agents.swe.evaluation import (
+from flows.config import RunConfig, load_run_config
+from flows.run_processes import RunProcesses
+from flows.setup import fresh_plan, process_settings, run_folder, run_name
+from flows.weights import Weights, resolve_weights
+from recipes.swe.evaluation import (
     VERIFIED_HUB_ID,
     EvaluationPlan,
     bench_rollout_tasks,
     plan_evaluation,
     rollout_tasks,
 )
-from agents.swe.evaluation_report import (
+from recipes.swe.evaluation_report import (
     EvaluationReport,
     InstanceOutcome,
     OutcomeStatus,
@@ -37,15 +41,11 @@ from agents.swe.evaluation_report import (
     no_verdict,
     predictions_of,
 )
-from agents.swe.instances import Source
-from agents.swe.predictions import model_label
-from agents.swe.recipe import SweRecipe
-from agents.swe_bench.recipe import write_store
-from agents.task_data import GENERATED
-from flows.config import RunConfig, load_run_config
-from flows.run_processes import RunProcesses
-from flows.setup import fresh_plan, process_settings, run_folder, run_name
-from flows.weights import Weights, resolve_weights
+from recipes.swe.instances import Source
+from recipes.swe.predictions import model_label
+from recipes.swe.recipe import SweRecipe
+from recipes.swe_bench.recipe import write_store
+from recipes.task_data import GENERATED
 from tasks.evaluation import (
     collect_outcomes,
     latest_train_checkpoint,

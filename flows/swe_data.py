@@ -23,10 +23,14 @@ from typing import Any
 
 from prefect import flow
 
-from agents.expectations import require_valid
-from agents.swe.cleaning import DEFAULT_MAX_TESTS, StepResult, step_counts
-from agents.swe.difficulty import DifficultySplit
-from agents.swe.environments import (
+from flows.config import RunConfig, load_run_config
+from flows.run_processes import RunProcesses
+from flows.setup import RunPlan, fresh_plan, process_settings, run_folder, run_name, splits_store
+from flows.weights import Weights, resolve_weights
+from recipes.expectations import require_valid
+from recipes.swe.cleaning import DEFAULT_MAX_TESTS, StepResult, step_counts
+from recipes.swe.difficulty import DifficultySplit
+from recipes.swe.environments import (
     DOCKER_HUB_URL,
     GITHUB_REMOTE_TEMPLATE,
     AllOf,
@@ -35,14 +39,10 @@ from agents.swe.environments import (
     LocalStoreEnvironment,
     RegistryImageEnvironment,
 )
-from agents.swe.evaluation import rollout_tasks
-from agents.swe.instances import Source, normalize_rows
-from agents.swe.recipe import SweRecipe
-from agents.swe.splits import SplitManifest
-from flows.config import RunConfig, load_run_config
-from flows.run_processes import RunProcesses
-from flows.setup import RunPlan, fresh_plan, process_settings, run_folder, run_name, splits_store
-from flows.weights import Weights, resolve_weights
+from recipes.swe.evaluation import rollout_tasks
+from recipes.swe.instances import Source, normalize_rows
+from recipes.swe.recipe import SweRecipe
+from recipes.swe.splits import SplitManifest
 from tasks.swe_data import (
     ProbeResult,
     clean_empty_statements,

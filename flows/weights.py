@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from agents.swe.predictions import model_label
 from engines.model_cache import resolve_model
 from flows.config import RunConfig
 from flows.setup import checkpoint_store
+from recipes.swe.predictions import model_label
 from storage.checkpoint_store import CheckpointStore
 from storage.uris import parse_uri
 from tasks.evaluation import download_checkpoint

@@ -125,7 +125,7 @@ class RecipeHooks:
     - `no_signal_hint`: the advice printed after an iteration without reward variance (default: a generic one);
     - `metrics_read_calls`: whether `rollout_metrics` reads the groups' calls, so validation fetches them (default
       False);
-    - `task_rules()`: the recipe's data expectations (agents.expectations; looked up there, default: the common rules);
+    - `task_rules()`: the recipe's data expectations (recipes.expectations; looked up there, default: the common rules);
     - `recorded_turns`: whether the run's gateway prompts a re-sent assistant turn from its recorded tokens (gateway
       config `recorded_turns`; for harnesses that re-serialise their history, such as the coding CLIs; default False);
     - `generator_options`: the pydantic model of `generate`'s keyword options, what `data.generator` may hold

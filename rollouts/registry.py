@@ -4,7 +4,7 @@ nor the training loop ever imports a recipe's package by name. A reference is on
 - `NAME`: registered under the entry-point group `harnessrl.recipes` (the project's own in pyproject.toml; a
   third-party package registers in its own pyproject.toml and gets everything a built-in recipe gets);
 - `PATH.yaml` (or `.yml`): a recipe file, read by the loader registered for its suffix under
-  `harnessrl.recipe_loaders` (the project's: `agents.file_recipe`);
+  `harnessrl.recipe_loaders` (the project's: `recipes.file_recipe`);
 - `MODULE:OBJECT`: an object of a module imported from the user's own folders, with no install: the folders of
   `$HARNESSRL_RECIPE_PATH` (os.pathsep-separated; `harnessrl train` sets it to the folder it runs in), then the
   interpreter's path. The controller and the flow load it alike (the controller inherits the variable).

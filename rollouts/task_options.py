@@ -28,7 +28,7 @@ class LevelsOption(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     levels: dict[int, float] | None = Field(default=None, description="Ladder level -> weight of the generated tasks "
-                                            "(agents/swe/ladder.py); none: every task at the original level.")
+                                            "(recipes/swe/ladder.py); none: every task at the original level.")
 
 
 class HarnessFields(BaseModel):

@@ -11,11 +11,11 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from agents.expectations import ValidationReport, require_valid, validate_rows
-from agents.swe.datasets import default_store
-from agents.swe.evaluation import rollout_tasks
-from agents.swe.splits import fetch_splits, split_store_root
-from agents.task_data import load_task_rows, split_rows
+from recipes.expectations import ValidationReport, require_valid, validate_rows
+from recipes.swe.datasets import default_store
+from recipes.swe.evaluation import rollout_tasks
+from recipes.swe.splits import fetch_splits, split_store_root
+from recipes.task_data import load_task_rows, split_rows
 from storage.directory_store import DirectoryStore
 from tasks.retries import io_failure
 

@@ -14,12 +14,12 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from agents.swe.datasets import load_swe_dataset
-from agents.swe.evaluation_report import EvaluationReport, InstanceOutcome, outcome_from_rollout
-from agents.swe.instances import Source
-from agents.swe.predictions import Prediction, write_predictions
 from gateway.client_roles import FeedClient, RecordsClient
 from gateway.records import EventKind, RolloutMode
+from recipes.swe.datasets import load_swe_dataset
+from recipes.swe.evaluation_report import EvaluationReport, InstanceOutcome, outcome_from_rollout
+from recipes.swe.instances import Source
+from recipes.swe.predictions import Prediction, write_predictions
 from storage.checkpoint_store import CheckpointStore
 from tasks.retries import io_failure
 from tasks.rollouts import val_pass_with_progress

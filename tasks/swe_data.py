@@ -15,21 +15,21 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from agents.expectations import ValidationReport
-from agents.swe.cleaning import (
+from gateway.client_roles import FeedClient
+from gateway.records import FailureKind, RolloutMode, RolloutState
+from recipes.expectations import ValidationReport
+from recipes.swe.cleaning import (
     StepResult,
     drop_empty_statements,
     drop_missing_environment,
     drop_too_many_tests,
 )
-from agents.swe.datasets import load_raw_swe_rows
-from agents.swe.difficulty import DifficultySplit, select_by_difficulty
-from agents.swe.environments import EnvironmentBackend
-from agents.swe.expectations import validate_swe_rows
-from agents.swe.instances import Source
-from agents.swe.splits import SplitManifest, publish_splits, write_splits
-from gateway.client_roles import FeedClient
-from gateway.records import FailureKind, RolloutMode, RolloutState
+from recipes.swe.datasets import load_raw_swe_rows
+from recipes.swe.difficulty import DifficultySplit, select_by_difficulty
+from recipes.swe.environments import EnvironmentBackend
+from recipes.swe.expectations import validate_swe_rows
+from recipes.swe.instances import Source
+from recipes.swe.splits import SplitManifest, publish_splits, write_splits
 from storage.directory_store import DirectoryStore
 from tasks.retries import io_failure
 from tasks.rollouts import val_pass_with_progress

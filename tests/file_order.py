@@ -29,11 +29,11 @@ COSTLIEST_FILES = (
     "tests/flows/test_train_connect.py",
     "tests/test_models.py",
     "tests/tracking/test_screenshots.py",
-    "tests/agents/swe/test_harness_e2e.py",
+    "tests/recipes/swe/test_harness_e2e.py",
     "tests/controller/test_reconcile.py",
     "tests/gateway/test_engine_proxy.py",
-    "tests/agents/swe/test_generator.py",
-    "tests/agents/test_cli_engine_episode.py",
+    "tests/recipes/swe/test_generator.py",
+    "tests/recipes/test_cli_engine_episode.py",
 )
 """Test files by wall time in `make test` (`--durations`: a CI run of 2026-12-01, 29 min for the suite, and a run of
 the slow tier at a load average of 20-40 the same day), longest first; see tests/README.md "Timings". Re-ranked the

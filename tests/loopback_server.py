@@ -1,6 +1,6 @@
 """A raw asyncio server on 127.0.0.1 served from a thread of the test process: the scaffold of the test upstreams
 that write their answers byte by byte (`tests/gateway/hostile_upstream.py`,
-`tests/agents/calculator/scripted_model.py`)."""
+`tests/recipes/calculator/scripted_model.py`)."""
 
 from __future__ import annotations
 

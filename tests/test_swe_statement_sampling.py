@@ -7,10 +7,6 @@ import dataclasses
 
 import pytest
 
-from agents.swe.generator import bug_patch
-from agents.swe.harness_configs import action_regex
-from agents.swe.ladder import bug_site, edit_command, ladder_statement
-from agents.swe.run_metrics import parsed_action
 from benchmarks.swe_statement_sampling import (
     WORDINGS,
     buggy_text,
@@ -20,6 +16,10 @@ from benchmarks.swe_statement_sampling import (
     user_turn,
     wilson,
 )
+from recipes.swe.generator import bug_patch
+from recipes.swe.harness_configs import action_regex
+from recipes.swe.ladder import bug_site, edit_command, ladder_statement
+from recipes.swe.run_metrics import parsed_action
 
 ORIGINAL = "def f(a, b):\n\n    if a == b:\n        return 1\n\n    return 2\n"
 CASES = [  # (mutated source, kind)

@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The agent image with the coding CLIs: agent.Dockerfile's harnesses plus Node 20 and the pinned Claude Code and Codex
-# CLIs (agents/cli_harness/binaries.py) under /opt/harnesses, for the claude-code and codex recipes' Kubernetes Jobs.
+# CLIs (recipes/cli_harness/binaries.py) under /opt/harnesses, for the claude-code and codex recipes' Kubernetes Jobs.
 # The controller that starts those Jobs sets HARNESSRL_CLI_DIR=/opt/harnesses too (the harness command names the
 # CLI's binary there). No credentials; the CLIs' telemetry and update checks are off per rollout (launch.py).
 #   docker build -f deploy/docker/agent-cli.Dockerfile -t harnessrl/agent-cli:0.1.0 .
@@ -34,7 +34,7 @@ RUN pip install -c constraints.txt ./src "mini-swe-agent==${MINI_SWE_AGENT_VERSI
 
 # The pinned CLIs, installed and checked (--version) by the project's own installer (what `make harnesses` runs),
 # read-only for the harness's uid.
-RUN python -m agents.cli_harness.install /opt/harnesses && rm -rf /root/.npm && chmod -R a+rX,go-w /opt/harnesses
+RUN python -m recipes.cli_harness.install /opt/harnesses && rm -rf /root/.npm && chmod -R a+rX,go-w /opt/harnesses
 
 RUN useradd --uid 10001 --user-group --no-create-home --home-dir /work harnessrl \
     && mkdir -p /work && chown harnessrl:harnessrl /work

@@ -18,7 +18,7 @@ WORKDIR /opt/harnessrl
 COPY deploy/constraints.txt constraints.txt
 RUN pip install -c constraints.txt --index-url "${TORCH_INDEX_URL}" torch
 COPY . src
-# pytest: the swe recipe's grading Jobs run the task's tests in this image (agents/swe/grading_job.py).
+# pytest: the swe recipe's grading Jobs run the task's tests in this image (recipes/swe/grading_job.py).
 RUN pip install -c constraints.txt ./src "mini-swe-agent==${MINI_SWE_AGENT_VERSION}" pytest
 
 # No git in this image on purpose (the SWE sandbox disables it anyway); the working directory is an emptyDir.

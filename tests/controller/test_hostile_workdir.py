@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from agents.swe.generator import base_path, generate
-from agents.swe.recipe import SweRecipe, rollout_input
 from controller.config import ControllerConfig
 from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
 from gateway.client import GatewayClient
 from gateway.records import EventKind, FailureKind, RolloutSpec, RolloutState
+from recipes.swe.generator import base_path, generate
+from recipes.swe.recipe import SweRecipe, rollout_input
 from sandbox.hostile_tree import TreeLimits
-from tests.agents.swe.conftest import write_tiny_project
 from tests.gateway.support import ADMIN_TOKEN
+from tests.recipes.swe.conftest import write_tiny_project
 
 pytestmark = pytest.mark.slow  # harness processes in the local runner's sandbox, the grader's sandboxes
 

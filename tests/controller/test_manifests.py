@@ -30,7 +30,7 @@ ROLLOUT_ID = st.from_regex(r"[A-Za-z0-9._:-]{1,200}", fullmatch=True)
 
 
 def spec(rollout_id: str = "grp-7:3", attempt: int = 2, timeout_s: float = 90.5) -> RunSpec:
-    return RunSpec(rollout_id=rollout_id, attempt=attempt, command=("python", "-m", "agents.search.harness"),
+    return RunSpec(rollout_id=rollout_id, attempt=attempt, command=("python", "-m", "recipes.search.harness"),
                    base_url="http://harnessrl-gateway:8100/r/grp-7:3/v1", api_key="hrl.abc.def",
                    task={"id": "t1", "question": "q?"}, workdir=Path("/tmp/w"), timeout_s=timeout_s,
                    stdout_path=Path("/tmp/o"), stderr_path=Path("/tmp/e"), extra_env={"HARNESS_MODEL": "policy"})
@@ -74,7 +74,7 @@ def test_job_carries_the_contract_labels_limits_and_no_inline_key():
     assert env["HARNESS_MODEL"]["value"] == "policy"
     assert "hrl.abc.def" not in str(job)
     assert harness["command"] == run_and_return_command("/workspace", "result.tar.gz",
-                                                        ["python", "-m", "agents.search.harness"])
+                                                        ["python", "-m", "recipes.search.harness"])
     task, workdir = pod["initContainers"]
     assert task["command"] == ["cp", "/var/run/harnessrl/task.json", "/workspace/task.json"]
     assert workdir["command"] == fetch_command("/workspace", "workdir.tar.gz")
@@ -119,7 +119,7 @@ def test_names_and_labels_are_always_valid_and_distinct(rollout_id, attempt):
 
 
 @pytest.mark.parametrize(("command", "expected"), [
-    (["/opt/venv/bin/python", "-m", "agents.search.harness"], ["python", "-m", "agents.search.harness"]),
+    (["/opt/venv/bin/python", "-m", "recipes.search.harness"], ["python", "-m", "recipes.search.harness"]),
     (["/usr/bin/python3.11", "-m", "x"], ["python", "-m", "x"]),
     (["python", "-m", "x"], ["python", "-m", "x"]),
     (["/usr/local/bin/my-agent", "--fast"], ["/usr/local/bin/my-agent", "--fast"]),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.swe.grading_job import build_swe_grading_job
-from agents.swe_bench.grading_job import build_grading_job
 from controller.config import KubernetesSettings
+from recipes.swe.grading_job import build_swe_grading_job
+from recipes.swe_bench.grading_job import build_grading_job
 from tests.deploy.support import KUSTOMIZATIONS, named, render
 
 

@@ -5,10 +5,10 @@ slots, so some wait for a free one).
 Every rollout must reach a terminal state, the recipes' calls must be recorded with token IDs, every graded rollout must
 carry a reward posted with the grader credential, and the crash and the hang must end as `agent` failures.
 
-The SWE tasks are generated from the tiny local project of tests/agents/swe (HARNESSRL_SWE_SOURCE) rather than the
+The SWE tasks are generated from the tiny local project of tests/recipes/swe (HARNESSRL_SWE_SOURCE) rather than the
 recipe's default `pypi:xmltodict`: the same generation, harness and grading path without the package index, with 5
 tests to run per bug candidate and per grade instead of ~70 (the sdist path is tested in
-tests/agents/swe/test_generator.py).
+tests/recipes/swe/test_generator.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
 from gateway.client import GatewayClient
 from gateway.records import EventKind, FailureKind, RolloutSpec, RolloutState
-from tests.agents.swe.conftest import write_tiny_project
 from tests.controller.support import ScriptRecipe
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, GatewayProcess
+from tests.recipes.swe.conftest import write_tiny_project
 
 pytestmark = pytest.mark.slow
 PER_RECIPE = 2  # each SWE harness alone spends about 8 CPU-seconds importing litellm
@@ -55,7 +55,7 @@ def monkeypatch_module():
 
 def tasks_for(name: str, seed: int) -> list[dict]:
     if name == "swe":
-        from agents.swe.recipe import SweRecipe
+        from recipes.swe.recipe import SweRecipe
 
         return [{**task, **SWE_SMALL, "recipe": name} for task in SweRecipe().generate(PER_RECIPE, seed)]
     return [{**task, **SMALL, "recipe": name} for task in get_recipe(name).generate(PER_RECIPE, seed)]

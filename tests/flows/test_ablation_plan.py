@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from agents.multistep.tasks import generate
-from agents.task_data import split_rows
 from flows.ablation_plan import (
     REPORT_ARMS,
     Arm,
@@ -20,6 +18,8 @@ from flows.ablation_plan import (
     seed_data_overrides,
 )
 from flows.config import PROFILES_DIR, load_run_config
+from recipes.multistep.tasks import generate
+from recipes.task_data import split_rows
 
 
 def test_the_instruction_following_lr_sweep_arms_load_on_their_profile_with_an_lr_0_control():

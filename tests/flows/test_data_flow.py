@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.swe.generator import generate, load_instances, write_instances
-from agents.swe.splits import fetch_splits
+from recipes.swe.generator import generate, load_instances, write_instances
+from recipes.swe.splits import fetch_splits
 from storage.directory_store import directory_store
-from tests.agents.swe.conftest import write_tiny_project
+from tests.recipes.swe.conftest import write_tiny_project
 
 pytestmark = pytest.mark.slow
 K = 2

@@ -3,10 +3,10 @@ prefect.yaml's local deployments and starts a process worker; `prefect deploymen
 runs a tiny SWE training run to Completed, which logs to the MLflow server. A second, long run is in flight when
 Ctrl-C stops everything: it is cancelled first, so the gateway and controller it started stop with it.
 
-The SWE tasks come from the tiny local project of tests/agents/swe (HARNESSRL_SWE_SOURCE, inherited by the worker)
+The SWE tasks come from the tiny local project of tests/recipes/swe (HARNESSRL_SWE_SOURCE, inherited by the worker)
 rather than the recipe's default `pypi:xmltodict`: the same generation and grading path without the package index
 and with a 5-test project to run per bug candidate and per grade (the sdist path is tested in
-tests/agents/swe/test_generator.py). The worker looks for scheduled runs every second (PREFECT_WORKER_QUERY_SECONDS;
+tests/recipes/swe/test_generator.py). The worker looks for scheduled runs every second (PREFECT_WORKER_QUERY_SECONDS;
 default 10 s), so neither deployment run waits up to 10 s to be picked up.
 
 Measured on 2 cores: services up in about 40 s, the tiny run about 65 s, the stop about 4 s.
@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.agents.swe.conftest import write_tiny_project
 from tests.gateway.support import free_port
+from tests.recipes.swe.conftest import write_tiny_project
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.swe.evaluation import EvaluationPlan
 from flows.config import load_run_config
 from flows.setup import fresh_plan, process_settings
 from flows.weights import Weights
+from recipes.swe.evaluation import EvaluationPlan
 
 
 class Started(Exception):

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.swe.evaluation import grade_predictions
-from agents.swe.evaluation_report import OutcomeStatus, build_report
-from agents.swe.generator import generate
-from agents.swe.predictions import Prediction, read_predictions
-from tests.agents.swe.conftest import write_tiny_project
+from recipes.swe.evaluation import grade_predictions
+from recipes.swe.evaluation_report import OutcomeStatus, build_report
+from recipes.swe.generator import generate
+from recipes.swe.predictions import Prediction, read_predictions
+from tests.recipes.swe.conftest import write_tiny_project
 from tests.tracking.trace_checks import check_run_traces, feedback_value, gateway_records
 
 pytestmark = pytest.mark.slow
@@ -99,7 +99,7 @@ def test_nightly_evaluates_the_latest_train_swe_checkpoint_and_gold_resolves(pre
     assert all(regraded[i] == status for i, status in flow_status.items()), (regraded, flow_status)
 
     # the gold patches (the reverse of each bug), graded through the same path, resolve
-    from agents.swe.datasets import load_swe_dataset
+    from recipes.swe.datasets import load_swe_dataset
 
     rows = load_swe_dataset("generated", "swe-smith", cache_dir=tmp_path / "cache", store=store)
     gold = [Prediction(instance_id=r["instance_id"], model_name_or_path="gold", model_patch=r["fix_patch"])

@@ -34,7 +34,7 @@ class ShortAnswers:
                                    "params": {"relation": "less than", "num_words": 9}}]} for i in range(count)]
 
     def harness_command(self):
-        return [sys.executable, "-m", "agents.instruction_following.harness"]
+        return [sys.executable, "-m", "recipes.instruction_following.harness"]
 
     def prepare_workdir(self, task, workdir: Path):
         pass

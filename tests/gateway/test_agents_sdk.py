@@ -128,12 +128,12 @@ def test_an_agent_runs_its_function_tools_end_to_end(gateway_admin, tmp_path):
     assert [c["function"]["name"] for c in sent[2]["tool_calls"]] == ["read_file", "run"]
 
 
-def test_the_sdk_venv_does_not_shadow_the_projects_agents_package():
-    """The project's `agents` (the recipes) is what the project venv imports, wherever it runs from."""
-    done = subprocess.run([sys.executable, "-c", "import agents.swe.recipe, agents; print(agents.__file__)"],
+def test_the_project_venv_imports_the_projects_recipes_package():
+    """The project's `recipes` is what the project venv imports, wherever it runs from."""
+    done = subprocess.run([sys.executable, "-c", "import recipes.swe.recipe, recipes; print(recipes.__file__)"],
                           cwd="/", capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert Path(done.stdout.strip()).parent == REPO / "agents"
+    assert Path(done.stdout.strip()).parent == REPO / "recipes"
 
 
 ENGINE_AGENT = '''

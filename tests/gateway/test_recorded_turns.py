@@ -1,5 +1,5 @@
 """Recorded turns through the in-process gateway (config `recorded_turns: true`) in front of an upstream that renders
-ChatML one token per character (tests/agents/cli_episode.py): a history re-sent with a defaulted argument added
+ChatML one token per character (tests/recipes/cli_episode.py): a history re-sent with a defaulted argument added
 continues on the earlier call's recorded tokens (one sample), while a history the harness changed otherwise, or an
 assistant turn the policy never produced, is rendered as sent (no substitution)."""
 
@@ -14,10 +14,10 @@ import pytest
 
 from gateway.client import GatewayClient
 from gateway.protocols.anthropic_answer import recorded_content
-from tests.agents.cli_episode import Episode, EpisodeUpstream, ToolStep
 from tests.gateway.api_support import create_rollouts, current_key
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
+from tests.recipes.cli_episode import Episode, EpisodeUpstream, ToolStep
 from trainer.recorded import to_recorded_call
 from trainer.samples import build_samples
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import rollouts.registry as registry
-from agents.instruction_following.recipe import RECIPE as IF_RECIPE
+from recipes.instruction_following.recipe import RECIPE as IF_RECIPE
 from rollouts.recipe import DEFAULT_NO_SIGNAL_HINT, recipe_hooks
 
 BUILT_IN = ["calculator", "claude-code", "codex", "instruction_following", "multistep", "search", "swe", "swe_bench"]
@@ -27,7 +27,7 @@ def test_an_unknown_name_lists_the_known_ones() -> None:
 
 
 def test_a_name_registered_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    points = [EntryPoint("swe", "agents.swe.recipe:RECIPE", registry.ENTRY_POINT_GROUP),
+    points = [EntryPoint("swe", "recipes.swe.recipe:RECIPE", registry.ENTRY_POINT_GROUP),
               EntryPoint("swe", "somebody_else.recipe:RECIPE", registry.ENTRY_POINT_GROUP)]
     monkeypatch.setattr(registry, "entry_points",
                         lambda group, name=None: [p for p in points if name is None or p.name == name])

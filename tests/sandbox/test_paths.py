@@ -24,7 +24,7 @@ def test_closure_follows_imports_within_the_source_tree_only(tmp_path, monkeypat
 
 
 def test_swe_harness_closure_has_no_grader_and_includes_the_sandbox():
-    files = {path.name for path in module_closure("agents.swe.harness")}
+    files = {path.name for path in module_closure("recipes.swe.harness")}
     assert {"harness.py", "sandbox.py"} <= files
     assert not {"grader.py", "testrun.py", "generator.py", "recipe.py"} & files
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import tasks.data as data_tasks
-from agents.expectations import DataValidationError
 from controller.recipes import get_recipe
+from recipes.expectations import DataValidationError
 from tasks.data import load_dataset, report_artifact_key, validate_tasks
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.swe.splits import publish_splits, split_store_root, write_splits
 from flows.config import load_run_config
 from flows.setup import splits_store
+from recipes.swe.splits import publish_splits, split_store_root, write_splits
 from tasks.data import load_swe_splits
 
 

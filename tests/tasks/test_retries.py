@@ -6,8 +6,8 @@ import httpx
 import pytest
 from prefect.states import Failed
 
-from agents.task_data import TaskDataError
 from gateway.client import GatewayAPIError
+from recipes.task_data import TaskDataError
 from tasks import data, evaluation, rollouts, swe_data, training
 from tasks.retries import io_failure, is_transient
 

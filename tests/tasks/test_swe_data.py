@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.swe.splits import read_splits
 from gateway.records import FailureKind
+from recipes.swe.splits import read_splits
 from storage.directory_store import directory_store
 from tasks.swe_data import (
     clean_empty_statements,
@@ -17,7 +17,7 @@ from tasks.swe_data import (
     probe_outcomes,
     write_versioned_splits,
 )
-from tests.agents.swe.test_cleaning import row
+from tests.recipes.swe.test_cleaning import row
 from tests.trainer.loop_support import FakeGateway, group
 
 
@@ -106,8 +106,8 @@ def test_flow_helpers_refuse_unsupported_setups(tmp_path, monkeypatch):
 
 
 def test_the_flow_chooses_environment_backends_per_environment_and_kind(tmp_path):
-    from agents.swe.environments import AllOf, GitBranchEnvironment, LocalStoreEnvironment, RegistryImageEnvironment
     from flows.swe_data import choose_environment
+    from recipes.swe.environments import AllOf, GitBranchEnvironment, LocalStoreEnvironment, RegistryImageEnvironment
 
     template = "file:///mirrors/{repo}.git"
     local = choose_environment("local", "swe-smith", tmp_path, "http://r", template)

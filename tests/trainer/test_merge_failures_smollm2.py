@@ -70,10 +70,10 @@ COMPACT_ABOVE = 5
 
 
 def multistep_calls(tokenizer, parts: int, split_reply: int | None = None) -> list[RecordedCall]:
-    """One multistep episode (agents/multistep) rendered with SmolLM2's template: the engine's replies are the
+    """One multistep episode (recipes/multistep) rendered with SmolLM2's template: the engine's replies are the
     canonical tokens of a short sentence, except reply `split_reply`, sampled in two non-canonical pieces."""
-    from agents.multistep.conversation import next_messages, reply_tokens_after
-    from agents.multistep.tasks import generate
+    from recipes.multistep.conversation import next_messages, reply_tokens_after
+    from recipes.multistep.tasks import generate
 
     task = {**next(t for t in generate(40, 0) if len(t["steps"]) == parts), "compact_above_tokens": COMPACT_ABOVE}
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")

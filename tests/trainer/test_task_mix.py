@@ -129,9 +129,9 @@ def test_the_feed_waits_for_each_strata_quota_and_leaves_the_surplus_ready():
 
 def test_make_train_profile_plans_a_constant_mix():
     """swe-local's generator levels, split as the flow splits them, give every level a whole quota per batch."""
-    from agents.swe.ladder import LadderMix, level_counts
-    from agents.task_data import split_rows
     from flows.config import load_run_config
+    from recipes.swe.ladder import LadderMix, level_counts
+    from recipes.task_data import split_rows
 
     config = load_run_config("swe-local")
     data = config.data
