@@ -69,6 +69,9 @@ class Captured:
     policy_version: int | None = None
     error: str | None = None
     broken: bool = False  # the answer breaks the protocol (error says how): an upstream error, answered 502
+    forced_prompt_tokens: int | None = None
+    """The engine's `tool_choice_forced_tokens`: a forced call's opening it put at the end of the prompt (the embedded
+    engine); None when it said nothing (vLLM, whose grammar constrains the response's own tokens)."""
 
     @property
     def response_text(self) -> str:
@@ -191,6 +194,13 @@ def _version(value: Any) -> int:
     raise ProtocolError(f"policy_version must be an integer from 0 to {MAX_VERSION}, got {_short(value)}")
 
 
+def _forced_tokens(value: Any) -> int:
+    """An answer's `tool_choice_forced_tokens`: a count of prompt tokens, else ProtocolError."""
+    if _is_int(value) and 0 <= value <= 1 << 20:
+        return value
+    raise ProtocolError(f"tool_choice_forced_tokens must be a token count, got {_short(value)}")
+
+
 def _add_body(cap: Captured, body: Any) -> None:
     """Fold one response body or one stream chunk into `cap`."""
     if not isinstance(body, dict):
@@ -204,6 +214,8 @@ def _add_body(cap: Captured, body: Any) -> None:
         cap.prompt_token_ids, cap.prompt_ids_packed = _packed_ids(body["prompt_token_ids"], "prompt_token_ids")
     if body.get("policy_version") is not None:
         cap.policy_version = _version(body["policy_version"])
+    if body.get("tool_choice_forced_tokens") is not None:
+        cap.forced_prompt_tokens = _forced_tokens(body["tool_choice_forced_tokens"])
     for choice in _typed(body, "choices", list, "answer") or ():
         _add_choice(cap, choice)
 

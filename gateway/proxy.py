@@ -93,7 +93,7 @@ def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status
         "response_token_ids": pack_ids(cap.response_token_ids),
         "response_logprobs": pack_floats(cap.response_logprobs), "response_text": cap.response_text or None,
         "finish_reason": cap.finish_reason, "n_choices": cap.n_choices,
-        "extra_choices": pack_extra_choices(cap), "side": ctx.side, "sampling": pack_sampling(ctx.sampling),
+        "extra_choices": pack_extra_choices(cap), "side": ctx.side, "sampling": pack_sampling(_sampled(ctx, cap)),
         "policy_version": policy_version,
         "latency_ms": (time.perf_counter() - ctx.started) * 1000, "created_at": ctx.created_at,
         "continuation": continuation, "recorded_prefix": recorded_prefix,
@@ -196,6 +196,13 @@ async def _record_failure(svc: GatewayContext, ctx: CallContext, exc: UpstreamFa
     await send({"type": "http.response.start", "status": error.status,
                 "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": error.body()})
+
+
+def _sampled(ctx: CallContext, cap: Captured) -> SamplingRecord | None:
+    """The call's sampling record, with the engine's forced opening when it reported one (`Captured`)."""
+    if ctx.sampling is None or cap.forced_prompt_tokens is None:
+        return ctx.sampling
+    return ctx.sampling.model_copy(update={"forced_prompt_tokens": cap.forced_prompt_tokens})
 
 
 async def forward_stream(svc: GatewayContext, ctx: CallContext, body: bytes, send) -> None:

@@ -297,6 +297,12 @@ class SamplingRecord(WireModel):
                            "of the harness's (gateway config `sampling.train: enforce`, train rollouts).")
     seed: int | None = Field(default=None, description="The seed the engine sampled with: the gateway's for a "
                              "rollout with a sampling seed, else the harness's own; None: unseeded.")
+    forced_prompt_tokens: int | None = Field(default=None, description="When `requested` holds a forcing "
+                                             "tool_choice: the tokens of the call's opening the engine forced at the "
+                                             "end of the prompt (the embedded engine's `tool_choice_forced_tokens`: "
+                                             "the response holds only sampled tokens). None: the engine said nothing "
+                                             "(vLLM's grammar constrained the response's own tokens; the trainer "
+                                             "masks them).")
 
 
 class CallRecord(WireModel):

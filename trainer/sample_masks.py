@@ -4,7 +4,8 @@ A call decoded greedily (temperature 0, `trainer.sampling.SamplingParams.greedy`
 distribution the trainer could take a ratio against (its recorded logprobs are not those of the argmax it took):
 its tokens stay in their sample as context but are masked and counted (`samples/greedy_tokens_masked`). So are the
 tokens of a call whose harness's penalties, logit bias or constraining `response_format` (a grammar) reached the
-engine (`samples/penalized_tokens_masked`).
+engine, or whose forcing `tool_choice` an engine enforced with a grammar over the response (vLLM)
+(`samples/penalized_tokens_masked`).
 
 A token whose recorded logprob is missing (the engine returned none: NaN, or another non-finite value) has no old
 logprob to take a ratio against: it stays in its sample as context but is masked (loss mask 0, logprob 0) and counted

@@ -12,7 +12,9 @@ threshold): its tokens were not sampled from any distribution the trainer could 
 masked (`trainer.sample_masks`). So are the tokens of a call whose harness's penalties or logit bias reached the engine
 (recorded in `requested` and not enforced: gateway `sampling.train: record`): vLLM applies them, and they depend on
 more than the logits (the tokens generated so far), which the trainer does not recompute; and those of a call whose
-constraining `response_format` (a grammar) reached the engine, for the same reason.
+constraining `response_format` (a grammar) reached the engine, for the same reason; and those of a call whose forcing
+`tool_choice` the engine enforced on the response itself (vLLM's grammar), unlike the embedded engine, which forces
+the call's opening in the prompt and samples the rest freely (the gateway records `forced_prompt_tokens`).
 """
 
 from __future__ import annotations
@@ -110,8 +112,17 @@ def sampling_params(raw: Any) -> SamplingParams:
         top_p=min(float(values["top_p"]), 1.0),
         top_k=max(int(values["top_k"]), 0),
         min_p=float(values["min_p"]),
-        penalized=not get("enforced", False) and _penalized(get("requested", None)),
+        penalized=(not get("enforced", False) and _penalized(get("requested", None)))
+        or _grammar_forced(get("requested", None), get("forced_prompt_tokens", None)),
     )
+
+
+def _grammar_forced(requested: object, forced_prompt_tokens: object) -> bool:
+    """True when a forcing `tool_choice` (required, a named function) reached an engine that did not force the call's
+    opening in the prompt (`forced_prompt_tokens` None): vLLM constrains the response's own tokens with a grammar,
+    and reports their logprobs under the grammar's mask, which the trainer does not recompute. The gateway forwards
+    tool_choice even when it enforces the policy's sampling (the harness needs its call), so this holds either way."""
+    return isinstance(requested, Mapping) and requested.get("tool_choice") is not None and forced_prompt_tokens is None
 
 
 def _penalized(requested: object) -> bool:

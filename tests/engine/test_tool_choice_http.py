@@ -105,6 +105,7 @@ def test_a_streamed_forced_answer_is_the_unary_one_and_the_gateway_captures_it_t
     assert not streamed.broken and streamed.prompt_token_ids == whole.prompt_token_ids == unary["prompt_token_ids"]
     assert streamed.response_token_ids == whole.response_token_ids == unary["choices"][0]["token_ids"]
     assert len(streamed.response_logprobs) == len(streamed.response_token_ids)
+    assert streamed.forced_prompt_tokens == whole.forced_prompt_tokens == unary["tool_choice_forced_tokens"] > 0
     chunks = [line for line in stream.split(b"\n") if line.startswith(b"data: {")]
     assert b'"tool_choice_forced_tokens":' in chunks[0]
     assert b'"tool_calls":[{"index":0' in stream and b'"tool_choice_constrained_tokens":' in chunks[-1]

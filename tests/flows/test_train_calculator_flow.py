@@ -3,7 +3,7 @@ sandbox, through the gateway's Messages translation to the embedded engine, grad
 
 The tiny model is random: it never states an exact sum or product, so every reward is 0, the iteration has no gradient
 signal and the flow says so; what is checked is the wiring (every rollout graded, none failed, the first turn's
-forced tool_choice carried in each rollout's first Messages call).
+forced tool_choice carried in each rollout's first Messages call, with the engine's forced opening recorded).
 """
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ def test_train_calculator_runs_the_sdk_harness_in_the_sandbox(prefect_api, tiny_
     assert client.get_metric_history(run.info.run_id, "rollout/rollouts")[-1].value == 2.0
     with sqlite3.connect(tmp_path / "runs" / "tiny-calc" / "gateway.db") as db:
         rollouts = db.execute("SELECT id, mode, state, reward FROM rollouts").fetchall()
-        firsts = db.execute("SELECT kind, request FROM calls WHERE seq = 0").fetchall()
+        firsts = db.execute("SELECT kind, request, sampling FROM calls WHERE seq = 0").fetchall()
     assert sorted(mode for _, mode, _, _ in rollouts) == ["train", "train", "val"], rollouts  # val at the end
     assert all(state == "succeeded" and reward == 0.0 for _, _, state, reward in rollouts), rollouts
-    assert len(firsts) == len(rollouts) and all(kind == "messages" for kind, _ in firsts)
-    assert all(json.loads(request)["tool_choice"] == {"type": "tool", "name": "calculator"} for _, request in firsts)
+    assert len(firsts) == len(rollouts) and all(kind == "messages" for kind, _, _ in firsts)
+    assert all(json.loads(request)["tool_choice"] == {"type": "tool", "name": "calculator"} for _, request, _ in firsts)
+    # the engine forced the call's opening in the prompt and said so: the call is trained, not masked as a grammar's
+    recorded = [json.loads(sampling) for _, _, sampling in firsts]
+    assert all(r["requested"]["tool_choice"] and r["forced_prompt_tokens"] > 0 for r in recorded), recorded

@@ -137,9 +137,18 @@ def test_a_verl_update_takes_its_samples_temperature_and_refuses_mixed_or_filter
         ({"requested": {"response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}}, True),
         ({"requested": {"response_format": {"type": "json_object"}}, "enforced": True}, False),
         ({"requested": {"response_format": {"type": "text"}}}, False),
-        # dropped fields' names and a forcing tool_choice are recorded, not masked (the embedded engine forces the
-        # call's opening as prompt tokens: gateway/README.md, "Request fields")
-        ({"requested": {"dropped": ["metadata", "user"], "tool_choice": "required"}}, False),
+        # dropped fields' names are recorded, not masked
+        ({"requested": {"dropped": ["metadata", "user"]}}, False),
+        # a forcing tool_choice the engine forced in the prompt (the embedded engine reports the opening's tokens:
+        # the response holds only what it sampled) is trained, enforced or not
+        ({"requested": {"tool_choice": "required"}, "forced_prompt_tokens": 20}, False),
+        ({"requested": {"tool_choice": {"type": "function", "function": {"name": "f"}}}, "forced_prompt_tokens": 9,
+          "enforced": True}, False),
+        # one the engine enforced with a grammar over the response (vLLM: no forced_prompt_tokens; its logprobs are
+        # the masked distribution's) is masked, even when the gateway enforced the policy's sampling
+        ({"requested": {"tool_choice": "required"}}, True),
+        ({"requested": {"tool_choice": {"type": "function", "function": {"name": "f"}}}, "enforced": True}, True),
+        ({"requested": {"tool_choice": "required"}, "forced_prompt_tokens": None}, True),
     ],
 )
 def test_penalties_that_reached_the_engine_make_a_call_untrainable(raw, penalized):

@@ -202,3 +202,25 @@ def test_a_policy_version_past_the_stores_column_is_a_protocol_error_not_a_500(v
     with pytest.raises(ProtocolError, match="policy_version must be an integer from 0 to"):
         parse_version_header(str(version)) if isinstance(version, str) else capture_module._version(version)
     assert parse_version_header(str(2**31 - 1)) == 2**31 - 1 and parse_version_header(" 7 ") == 7
+
+
+def test_the_engines_forced_opening_is_captured_unary_and_streamed_and_absent_when_not_reported() -> None:
+    """The embedded engine says how many prompt tokens a forced tool call's opening took (top level; on a stream's
+    first chunks); the trainer trains such a call and masks one an engine forced with a grammar over the response."""
+    unary = capture_json({"id": "c", "prompt_token_ids": [1, 2], "tool_choice_forced_tokens": 20,
+                          "choices": [chat_body()]})
+    assert unary.forced_prompt_tokens == 20 and not unary.broken
+    streamed = capture_sse(sse(
+        {"id": "c", "prompt_token_ids": [1, 2], "tool_choice_forced_tokens": 7,
+         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        {"id": "c", "choices": [{"index": 0, "delta": {"content": "x"}, "token_ids": [5],
+                                 "logprobs": {"content": [{"token": "x", "logprob": -0.5}]}, "finish_reason": "stop"}]},
+    ))
+    assert streamed.forced_prompt_tokens == 7 and not streamed.broken
+    assert capture_json({"id": "c", "choices": [chat_body()]}).forced_prompt_tokens is None
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "20", True, 1 << 40])
+def test_a_forced_token_count_that_is_not_one_breaks_the_answer(value) -> None:
+    cap = capture_json({"id": "c", "tool_choice_forced_tokens": value, "choices": [chat_body()]})
+    assert cap.broken and "tool_choice_forced_tokens" in cap.error
