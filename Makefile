@@ -23,11 +23,6 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VERL_VENV ?= .venv-verl
 VERL_VERSION ?= 0.9.1
 VERL_STAMP := $(VERL_VENV)/.installed
-# The OpenAI Agents SDK in its own venv: its top-level package is `agents`, the name of ours, so in the project venv
-# it would shadow the recipes wherever the project folder is not first on sys.path (tests/gateway/test_agents_sdk.py).
-AGENTS_SDK_VENV ?= .venv-agents-sdk
-AGENTS_SDK_VERSION ?= 0.24.0
-AGENTS_SDK_STAMP := $(AGENTS_SDK_VENV)/.installed
 # The tiny random Llama and SmolLM2 (engines/model_cache.py): `make models` prepares them side by side under make -j.
 MODELS := tiny smollm2-135m-instruct
 VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_verl_sampling.py tests/trainer/test_verl_off_policy.py \
@@ -35,18 +30,18 @@ VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_verl_sampling.p
 	tests/trainer/test_advantages.py::test_matches_verl_on_random_inputs \
 	tests/trainer/test_losses.py::test_matches_verl_on_random_inputs
 
-.PHONY: bwrap chromium harnesses test test-fast test-vllm vllm-venv test-verl verl-venv agents-sdk-venv models \
+.PHONY: bwrap chromium harnesses test test-fast test-vllm vllm-venv test-verl verl-venv models \
 	$(addprefix model-,$(MODELS)) lint bench-gateway \
 	clean train
 
 # The whole suite, the real vLLM server test included, then the verl comparisons in the verl venv (PYTEST_ARGS are not
 # passed to them). The set-up is one parallel make: the downloads (uv, npm, apt-get) are network-bound, so the CLIs,
-# Chromium and the vLLM and Agents SDK venvs are fetched beside the project venv, and the two models and verl's venv
+# Chromium and the vLLM venv are fetched beside the project venv, and the two models and verl's venv
 # (its editable install of the project would race the project venv's) start as soon as the project venv is there. The
 # suite runs on two xdist workers, a test file per worker at a time (module fixtures start once), the costliest files
 # first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order instead of xdist's most-tests-first).
 test: bwrap
-	$(MAKE) -j4 harnesses chromium $(STAMP) $(VLLM_STAMP) $(VERL_STAMP) $(AGENTS_SDK_STAMP) models
+	$(MAKE) -j4 harnesses chromium $(STAMP) $(VLLM_STAMP) $(VERL_STAMP) models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	HARNESSRL_REQUIRE_AGENTS_SDK=1 HARNESSRL_REQUIRE_CHROMIUM=1 $(PY) -m pytest -n 2 --dist loadfile \
@@ -114,13 +109,6 @@ $(VLLM_STAMP): $(UV)
 
 test-vllm: $(STAMP) $(VLLM_STAMP) models
 	$(PY) -m pytest tests/engine/test_vllm_command.py tests/engine/test_vllm_server.py $(PYTEST_ARGS)
-
-agents-sdk-venv: $(AGENTS_SDK_STAMP)
-
-$(AGENTS_SDK_STAMP): $(UV)
-	test -x $(AGENTS_SDK_VENV)/bin/python || $(PYTHON) -m venv $(AGENTS_SDK_VENV)
-	$(UV_PIP) --python $(AGENTS_SDK_VENV)/bin/python openai-agents==$(AGENTS_SDK_VERSION)
-	touch $(AGENTS_SDK_STAMP)
 
 verl-venv: $(VERL_STAMP)
 

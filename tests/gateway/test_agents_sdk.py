@@ -3,15 +3,16 @@ in front of the scripted upstream: an agent with two function tools runs its epi
 both tools in parallel, the SDK runs them and sends their outputs, the model answers), streamed and not; and once
 in front of the real embedded engine (tiny model, integration tier): each recorded call holds the engine's tokens.
 
-The SDK's top-level package is named `agents`, as ours is, so it lives in a venv of its own (`make agents-sdk-venv`:
-`.venv-agents-sdk`) and the agent runs there as a subprocess, in isolated mode outside the project folder; only the
-environment variables of the SDK's documentation point it at the gateway (`OPENAI_BASE_URL`, `OPENAI_API_KEY`;
-tracing export off). Without that venv the test is skipped, unless `HARNESSRL_REQUIRE_AGENTS_SDK=1` (`make test`)
-makes that a failure.
+The SDK (top-level package `agents`) is a dev dependency of the project venv (pyproject.toml; the recipes are the
+package `recipes`, so nothing shadows it); the agent runs as a subprocess of that venv's Python, in isolated mode
+outside the project folder; only the environment variables of the SDK's documentation point it at the gateway
+(`OPENAI_BASE_URL`, `OPENAI_API_KEY`; tracing export off). Without the SDK installed the test is skipped, unless
+`HARNESSRL_REQUIRE_AGENTS_SDK=1` (`make test`) makes that a failure.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,7 +29,6 @@ from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway, InProcessScripted
 
 REPO = Path(__file__).resolve().parents[2]
-SDK_PYTHON = REPO / ".venv-agents-sdk" / "bin" / "python"
 PROMPT_TOKENS, RESPONSE_TOKENS = 10, 5
 
 AGENT = '''
@@ -72,11 +72,14 @@ asyncio.run(main())
 
 
 def sdk_python() -> Path:
-    if SDK_PYTHON.exists():
-        return SDK_PYTHON
+    """The project venv's Python, once it holds the SDK (`openai-agents`, a dev dependency)."""
+    if importlib.util.find_spec("agents") is not None:
+        return Path(sys.executable)
+    missing = (f"the OpenAI Agents SDK (openai-agents) is not installed in {sys.prefix}; install the dev extras: "
+               "pip install -e '.[dev]' (or `make test`)")
     if os.environ.get("HARNESSRL_REQUIRE_AGENTS_SDK") == "1":
-        pytest.fail(f"the OpenAI Agents SDK venv is missing ({SDK_PYTHON}); build it with `make agents-sdk-venv`")
-    pytest.skip(f"the OpenAI Agents SDK venv is missing ({SDK_PYTHON}); `make agents-sdk-venv` builds it")
+        pytest.fail(missing)
+    pytest.skip(missing)
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +131,15 @@ def test_an_agent_runs_its_function_tools_end_to_end(gateway_admin, tmp_path):
     assert [c["function"]["name"] for c in sent[2]["tool_calls"]] == ["read_file", "run"]
 
 
-def test_the_project_venv_imports_the_projects_recipes_package():
-    """The project's `recipes` is what the project venv imports, wherever it runs from."""
-    done = subprocess.run([sys.executable, "-c", "import recipes.swe.recipe, recipes; print(recipes.__file__)"],
-                          cwd="/", capture_output=True, text=True, timeout=60)
+def test_the_sdk_and_the_projects_recipes_import_side_by_side():
+    """In one venv, wherever it runs from: `agents` is the SDK (installed), `recipes` the project's package."""
+    python = sdk_python()
+    code = "import agents, recipes.swe.recipe, recipes; print(agents.__file__); print(recipes.__file__)"
+    done = subprocess.run([str(python), "-c", code], cwd="/", capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert Path(done.stdout.strip()).parent == REPO / "recipes"
+    sdk, ours = (Path(line) for line in done.stdout.split())
+    assert "site-packages" in sdk.parts and (sdk.parent / "run.py").is_file()
+    assert ours.parent == REPO / "recipes"
 
 
 ENGINE_AGENT = '''
