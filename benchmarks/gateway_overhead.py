@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,24 +103,29 @@ def _has_taskset() -> bool:
     return subprocess.run(["which", "taskset"], capture_output=True).returncode == 0
 
 
-async def run_load(urls_keys: list[tuple[str, str]], clients: int, seconds: float,
+async def run_load(urls_keys: Sequence[tuple[str | Sequence[str], str]], clients: int, seconds: float,
                    body: bytes = BODY) -> tuple[list[float], float]:
-    """`clients` closed-loop clients for `seconds`, each posting `body`; returns per-call latencies (ms) and wall
-    time."""
+    """`clients` closed-loop clients for `seconds`, each posting `body`; client i takes target i (cycling), a URL or
+    several posted to in turn (one rollout served by several gateways), with its key; returns per-call latencies (ms)
+    and wall time."""
     latencies: list[float] = []
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         stop_at = time.perf_counter() + seconds
 
         async def client(i: int) -> None:
-            url, key = urls_keys[i % len(urls_keys)]
+            target, key = urls_keys[i % len(urls_keys)]
+            urls = (target,) if isinstance(target, str) else tuple(target)
             headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+            turn = i
             while time.perf_counter() < stop_at:
+                url = urls[turn % len(urls)]
+                turn += 1
                 started = time.perf_counter()
                 async with session.post(url, data=body, headers=headers) as response:
                     await response.read()
                     if response.status != 200:
-                        raise RuntimeError(f"HTTP {response.status} from {url}")
+                        raise RuntimeError(f"HTTP {response.status} from {url}: {await response.text()}")
                 latencies.append((time.perf_counter() - started) * 1000)
 
         started = time.perf_counter()

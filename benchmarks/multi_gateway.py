@@ -32,13 +32,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gateway_overhead import BENCH_SETTINGS, BODY, _has_taskset, cpu_seconds, summarize  # noqa: E402
+from benchmarks.gateway_overhead import (  # noqa: E402
+    BENCH_SETTINGS,
+    _has_taskset,
+    cpu_seconds,
+    run_load,
+    summarize,
+)
 from tests.gateway.support import ADMIN_TOKEN, free_port, wait_healthy  # noqa: E402
 from tests.services import PostgresServer, postgres_bin_dir  # noqa: E402
 
@@ -126,29 +131,9 @@ def wait_shared(url: str, gateways: int, timeout_s: float = 30.0) -> None:
             time.sleep(0.1)
 
 
-async def run_load(bases_keys: list[tuple[list[str], str]], clients: int, seconds: float) -> tuple[list[float], float]:
-    """`clients` closed-loop clients for `seconds`; client i posts to its rollout's base URLs in turn."""
-    latencies: list[float] = []
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        stop_at = time.perf_counter() + seconds
-
-        async def client(i: int) -> None:
-            bases, key = bases_keys[i % len(bases_keys)]
-            headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
-            turn = i
-            while time.perf_counter() < stop_at:
-                url = bases[turn % len(bases)] + "/chat/completions"
-                turn += 1
-                started = time.perf_counter()
-                async with session.post(url, data=BODY, headers=headers) as response:
-                    await response.read()
-                    if response.status != 200:
-                        raise RuntimeError(f"HTTP {response.status} from {url}: {await response.text()}")
-                latencies.append((time.perf_counter() - started) * 1000)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(client(i) for i in range(clients)))
-        return latencies, time.perf_counter() - started
+def chat_targets(rollouts: list[tuple[list[str], str]]) -> list[tuple[list[str], str]]:
+    """Each rollout's chat URLs (one per gateway, posted to in turn by `run_load`) with its key."""
+    return [([base + "/chat/completions" for base in bases], key) for bases, key in rollouts]
 
 
 @dataclass
@@ -192,7 +177,7 @@ def setup(name: str, server: PostgresServer, workdir: Path, cores: Cores, upstre
 def measure(s: Setup, server_pid: int, clients: int, seconds: float) -> dict:
     gateway_cpu = sum(cpu_seconds(p.pid) for p in s.processes)
     pg_cpu = tree_cpu_seconds(server_pid)
-    point = summarize(*asyncio.run(run_load(s.rollouts, clients, seconds)))
+    point = summarize(*asyncio.run(run_load(chat_targets(s.rollouts), clients, seconds)))
     gateway_cpu = sum(cpu_seconds(p.pid) for p in s.processes) - gateway_cpu
     point["gateway_cpu_ms_per_call"] = gateway_cpu * 1000 / point["calls"]
     point["postgres_cpu_ms_per_call"] = (tree_cpu_seconds(server_pid) - pg_cpu) * 1000 / point["calls"]
@@ -228,7 +213,7 @@ def main() -> None:
         if cores.load:
             os.sched_setaffinity(0, cores.load)
         for s in setups:  # warm up
-            asyncio.run(run_load(s.rollouts, 8, 1.0))
+            asyncio.run(run_load(chat_targets(s.rollouts), 8, 1.0))
         points = [measure(s, server._process.pid, clients, args.seconds) | {"round": r}
                   for r in range(args.rounds) for clients in args.clients for s in setups]
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "pin": args.pin,
