@@ -27,14 +27,16 @@ log = logging.getLogger("harnessrl.gateway")
 TAKE = """
 WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(attempts)s::int[], %(counts)s::int[]) AS t(id, attempt, n)),
 locked AS MATERIALIZED (SELECT r.id FROM rollouts r JOIN v ON r.id = v.id AND r.attempt = v.attempt
-                        WHERE r.state IN ('queued', 'running') ORDER BY r.id FOR UPDATE OF r)
+                        WHERE r.state = 'running' OR (r.state = 'queued' AND r.attempt = 0)
+                        ORDER BY r.id FOR UPDATE OF r)
 UPDATE rollouts AS r
 SET next_seq = GREATEST(r.next_seq, COALESCE((SELECT max(c.seq) + 1 FROM calls c
                                               WHERE c.rollout_id = r.id AND c.attempt = v.attempt), 0)) + v.n
 FROM v WHERE r.id = v.id AND r.attempt = v.attempt AND r.id IN (SELECT id FROM locked)
 RETURNING r.id, v.attempt, r.next_seq - v.n
 """
-"""The first of n numbers for each (rollout, attempt) of a batch; no row for an attempt that is over."""
+"""The first of n numbers for each (rollout, attempt) of a batch; no row for an attempt that is not live (the rule of
+`gateway.call_fence.LIVE`: running, or attempt 0 before any claim)."""
 DEADLOCK = "40P01"
 MAX_BATCH = 4096
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from gateway import call_fence
+
 metadata = sa.MetaData()
 
 meta = sa.Table(
@@ -76,8 +78,14 @@ calls = sa.Table(
     # protocol's items of its chain's turns and its own: gateway.translated); NULL: an answer no call continues (a
     # protocol without continuations, a failed call), or one an older gateway recorded
     sa.Column("recorded_prefix", sa.Integer),  # prompt tokens from the attempt's records (gateway.recorded_turns)
-    sa.Index("ix_calls_rollout", "rollout_id", "attempt", "seq"),
 )
+UNIQUE_CALL_NUMBER = "ux_calls_attempt_seq"
+UNIQUE_CALL_INDEX = sa.Index(UNIQUE_CALL_NUMBER, calls.c.rollout_id, calls.c.attempt, calls.c.seq, unique=True)
+"""One row per call number of a rollout attempt: a second row with the same (rollout, attempt, seq) is refused. It
+replaced the non-unique `OLD_CALL_INDEX` on the same columns (`unique_call_numbers` migrates an older store)."""
+OLD_CALL_INDEX = "ix_calls_rollout"
+KEEP_FIRST_CALL = "DELETE FROM calls WHERE id NOT IN (SELECT min(id) FROM calls GROUP BY rollout_id, attempt, seq)"
+"""The fix named when an older store holds duplicate call numbers: each number's first row is kept."""
 
 CONTINUED = sa.Index("ix_calls_continued", calls.c.rollout_id, calls.c.attempt, calls.c.response_id,
                      sqlite_where=calls.c.continuation.isnot(None), postgresql_where=calls.c.continuation.isnot(None))
@@ -162,7 +170,28 @@ def create_tables(conn: sa.Connection) -> list[str]:
                 added.append(f"{table_name}.{name}")
     for index in ADDED_INDEXES:
         conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+    unique_call_numbers(conn)
+    call_fence.install(conn)
     return added
+
+
+def unique_call_numbers(conn: sa.Connection) -> None:
+    """Give an older store the unique index on (rollout_id, attempt, seq) in place of its plain one; RuntimeError
+    naming the rows and the fix when it already holds duplicates (nothing is changed then)."""
+    present = {index["name"] for index in sa.inspect(conn).get_indexes("calls")}
+    if UNIQUE_CALL_NUMBER not in present:
+        duplicates = conn.execute(sa.text(
+            "SELECT rollout_id, attempt, seq, count(*) AS n FROM calls GROUP BY rollout_id, attempt, seq"
+            " HAVING count(*) > 1 ORDER BY rollout_id, attempt, seq LIMIT 5")).all()
+        if duplicates:
+            named = ", ".join(f"{row.rollout_id!r} attempt {row.attempt} seq {row.seq} ({row.n} rows)"
+                              for row in duplicates)
+            raise RuntimeError(f"the store's calls table holds several rows with one call number ({named}), so the "
+                               f"unique index on (rollout_id, attempt, seq) cannot be made; keep the first of each "
+                               f"({KEEP_FIRST_CALL}) and open the store again")
+        conn.execute(sa.schema.CreateIndex(UNIQUE_CALL_INDEX, if_not_exists=True))
+    if OLD_CALL_INDEX in present:
+        conn.execute(sa.text(f"DROP INDEX IF EXISTS {OLD_CALL_INDEX}"))
 
 
 def add_column_ddl(column: sa.Column, dialect: sa.Dialect) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from gateway import artifacts, schema
+from gateway import artifacts, call_fence, schema
 from gateway.artifacts import ArtifactInfo
 from gateway.committer import StoreBusy, make_committer
 from gateway.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StoreUnavailable
@@ -277,9 +277,23 @@ class SqlStore:
         return seq
 
     async def insert_call(self, row: dict[str, Any]) -> None:
-        """Durably record one call (group-committed)."""
-        with unavailable_as_503():
-            await self._committer.run_insert(schema.calls, row)
+        """Durably record one call (group-committed). Refused (409, nothing recorded) when its attempt is no longer
+        the rollout's live one at the commit (`gateway.call_fence`: `rollout_finished`, `stale_attempt`) or its
+        number is already recorded (`duplicate_call`)."""
+        try:
+            with unavailable_as_503():
+                await self._committer.run_insert(schema.calls, row)
+        except sa.exc.IntegrityError as exc:
+            why = call_fence.refusal(exc, schema.UNIQUE_CALL_NUMBER)
+            if why is None:
+                raise
+            raise await self._refused_call(row, why) from None
+
+    async def _refused_call(self, row: dict[str, Any], why: call_fence.Refusal) -> Conflict:
+        """The 409 of a call row the store refused; the rollout's cached brief, which let the call in, is dropped."""
+        self._briefs.pop(row["rollout_id"], None)
+        rollout = await self.get_rollout(row["rollout_id"]) if why == call_fence.Refusal.ENDED else None
+        return call_fence.conflict(row, why, rollout)
 
     async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]:
         """A rollout's calls ordered by attempt and arrival."""

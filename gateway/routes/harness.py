@@ -45,7 +45,7 @@ from gateway.proxy import (
     upstream_request,
 )
 from gateway.recorded_turns import recorded_prompt, with_recorded
-from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord, SamplingRecord
+from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord, RolloutState, SamplingRecord
 from gateway.routing import is_side_call
 from gateway.sampling import apply_policy, requested_sampling, seed_record, seeded_body
 from gateway.store_roles import RolloutBrief
@@ -226,6 +226,9 @@ def _check_live(brief: RolloutBrief, principal: Principal, rollout_id: str, what
         raise Conflict(f"rollout {rollout_id!r} is {brief.state}; {what} accepted only while it is queued or "
                        "running", code="rollout_finished")
     check_key_attempt(principal, rollout_id, brief.state, brief.attempt)
+    if brief.state == RolloutState.QUEUED and brief.attempt > 0:  # requeued: no attempt runs (gateway.call_fence)
+        raise Conflict(f"attempt {brief.attempt} of rollout {rollout_id!r} ended and the rollout waits for its next "
+                       f"attempt; {what} accepted only while an attempt runs", code="stale_attempt")
 
 
 async def _models(svc: GatewayContext, send) -> None:

@@ -17,7 +17,8 @@ from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN
 from tests.inprocess import InProcessGateway, InProcessScripted
 from tests.services import postgres_server  # noqa: F401  (session fixture used by store_url)
 
-STORE_CONTRACT_MODULES = frozenset({"test_rollouts_api", "test_bad_input", "test_fencing", "test_choices_and_side"})
+STORE_CONTRACT_MODULES = frozenset({"test_rollouts_api", "test_bad_input", "test_fencing", "test_choices_and_side",
+                                    "test_late_calls"})
 """Test modules whose assertions are about what the store keeps, refuses and returns: run on PostgreSQL too (each
 PostgreSQL variant costs about as much as its SQLite one)."""
 POSTGRES = pytest.param("postgres", marks=pytest.mark.slow)

@@ -218,14 +218,24 @@ def row(seq: int, **fields: Any) -> dict[str, Any]:
     return {**base, **fields}
 
 
+async def insert_rows(store: SqlStore, rows: list[dict[str, Any]]) -> None:
+    """Insert rollout "r"'s call rows: attempt 0's (before any claim), then, once "r" is claimed, attempt 1's (the
+    store records a call only for its rollout's live attempt: gateway/call_fence.py)."""
+    for attempt in (0, 1):
+        if attempt == 1:
+            await store.claim("c", 1, 600.0)
+        for call in rows:
+            if call["attempt"] == attempt:
+                await store.insert_call(call)
+
+
 def test_the_store_finds_a_continuation_only_for_its_own_ok_answer(tmp_path):
     async def main() -> list[bytes | None]:
         store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
         try:
             await store.create_rollouts([RolloutSpec(id="r", group_id="g")])
-            for i, fields in enumerate([{}, {"status": "error"}, {"kind": "chat"}, {"continuation": None},
-                                        {"attempt": 1}]):
-                await store.insert_call(row(i, **fields))
+            await insert_rows(store, [row(i, **fields) for i, fields in enumerate(
+                [{}, {"status": "error"}, {"kind": "chat"}, {"continuation": None}, {"attempt": 1}])])
             return [await store.continuation("r", 0, f"resp_{i}", "responses") for i in range(5)] + [
                 await store.continuation("r", 1, "resp_4", "responses"),
                 await store.continuation("other", 0, "resp_0", "responses")]
