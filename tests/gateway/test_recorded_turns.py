@@ -152,15 +152,15 @@ def test_the_store_reads_only_the_attempts_last_ok_main_calls_of_the_protocol(tm
 
     from gateway.records import RolloutSpec
     from gateway.store import SqlStore
-    from tests.gateway.test_responses_chains import row
+    from tests.gateway.test_responses_chains import insert_rows, row
 
     async def main() -> list[int]:
         store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
         try:
             await store.create_rollouts([RolloutSpec(id="r", group_id="g")])
-            for seq, fields in enumerate([{}, {}, {"status": "error"}, {"side": True}, {"kind": "messages"},
-                                          {"attempt": 1}, {}, {"recorded_prefix": 7}]):
-                await store.insert_call(row(seq, **fields))
+            await insert_rows(store, [row(seq, **fields) for seq, fields in enumerate(
+                [{}, {}, {"status": "error"}, {"side": True}, {"kind": "messages"}, {"attempt": 1}, {},
+                 {"recorded_prefix": 7}])])
             latest = await store.recent_calls("r", 0, "responses", 3)
             assert latest[0].recorded_prefix == 7
             return [call.seq for call in latest]
