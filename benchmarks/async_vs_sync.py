@@ -38,6 +38,8 @@ from controller.reconcile import Reconciler
 from controller.runners.local import LocalRunner
 from engines.model_cache import resolve_model
 from flows.config import RunConfig
+from flows.prefect_tasks.rollouts import fill_in_flight
+from flows.prefect_tasks.training import build_batch, update_policy
 from flows.run_processes import RunProcesses
 from flows.setup import (
     RunPlan,
@@ -49,8 +51,6 @@ from flows.setup import (
     task_stream,
 )
 from gateway.client import GatewayClient
-from tasks.rollouts import fill_in_flight
-from tasks.training import build_batch, update_policy
 from trainer.backends.base import Backend
 from trainer.rollout_feed import RolloutFeed
 

@@ -23,6 +23,15 @@ from typing import Any
 from prefect import flow
 
 from flows.config import RunConfig, load_run_config
+from flows.prefect_tasks.evaluation import (
+    collect_outcomes,
+    latest_train_checkpoint,
+    load_instances,
+    publish_evaluation,
+    publish_no_checkpoint,
+    run_rollouts,
+)
+from flows.prefect_tasks.tracking import log_rollout_traces
 from flows.run_processes import RunProcesses
 from flows.setup import fresh_plan, process_settings, run_folder, run_name
 from flows.weights import Weights, resolve_weights
@@ -46,15 +55,6 @@ from recipes.swe.predictions import model_label
 from recipes.swe.recipe import SweRecipe
 from recipes.swe_bench.recipe import write_store
 from recipes.task_data import GENERATED
-from tasks.evaluation import (
-    collect_outcomes,
-    latest_train_checkpoint,
-    load_instances,
-    publish_evaluation,
-    publish_no_checkpoint,
-    run_rollouts,
-)
-from tasks.tracking import log_rollout_traces
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 from tracking.traces import FeedbackDraft
 from trainer.rollout_groups import FinishedGroup

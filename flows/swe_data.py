@@ -24,6 +24,18 @@ from typing import Any
 from prefect import flow
 
 from flows.config import RunConfig, load_run_config
+from flows.prefect_tasks.swe_data import (
+    ProbeResult,
+    clean_empty_statements,
+    clean_missing_environment,
+    clean_too_many_tests,
+    load_swe_rows,
+    probe_difficulty,
+    publish_summary,
+    select_splits,
+    validate_swe_data,
+    write_versioned_splits,
+)
 from flows.run_processes import RunProcesses
 from flows.setup import RunPlan, fresh_plan, process_settings, run_folder, run_name, splits_store
 from flows.weights import Weights, resolve_weights
@@ -43,18 +55,6 @@ from recipes.swe.evaluation import rollout_tasks
 from recipes.swe.instances import Source, normalize_rows
 from recipes.swe.recipe import SweRecipe
 from recipes.swe.splits import SplitManifest
-from tasks.swe_data import (
-    ProbeResult,
-    clean_empty_statements,
-    clean_missing_environment,
-    clean_too_many_tests,
-    load_swe_rows,
-    probe_difficulty,
-    publish_summary,
-    select_splits,
-    validate_swe_data,
-    write_versioned_splits,
-)
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 
 DEFAULT_PROFILE = "swe-data-local"

@@ -27,6 +27,17 @@ from tqdm.auto import trange
 
 from engines.model_cache import resolve_model
 from flows.config import RunConfig, load_run_config
+from flows.prefect_tasks.data import SPLITS_PREFIX, load_dataset, load_versioned_splits, split_tasks, validate_tasks
+from flows.prefect_tasks.rollouts import collect_groups, fill_in_flight, run_validation
+from flows.prefect_tasks.tracking import log_rollout_traces, log_trajectories
+from flows.prefect_tasks.training import (
+    build_batch,
+    find_resume_point,
+    load_backend,
+    publish_checkpoint,
+    token_decoder,
+    update_policy,
+)
 from flows.run_processes import RunProcesses
 from flows.setup import (
     RunPlan,
@@ -48,17 +59,6 @@ from rollouts.groups import FinishedGroup
 from rollouts.recipe import RecipeHooks, recipe_hooks
 from rollouts.registry import get_recipe
 from storage.checkpoint_store import CheckpointStore
-from tasks.data import SPLITS_PREFIX, load_dataset, load_versioned_splits, split_tasks, validate_tasks
-from tasks.rollouts import collect_groups, fill_in_flight, run_validation
-from tasks.tracking import log_rollout_traces, log_trajectories
-from tasks.training import (
-    build_batch,
-    find_resume_point,
-    load_backend,
-    publish_checkpoint,
-    token_decoder,
-    update_policy,
-)
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 from tracking.reports import no_signal_message, summary_lines, throughput_metrics, trajectory_items
 from tracking.rollout_traces import train_selection

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from engines.model_cache import resolve_model
 from flows.config import RunConfig
+from flows.prefect_tasks.evaluation import download_checkpoint
 from flows.setup import checkpoint_store
 from recipes.swe.predictions import model_label
 from storage.checkpoint_store import CheckpointStore
 from storage.uris import parse_uri
-from tasks.evaluation import download_checkpoint
 from trainer.checkpoints import model_dir, read_meta
 
 

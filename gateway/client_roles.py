@@ -8,7 +8,7 @@ The roles (README glossary, gateway/README.md "Roles"), found from the call site
   `controller/report.py`); its Kubernetes runner moves a working directory as artifacts (`ArtifactClient`).
 - feed (`FeedClient`): the trainer's rollout feed submits rollouts and reads the finished ones back
   (`trainer/rollout_feed.py` and the Prefect tasks that run a feed); a finished rollout's records alone
-  (`RecordsClient`: `tracking/rollout_traces.py`, `tasks/evaluation.py`).
+  (`RecordsClient`: `tracking/rollout_traces.py`, `flows/prefect_tasks/evaluation.py`).
 
 The harness-facing recorder has no client here: a harness calls `/r/{id}/v1` with its own SDK.
 `tests/gateway/unit/test_roles.py` checks `GatewayClient` implements each and each caller calls only its role's methods.

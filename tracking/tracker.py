@@ -1,6 +1,6 @@
 """The `Tracker` seam the training loop logs through, parameter flattening, and an in-memory tracker for tests.
 
-The MLflow implementation lives in `tracking/mlflow_tracker.py` (only `tasks/` and `flows/` import MLflow).
+The MLflow implementation lives in `tracking/mlflow_tracker.py` (only `flows/` and its Prefect tasks import MLflow).
 """
 
 from __future__ import annotations

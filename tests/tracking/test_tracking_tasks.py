@@ -1,5 +1,5 @@
-"""tracking/mlflow_tracker.py and tasks/tracking.py: the UI command, artifact locations, and the Prefect task passing
-a tracker inside a flow."""
+"""tracking/mlflow_tracker.py and flows/prefect_tasks/tracking.py: the UI command, artifact locations, and the
+Prefect task passing a tracker inside a flow."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.tracking import log_trajectories
+from flows.prefect_tasks.tracking import log_trajectories
 from tests.services import MlflowServerProcess
 from tests.tracking.support import USER
 from tests.trainer.loop_support import call, rollout

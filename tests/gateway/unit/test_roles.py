@@ -149,7 +149,8 @@ def role_calls(path: Path) -> list[str]:
 
 CLIENT_CALLERS = ["controller/reconcile.py", "controller/report.py", "controller/runners/kubernetes.py",
                   "trainer/rollout_feed.py", "trainer/collocation.py", "tracking/rollout_traces.py",
-                  "tasks/evaluation.py", "tasks/rollouts.py", "tasks/swe_data.py", "tasks/training.py"]
+                  "flows/prefect_tasks/evaluation.py", "flows/prefect_tasks/rollouts.py",
+                  "flows/prefect_tasks/swe_data.py", "flows/prefect_tasks/training.py"]
 
 
 @pytest.mark.parametrize("module", CLIENT_CALLERS)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from flows.prefect_tasks.evaluation import download_checkpoint
 from storage.checkpoint_store import CheckpointStore
 from storage.directory_store import directory_store
 from storage.errors import StoreError
-from tasks.evaluation import download_checkpoint
 from trainer.checkpoints import META_FILE
 
 

@@ -14,6 +14,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.prefect_tasks.retries import io_failure
+from flows.prefect_tasks.rollouts import val_pass_with_progress
 from gateway.client_roles import FeedClient, RecordsClient
 from gateway.records import EventKind, RolloutMode
 from recipes.swe.datasets import load_swe_dataset
@@ -21,8 +23,6 @@ from recipes.swe.evaluation_report import EvaluationReport, InstanceOutcome, out
 from recipes.swe.instances import Source
 from recipes.swe.predictions import Prediction, write_predictions
 from storage.checkpoint_store import CheckpointStore
-from tasks.retries import io_failure
-from tasks.rollouts import val_pass_with_progress
 from tracking.mlflow_tracker import MlflowTracker
 from trainer.rollout_feed import FeedConfig
 from trainer.rollout_groups import FinishedGroup

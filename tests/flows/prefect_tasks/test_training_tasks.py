@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from flows.prefect_tasks.training import find_resume_point, publish_checkpoint
 from storage.checkpoint_layout import CheckpointError
 from storage.checkpoint_store import CheckpointStore
 from storage.directory_store import directory_store
-from tasks.training import find_resume_point, publish_checkpoint
 from trainer.checkpoints import META_FILE
 from trainer.loop_state import LOOP_STATE_FILE, LoopState, save_loop_state
 

@@ -3,8 +3,8 @@ recorded calls it fetches when asked (mini-swe-agent's action-format rate on the
 
 from __future__ import annotations
 
+from flows.prefect_tasks.rollouts import run_validation
 from recipes.swe.run_metrics import swe_rollout_metrics
-from tasks.rollouts import run_validation
 from tests.trainer.loop_support import FakeGateway, call
 
 GOOD = "```bash\nsed -i 's/a/b/' m.py\n```"

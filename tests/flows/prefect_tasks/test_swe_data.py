@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from gateway.records import FailureKind
-from recipes.swe.splits import read_splits
-from storage.directory_store import directory_store
-from tasks.swe_data import (
+from flows.prefect_tasks.swe_data import (
     clean_empty_statements,
     clean_missing_environment,
     probe_difficulty,
     probe_outcomes,
     write_versioned_splits,
 )
+from gateway.records import FailureKind
+from recipes.swe.splits import read_splits
+from storage.directory_store import directory_store
 from tests.recipes.swe.test_cleaning import row
 from tests.trainer.loop_support import FakeGateway, group
 

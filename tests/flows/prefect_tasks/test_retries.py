@@ -6,10 +6,10 @@ import httpx
 import pytest
 from prefect.states import Failed
 
+from flows.prefect_tasks import data, evaluation, rollouts, swe_data, training
+from flows.prefect_tasks.retries import io_failure, is_transient
 from gateway.client import GatewayAPIError
 from recipes.task_data import TaskDataError
-from tasks import data, evaluation, rollouts, swe_data, training
-from tasks.retries import io_failure, is_transient
 
 
 @pytest.mark.parametrize(("error", "transient"), [

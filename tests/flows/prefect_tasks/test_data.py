@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-import tasks.data as data_tasks
+import flows.prefect_tasks.data as data_tasks
 from controller.recipes import get_recipe
+from flows.prefect_tasks.data import load_dataset, report_artifact_key, validate_tasks
 from recipes.expectations import DataValidationError
-from tasks.data import load_dataset, report_artifact_key, validate_tasks
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.prefect_tasks.retries import io_failure
 from recipes.expectations import ValidationReport, require_valid, validate_rows
 from recipes.swe.datasets import default_store
 from recipes.swe.evaluation import rollout_tasks
 from recipes.swe.splits import fetch_splits, split_store_root
 from recipes.task_data import load_task_rows, split_rows
 from storage.directory_store import DirectoryStore
-from tasks.retries import io_failure
 
 SPLITS_PREFIX = "splits:"
 """data.source of a versioned SWE split written by `prepare-swe-data`: `splits:file:///…/NAME/VERSION` or s3://."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from flows.config import load_run_config
+from flows.prefect_tasks.data import load_swe_splits
 from flows.setup import splits_store
 from recipes.swe.splits import publish_splits, split_store_root, write_splits
-from tasks.data import load_swe_splits
 
 
 def instance(i: int) -> dict:

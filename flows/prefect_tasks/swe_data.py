@@ -15,6 +15,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.prefect_tasks.retries import io_failure
+from flows.prefect_tasks.rollouts import val_pass_with_progress
 from gateway.client_roles import FeedClient
 from gateway.records import FailureKind, RolloutMode, RolloutState
 from recipes.expectations import ValidationReport
@@ -31,8 +33,6 @@ from recipes.swe.expectations import validate_swe_rows
 from recipes.swe.instances import Source
 from recipes.swe.splits import SplitManifest, publish_splits, write_splits
 from storage.directory_store import DirectoryStore
-from tasks.retries import io_failure
-from tasks.rollouts import val_pass_with_progress
 from trainer.rollout_feed import FeedConfig
 from trainer.rollout_groups import FinishedGroup
 

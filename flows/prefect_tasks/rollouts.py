@@ -9,9 +9,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
+from flows.prefect_tasks.retries import io_failure
 from gateway.client_roles import FeedClient
 from gateway.records import RolloutMode
-from tasks.retries import io_failure
 from trainer.prepared_step import reward_metrics
 from trainer.rollout_feed import FeedConfig, RolloutFeed, val_pass
 from trainer.rollout_groups import FinishedGroup

@@ -9,10 +9,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engines.base import Engine
+from flows.prefect_tasks.retries import io_failure
 from gateway.client_roles import AdminClient
 from storage.checkpoint_layout import check_numbering
 from storage.checkpoint_store import CheckpointStore
-from tasks.retries import io_failure
 from trainer.advantages import AdvantageConfig
 from trainer.backends.base import Backend
 from trainer.checkpoints import prune_checkpoints, step_root
