@@ -51,8 +51,8 @@ from flows.setup import (
     task_stream,
 )
 from gateway.client import GatewayClient
+from rollouts.feed import RolloutFeed
 from trainer.backends.base import Backend
-from trainer.rollout_feed import RolloutFeed
 
 RESULTS_DIR = Path(__file__).parent / "results"
 PHASES = ("rollout_s", "batch_s", "drain_s", "update_s", "checkpoint_s", "weight_sync_s")

@@ -90,7 +90,7 @@ class RolloutSection(Section):
     pass_threshold: float = Field(default=1.0, description="A rollout passes when its reward is at least this.")
     val_group_size: int = Field(default=1, ge=1, description="Rollouts per validation task.")
     val_seed: int | None = Field(default=0, ge=0, description="Seeds every validation call (from this, the task's id "
-                                 "and the member: trainer.rollout_feed.rollout_sampling_seed), so the same weights "
+                                 "and the member: rollouts.feed.rollout_sampling_seed), so the same weights "
                                  "give the same answers and step-to-step differences are the policy's; none: "
                                  "unseeded.")
 

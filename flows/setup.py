@@ -14,16 +14,16 @@ from pathlib import Path
 
 from flows.config import RunConfig
 from flows.run_processes import ProcessSettings
+from rollouts.feed import FeedConfig
 from rollouts.recipe import recipe_hooks
 from rollouts.registry import get_recipe
+from rollouts.task_mix import TaskMix, mix_stream, plan_mix
 from storage.checkpoint_store import CheckpointStore
 from storage.directory_store import DirectoryStore, directory_store
 from storage.s3_store import S3Endpoint
 from trainer.backends.base import Backend
 from trainer.checkpoints import model_dir
 from trainer.loop_state import LoopState
-from trainer.rollout_feed import FeedConfig
-from trainer.task_mix import TaskMix, mix_stream, plan_mix
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def feed_config(config: RunConfig, plan: RunPlan, mix: TaskMix | None = None) ->
 
 def task_mix(config: RunConfig, rows: Sequence[dict]) -> TaskMix:
     """The training rows' constant mix per batch of `rollout.batch_groups` groups, stratified by `level` (the SWE
-    ladder's; rows without it are one stratum): the same composition every iteration (`trainer/task_mix.py`)."""
+    ladder's; rows without it are one stratum): the same composition every iteration (`rollouts/task_mix.py`)."""
     return plan_mix(rows, config.rollout.batch_groups)
 
 
@@ -165,7 +165,7 @@ def task_stream(rows: Sequence[dict], start: int, reopen: Sequence[int] = (),
                 mix: TaskMix | None = None) -> Iterator[tuple[int, dict]]:
     """(index, task): first the `reopen` indices (groups a resumed run had open), then from `start` on, cycling
     through the rows (index keeps counting: ids stay unique); with `mix`, each block of a batch's indices holds
-    every stratum's quota (`trainer.task_mix.mix_stream`)."""
+    every stratum's quota (`rollouts.task_mix.mix_stream`)."""
     if not rows:
         raise ValueError("no training tasks: check data.source and data.train_tasks")
     if mix is not None:

@@ -55,7 +55,9 @@ from flows.setup import (
     upload_due,
     validation_due,
 )
+from rollouts.feed import RolloutFeed
 from rollouts.groups import FinishedGroup
+from rollouts.infra_rate import infra_metrics
 from rollouts.recipe import RecipeHooks, recipe_hooks
 from rollouts.registry import get_recipe
 from storage.checkpoint_store import CheckpointStore
@@ -66,9 +68,7 @@ from tracking.tracker import Tracker
 from trainer.backends.base import Backend
 from trainer.collocation import UpdateResult
 from trainer.dynamic_sampling import collect_with_signal, group_has_signal
-from trainer.infra_rate import infra_metrics
 from trainer.loop_state import LoopState
-from trainer.rollout_feed import RolloutFeed
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
     assert processes.admin is not None and processes.engine is not None
     r = config.rollout
     state = plan.state
-    mix = task_mix(config, train_rows)  # the same level composition every iteration (trainer/task_mix.py)
+    mix = task_mix(config, train_rows)  # the same level composition every iteration (rollouts/task_mix.py)
     feed = RolloutFeed(processes.admin, feed_config(config, plan, mix),
                        task_stream(train_rows, state.next_task, reopen=state.open_tasks, mix=mix),
                        next_task=state.next_task)

@@ -7,7 +7,7 @@ The roles (README glossary, gateway/README.md "Roles"), found from the call site
 - lease (`LeaseClient`): a controller's claims, leases, state changes, rewards and events (`controller/reconcile.py`,
   `controller/report.py`); its Kubernetes runner moves a working directory as artifacts (`ArtifactClient`).
 - feed (`FeedClient`): the trainer's rollout feed submits rollouts and reads the finished ones back
-  (`trainer/rollout_feed.py` and the Prefect tasks that run a feed); a finished rollout's records alone
+  (`rollouts/feed.py` and the Prefect tasks that run a feed); a finished rollout's records alone
   (`RecordsClient`: `tracking/rollout_traces.py`, `flows/prefect_tasks/evaluation.py`).
 
 The harness-facing recorder has no client here: a harness calls `/r/{id}/v1` with its own SDK.

@@ -7,7 +7,7 @@ go to the engine as it sent them. Either way the four parameters are sent explic
 value), so what the record says the engine applied does not depend on an engine's defaults (vLLM's
 `--generation-config auto` would otherwise apply the checkpoint's own).
 
-A rollout created with a `sampling_seed` (seeded validation: `trainer.rollout_feed.FeedConfig.sampling_seed`) has
+A rollout created with a `sampling_seed` (seeded validation: `rollouts.feed.FeedConfig.sampling_seed`) has
 every call seeded by the gateway, whatever the harness sent: call `seq` of an attempt samples with
 `call_seed(sampling_seed, seq)` (`seed_record`, `seeded_body`), recorded in the call's `SamplingRecord.seed`. The
 harness need not cooperate: the same weights, the same task and the same seed give the same answers (on an engine

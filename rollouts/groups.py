@@ -6,9 +6,10 @@ trainer (which drops too-stale members, `trainer.rollout_groups`) and the recipe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gateway.records import CallRecord, Rollout
+from gateway.records import CallRecord, Event, EventKind, Rollout
 
 
 def scored_reward(rollout: Rollout, failure_reward: float = 0.0) -> float | None:
@@ -20,6 +21,12 @@ def scored_reward(rollout: Rollout, failure_reward: float = 0.0) -> float | None
     if rollout.reward is not None:
         return float(rollout.reward)
     return failure_reward if rollout.failure_kind == "agent" else None
+
+
+def graded_tamper(rollout: Rollout, events: Sequence[Event]) -> bool:
+    """Whether the last reward of the rollout's final attempt carries the grader's `tamper` flag."""
+    rewards = [e for e in events if e.kind == EventKind.REWARD and e.attempt == rollout.attempt]
+    return bool(rewards) and (rewards[-1].payload.get("details") or {}).get("tamper") is True
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.records import CallRecord, CallStatus, Event, EventKind, Rollout
+from gateway.records import CallRecord, CallStatus, Rollout
 from rollouts.groups import FinishedGroup, PendingGroup
 
-__all__ = ["FinishedGroup", "PendingGroup", "StalenessSplit", "drop_stale", "graded_tamper", "min_call_version",
-           "stale_R", "version_lag_R"]
-
-
-def graded_tamper(rollout: Rollout, events: Sequence[Event]) -> bool:
-    """Whether the last reward of the rollout's final attempt carries the grader's `tamper` flag."""
-    rewards = [e for e in events if e.kind == EventKind.REWARD and e.attempt == rollout.attempt]
-    return bool(rewards) and (rewards[-1].payload.get("details") or {}).get("tamper") is True
+__all__ = ["FinishedGroup", "PendingGroup", "StalenessSplit", "drop_stale", "min_call_version", "stale_R",
+           "version_lag_R"]
 
 
 def min_call_version(rollout: Rollout, calls: Sequence[CallRecord]) -> int | None:

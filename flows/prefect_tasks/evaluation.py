@@ -22,10 +22,10 @@ from recipes.swe.datasets import load_swe_dataset
 from recipes.swe.evaluation_report import EvaluationReport, InstanceOutcome, outcome_from_rollout
 from recipes.swe.instances import Source
 from recipes.swe.predictions import Prediction, write_predictions
+from rollouts.feed import FeedConfig
+from rollouts.groups import FinishedGroup
 from storage.checkpoint_store import CheckpointStore
 from tracking.mlflow_tracker import MlflowTracker
-from trainer.rollout_feed import FeedConfig
-from trainer.rollout_groups import FinishedGroup
 
 REPORT_ARTIFACT_KEY = "swe-bench-verified-report"
 PREDICTIONS_FILE, REPORT_JSON, REPORT_MARKDOWN = "predictions.jsonl", "report.json", "report.md"

@@ -12,9 +12,9 @@ from tqdm.auto import tqdm
 from flows.prefect_tasks.retries import io_failure
 from gateway.client_roles import FeedClient
 from gateway.records import RolloutMode
+from rollouts.feed import FeedConfig, RolloutFeed, val_pass
+from rollouts.groups import FinishedGroup
 from trainer.prepared_step import reward_metrics
-from trainer.rollout_feed import FeedConfig, RolloutFeed, val_pass
-from trainer.rollout_groups import FinishedGroup
 
 
 @task(name="submit-groups", cache_policy=NO_CACHE, persist_result=False,
@@ -37,7 +37,7 @@ def collect_groups(feed: RolloutFeed, groups: int, timeout_s: float, label: str)
 
 def val_pass_with_progress(client: FeedClient, config: FeedConfig, tasks: Sequence[dict], policy_version: int,
                            timeout_s: float, unit: str, unfinished_note: str) -> tuple[list[FinishedGroup], list[str]]:
-    """`trainer.rollout_feed.val_pass` with a progress bar; prints how many tasks did not finish and `unfinished_note`
+    """`rollouts.feed.val_pass` with a progress bar; prints how many tasks did not finish and `unfinished_note`
     (what happens to them)."""
     with tqdm(total=len(tasks), desc=config.id_prefix, unit=unit, leave=False) as bar:
         groups, unfinished = val_pass(client, config, tasks, policy_version, timeout_s,

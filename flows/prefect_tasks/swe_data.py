@@ -32,9 +32,9 @@ from recipes.swe.environments import EnvironmentBackend
 from recipes.swe.expectations import validate_swe_rows
 from recipes.swe.instances import Source
 from recipes.swe.splits import SplitManifest, publish_splits, write_splits
+from rollouts.feed import FeedConfig
+from rollouts.groups import FinishedGroup
 from storage.directory_store import DirectoryStore
-from trainer.rollout_feed import FeedConfig
-from trainer.rollout_groups import FinishedGroup
 
 SHOWN_DROPS = 5  # dropped ids quoted in a step's log line
 NO_TASK = {"cache_policy": NO_CACHE, "persist_result": False}

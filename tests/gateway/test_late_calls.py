@@ -27,11 +27,11 @@ from gateway.records import RolloutPatch, RolloutSpec, RolloutState
 from gateway.scripted import Script
 from gateway.sql import with_default_driver
 from gateway.store import SqlStore
+from rollouts.feed import FeedConfig, RolloutFeed
 from tests.gateway.api_support import chat, error_of, new_id
 from tests.gateway.support import ADMIN_TOKEN
 from tests.gateway.test_responses_chains import row
 from tests.inprocess import InProcessScripted
-from trainer.rollout_feed import FeedConfig, RolloutFeed
 
 WAIT_S = 30.0  # a generous bound on waits for events that do happen (a loaded machine is slow, not wrong)
 

@@ -10,10 +10,10 @@ import pytest
 from gateway.client import GatewayClient
 from gateway.records import RolloutMode
 from gateway.sampling import call_seed
+from rollouts.feed import FeedConfig, RolloutFeed, rollout_sampling_seed
 from tests.gateway.api_support import current_key
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
-from trainer.rollout_feed import FeedConfig, RolloutFeed, rollout_sampling_seed
 
 TASKS = [{"id": f"task-{i}", "prompt": f"Say something about the number {i}."} for i in range(1)]
 GROUP_SIZE = 2

@@ -148,7 +148,7 @@ def role_calls(path: Path) -> list[str]:
 
 
 CLIENT_CALLERS = ["controller/reconcile.py", "controller/report.py", "controller/runners/kubernetes.py",
-                  "trainer/rollout_feed.py", "trainer/collocation.py", "tracking/rollout_traces.py",
+                  "rollouts/feed.py", "trainer/collocation.py", "tracking/rollout_traces.py",
                   "flows/prefect_tasks/evaluation.py", "flows/prefect_tasks/rollouts.py",
                   "flows/prefect_tasks/swe_data.py", "flows/prefect_tasks/training.py"]
 

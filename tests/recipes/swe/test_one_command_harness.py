@@ -21,7 +21,7 @@ from recipes.swe.harness_configs import WORKDIR_FILE, config_path, load_harness_
 from recipes.swe.ladder import LadderMix
 from recipes.swe.recipe import SweRecipe, rollout_input
 from recipes.swe.sandbox import isolation_problem
-from trainer.rollout_feed import FeedConfig, RolloutFeed
+from rollouts.feed import FeedConfig, RolloutFeed
 
 
 class BashFenceModel:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.records import RolloutMode
+from rollouts.feed import FeedConfig, RolloutFeed, val_pass
 from tests.trainer.loop_support import FakeGateway
-from trainer.rollout_feed import FeedConfig, RolloutFeed, val_pass
 from trainer.rollout_groups import drop_stale
 
 

@@ -25,9 +25,9 @@ import httpx
 from gateway.client import GatewayAPIError
 from gateway.client_roles import FeedClient
 from gateway.records import Event, Rollout, RolloutMode, RolloutSpec
-from trainer.infra_rate import needs_events
-from trainer.rollout_groups import FinishedGroup, PendingGroup, graded_tamper
-from trainer.task_mix import TaskMix, stratum_of, take_by_quota
+from rollouts.groups import FinishedGroup, PendingGroup, graded_tamper
+from rollouts.infra_rate import needs_events
+from rollouts.task_mix import TaskMix, stratum_of, take_by_quota
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class FeedConfig:
     """Seeds every rollout (`rollout_sampling_seed` of this, the task's id and the member): the gateway seeds each
     call from it, so a pass over the same tasks with the same weights gives the same answers; None: unseeded."""
     mix: TaskMix | None = None
-    """The constant per-batch task mix (`trainer/task_mix.py`): a take of a whole number of batches holds each
+    """The constant per-batch task mix (`rollouts/task_mix.py`): a take of a whole number of batches holds each
     stratum's quota (its earliest complete groups), and waiting for it waits for those; None: completion order."""
 
     def __post_init__(self) -> None:
@@ -230,7 +230,7 @@ class RolloutFeed:
     def take_finished(self) -> tuple[list[Rollout], dict[str, list[Event]]]:
         """Every member rollout read as finished since the last call (in complete groups or not, taken or not,
         retried or failed as infra: the ones the trainer never sees too) and the events of those with an infra
-        attempt: what `trainer.infra_rate.infra_metrics` counts."""
+        attempt: what `rollouts.infra_rate.infra_metrics` counts."""
         taken = (self._arrived, self._arrived_events)
         self._arrived, self._arrived_events = [], {}
         return taken

@@ -1,4 +1,4 @@
-"""The infra rate per iteration and per cause (trainer/infra_rate.py), table-driven: attempts from the rollout's
+"""The infra rate per iteration and per cause (rollouts/infra_rate.py), table-driven: attempts from the rollout's
 `attempt` number, causes from its STATE events; a rollout whose every attempt was infra (never trained on) counts."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from gateway.records import Event, EventKind, FailureKind, InfraReason, RolloutState
+from rollouts.feed import FeedConfig, RolloutFeed
+from rollouts.infra_rate import UNKNOWN, infra_metrics, infra_reasons, needs_events
 from tests.trainer.loop_support import FakeGateway, rollout
-from trainer.infra_rate import UNKNOWN, infra_metrics, infra_reasons, needs_events
-from trainer.rollout_feed import FeedConfig, RolloutFeed
 
 S, F, C, Q = RolloutState.SUCCEEDED, RolloutState.FAILED, RolloutState.CANCELLED, RolloutState.QUEUED
 AGENT, INFRA = FailureKind.AGENT, FailureKind.INFRA

@@ -8,7 +8,7 @@ the run's stream to a row: block `index // batch_groups` holds each stratum's qu
 the k-th position of a stratum in the run takes that stratum's row `k mod size`, so each stratum cycles through its
 own rows in their order. A pure function of the index: a resumed run resubmits the same task for the same index.
 
-The feed (`trainer/rollout_feed.py`) takes a batch by the same quotas (each stratum's earliest complete groups),
+The feed (`rollouts/feed.py`) takes a batch by the same quotas (each stratum's earliest complete groups),
 so a stratum that finishes faster does not crowd the batch under the asynchronous schedule.
 """
 

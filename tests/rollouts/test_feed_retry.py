@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from gateway.client import GatewayAPIError
+from rollouts.feed import FeedConfig, RolloutFeed, transient_read_error
 from tests.trainer.loop_support import FakeGateway
-from trainer.rollout_feed import FeedConfig, RolloutFeed, transient_read_error
 
 
 class FlakyGateway(FakeGateway):

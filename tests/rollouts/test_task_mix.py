@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.trainer.loop_support import FakeGateway
-from trainer.rollout_feed import FeedConfig, RolloutFeed
-from trainer.task_mix import (
+from rollouts.feed import FeedConfig, RolloutFeed
+from rollouts.task_mix import (
     batch_counts,
     interleaved_slots,
     largest_remainder_quotas,
@@ -19,6 +18,7 @@ from trainer.task_mix import (
     take_by_quota,
     task_at,
 )
+from tests.trainer.loop_support import FakeGateway
 
 
 def ladder(counts: dict[int | None, int]) -> list[dict]:
