@@ -50,7 +50,7 @@ from flows.ablation_plan import (
 )
 from flows.config import PROJECT_ROOT, RunConfig, load_run_config
 from flows.train import train
-from recipes.task_data import write_task_rows
+from rollouts.task_data import write_task_rows
 from storage.files import write_atomic
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 

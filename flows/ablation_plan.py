@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipes.task_data import split_rows
+from rollouts.task_data import split_rows
 
 VAL_SEED = 1_000_003
 """Seed of the one validation set every run of an ablation is scored on (far from the training seeds)."""

@@ -54,7 +54,7 @@ from recipes.swe.instances import Source
 from recipes.swe.predictions import model_label
 from recipes.swe.recipe import SweRecipe
 from recipes.swe_bench.recipe import write_store
-from recipes.task_data import GENERATED
+from rollouts.task_data import GENERATED
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 from tracking.traces import FeedbackDraft
 from trainer.rollout_groups import FinishedGroup

@@ -16,7 +16,7 @@ from recipes.expectations import ValidationReport, require_valid, validate_rows
 from recipes.swe.datasets import default_store
 from recipes.swe.evaluation import rollout_tasks
 from recipes.swe.splits import fetch_splits, split_store_root
-from recipes.task_data import load_task_rows, split_rows
+from rollouts.task_data import load_task_rows, split_rows
 from storage.directory_store import DirectoryStore
 
 SPLITS_PREFIX = "splits:"

@@ -28,8 +28,8 @@ from typing import Any
 from controller.recipe import Grade, GradeInput, final_text
 from recipes.file_recipe.grader_sandbox import GraderRun, run_grader
 from recipes.file_recipe.schema import RecipeFile, RecipeFileError, read_recipe_file
-from recipes.task_data import TaskDataError, load_source_rows
 from rollouts.groups import FinishedGroup
+from rollouts.task_data import TaskDataError, load_source_rows
 
 PYTHON_NAMES = ("python", "python3")
 TASK_SUFFIXES = (".jsonl", ".json", ".parquet")  # a tasks value with one of these is a file, never a hub id

@@ -1,5 +1,5 @@
 """SWE-smith, SWE-bench Verified and the generated store's instances, loaded through `datasets` on one path
-(recipes/task_data.py) and normalised (recipes/swe/instances.py).
+(rollouts/task_data.py) and normalised (recipes/swe/instances.py).
 
 A source is a hub dataset id (`id` or `id:split`; "hub" names the kind's default id in `HUB_IDS`), a local parquet,
 JSONL or JSON file or a directory of them, or "generated": the SWE recipe's store ($HARNESSRL_SWE_STORE, or `store`),
@@ -14,7 +14,7 @@ from typing import Any
 
 from recipes.swe.generator import INSTANCES_FILE, parse_instances
 from recipes.swe.instances import SOURCES, Source, normalize_rows
-from recipes.task_data import GENERATED, TaskDataError, load_source_rows, write_task_rows
+from rollouts.task_data import GENERATED, TaskDataError, load_source_rows, write_task_rows
 
 HUB = "hub"  # a source naming the kind's default hub dataset
 HUB_IDS: dict[str, str] = {"swe-smith": "SWE-bench/SWE-smith", "swe-bench-verified": "SWE-bench/SWE-bench_Verified"}

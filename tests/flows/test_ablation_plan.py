@@ -19,7 +19,7 @@ from flows.ablation_plan import (
 )
 from flows.config import PROFILES_DIR, load_run_config
 from recipes.multistep.tasks import generate
-from recipes.task_data import split_rows
+from rollouts.task_data import split_rows
 
 
 def test_the_instruction_following_lr_sweep_arms_load_on_their_profile_with_an_lr_0_control():

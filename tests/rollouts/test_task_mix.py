@@ -131,7 +131,7 @@ def test_make_train_profile_plans_a_constant_mix():
     """swe-local's generator levels, split as the flow splits them, give every level a whole quota per batch."""
     from flows.config import load_run_config
     from recipes.swe.ladder import LadderMix, level_counts
-    from recipes.task_data import split_rows
+    from rollouts.task_data import split_rows
 
     config = load_run_config("swe-local")
     data = config.data

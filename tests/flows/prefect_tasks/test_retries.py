@@ -9,7 +9,7 @@ from prefect.states import Failed
 from flows.prefect_tasks import data, evaluation, rollouts, swe_data, training
 from flows.prefect_tasks.retries import io_failure, is_transient
 from gateway.client import GatewayAPIError
-from recipes.task_data import TaskDataError
+from rollouts.task_data import TaskDataError
 
 
 @pytest.mark.parametrize(("error", "transient"), [

@@ -15,7 +15,7 @@ import pytest
 from recipes.swe.datasets import HUB, SweDatasetError, load_raw_swe_rows, load_swe_dataset, stage_store
 from recipes.swe.generator import load_instances
 from recipes.swe.instances import InstanceError, normalize_instance
-from recipes.task_data import TaskDataError, load_source_rows
+from rollouts.task_data import TaskDataError, load_source_rows
 
 VERIFIED_PATCH = """\
 diff --git a/astropy/modeling/separable.py b/astropy/modeling/separable.py

@@ -18,7 +18,7 @@ from recipes.swe.run_metrics import (
     rollout_format_shares,
     swe_rollout_metrics,
 )
-from recipes.task_data import split_rows
+from rollouts.task_data import split_rows
 from tests.trainer.loop_support import call, group
 
 GOOD = "THOUGHT: fix line 2.\n\n```mswea_bash_command\nsed -i '2s|.*|    if x < 0:|' m.py\n```"

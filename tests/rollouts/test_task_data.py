@@ -13,7 +13,7 @@ import recipes.swe.recipe as swe_recipe
 from controller.recipes import get_recipe
 from recipes.swe.generator import generate as generate_instances
 from recipes.swe.recipe import SweRecipe
-from recipes.task_data import (
+from rollouts.task_data import (
     JSON_SUFFIX,
     TaskDataError,
     decode_rows,

@@ -177,7 +177,7 @@ def _looks_local(source: str) -> bool:
 
 def _generated_file(recipe: str, count: int | None, seed: int, cache_dir: Path, options: dict[str, Any]) -> Path:
     """The JSONL file of the recipe's `generate(count, seed, **options)`, written on first use."""
-    from controller.recipes import get_recipe
+    from rollouts.registry import get_recipe
 
     if count is None:
         raise TaskDataError(f"generated tasks need a count (how many to generate) for recipe {recipe!r}; pass count")
