@@ -184,7 +184,7 @@ class Reconciler:
 
     def _submit_report(self, active: _Active, result: RunResult) -> None:
         future = self._pool.submit(report_attempt, active.attempt, result, self.admin, self.grader,
-                                   self.config.controller_id)
+                                   self.config.controller_id, self.config.lease_s)
         self._reporting[active.attempt.rollout.id] = (active, future)
 
     def _collect_reports(self) -> None:

@@ -5,8 +5,10 @@ any content is read; `sandbox.hostile_tree`), a grader's exception is the agent'
 own infrastructure (`GraderInfraError`, `SandboxError`), and the details are made safe before they are posted
 (`reward_details`), so no content the agent controls can turn its attempt into an infrastructure failure.
 
-Both writes name the attempt and this controller's lease, so the gateway refuses them (409) once the attempt is no
-longer current or the lease was lost; nothing is then reported.
+Before it reads the attempt's calls the controller closes them (a lease renewal with `close_calls`): the gateway records
+no later call of the attempt (a request the harness sent before it ended, answered during grading), so the calls the
+grader sees are exactly the ones the trainer trains. Every write names the attempt and this controller's lease, so the
+gateway refuses it (409) once the attempt is no longer current or the lease was lost; nothing is then reported.
 """
 
 from __future__ import annotations
@@ -30,13 +32,21 @@ GRADER_INFRA_ERRORS = (GraderInfraError, SandboxError)  # what a grader may fail
 
 
 def report_attempt(attempt: Attempt, result: RunResult, admin: LeaseClient, grader: LeaseClient,
-                   controller_id: str) -> Outcome | None:
-    """The outcome set on the rollout, or None when the rollout is no longer this controller's attempt."""
+                   controller_id: str, lease_s: float = 60.0) -> Outcome | None:
+    """The outcome set on the rollout, or None when the rollout is no longer this controller's attempt. The attempt's
+    calls are closed first (renewing the lease for `lease_s`): what is read next is what is graded and trained."""
     rollout_id, number = attempt.rollout.id, attempt.rollout.attempt
     current = admin.get_rollout(rollout_id)
     if current.state != RolloutState.RUNNING or current.attempt != number or current.lease_owner != controller_id:
         log.warning("rollout %s attempt %s is no longer ours (state %s, attempt %s, lease %s); not reported",
                     rollout_id, number, current.state, current.attempt, current.lease_owner)
+        return None
+    try:
+        admin.renew_lease(rollout_id, controller_id, lease_s, close_calls=True)
+    except GatewayAPIError as exc:
+        if exc.status != 409:
+            raise
+        log.warning("rollout %s attempt %s is no longer ours (%s); not reported", rollout_id, number, exc)
         return None
     calls = admin.calls(rollout_id, attempt=number)
     outcome = classify(result, calls[-1] if calls else None,

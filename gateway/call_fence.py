@@ -1,13 +1,14 @@
 """The store's fence on call rows: a call is recorded only for its rollout's live attempt, and only once per number.
 
-A call row commits only while its attempt is the rollout's running one (or attempt 0 of a rollout never claimed:
-direct use before a controller runs it). The check is a trigger on `calls` (`BEFORE INSERT`), so it runs inside the
-insert the group commit already makes, in the same transaction: no statement or round trip of its own, whichever
-gateway (or older code) inserts the row, and whatever a gateway's cached brief said when the call arrived. On SQLite
-the writer holds the database's write lock for the whole transaction, so no state change can come between the check
-and the commit. On PostgreSQL the trigger share-locks the rollout's row: a state change on another connection waits
-for the call's commit (the call was recorded while the attempt ran), and a call whose check comes after the change
-sees the new state (READ COMMITTED re-reads the row it waited for) and is refused.
+A call row commits only while its attempt is the rollout's running one and the controller has not closed its calls
+(it does when the harness ended, before it reads the calls to grade them: `LeaseRenewal.close_calls`), or for attempt
+0 of a rollout never claimed (direct use before a controller runs it). The check is a trigger on `calls` (`BEFORE
+INSERT`), so it runs inside the insert the group commit already makes, in the same transaction: no statement or round
+trip of its own, whichever gateway (or older code) inserts the row, and whatever a gateway's cached brief said when
+the call arrived. On SQLite the writer holds the database's write lock for the whole transaction, so no state change
+can come between the check and the commit. On PostgreSQL the trigger share-locks the rollout's row: a state change on
+another connection waits for the call's commit (the call was recorded while the attempt ran), and a call whose check
+comes after the change sees the new state (READ COMMITTED re-reads the row it waited for) and is refused.
 
 A refused row fails its insert with `FENCE_MARK` in the database's message; `refusal` tells it, and a duplicate of
 `(rollout_id, attempt, seq)` (the unique index `schema.UNIQUE_CALL_NUMBER`), from the driver's error.
@@ -28,11 +29,14 @@ log = logging.getLogger("harnessrl.gateway")
 
 FENCE_MARK = "harnessrl_call_fence"
 """In the message of a call row refused because its attempt is not the rollout's live one."""
-TRIGGER = "calls_live_attempt_v1"
-"""The trigger's name; a new version of its rule gets a new name (and drops the old one)."""
-LIVE = ("r.id = NEW.rollout_id AND r.attempt = NEW.attempt"
+TRIGGER = "calls_live_attempt_v2"
+"""The trigger's name; a new version of its rule gets a new name and drops the older ones (`OLD_TRIGGERS`)."""
+OLD_TRIGGERS = ("calls_live_attempt_v1",)
+"""Earlier versions of the trigger (v1: without the closed calls)."""
+LIVE = ("r.id = NEW.rollout_id AND r.attempt = NEW.attempt AND r.calls_closed_at IS NULL"
         " AND (r.state = 'running' OR (r.state = 'queued' AND r.attempt = 0))")
-"""The rollout row `r` a call row `NEW` may be recorded for: its attempt running, or attempt 0 before any claim."""
+"""The rollout row `r` a call row `NEW` may be recorded for: its attempt running and its calls not closed by the
+controller (the harness ended), or attempt 0 before any claim."""
 MESSAGE = (f"{FENCE_MARK}: the attempt of this call is not the running attempt of its rollout (it ended, or the "
            "rollout finished); the call is not recorded")
 """The database's message of a refused row (no quote or percent sign: it sits in SQL string literals)."""
@@ -70,6 +74,8 @@ def install(conn: sa.Connection) -> bool:
         present = conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?",
                                        (TRIGGER,)).first()
         if not present:
+            for old in OLD_TRIGGERS:
+                conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {old}")
             conn.exec_driver_sql(SQLITE_TRIGGER)
         return not present
     if conn.dialect.name != "postgresql":
@@ -78,6 +84,9 @@ def install(conn: sa.Connection) -> bool:
     present = conn.exec_driver_sql("SELECT 1 FROM pg_trigger WHERE tgname = %(name)s AND tgrelid = 'calls'::regclass",
                                    {"name": TRIGGER}).first()
     if not present:
+        for old in OLD_TRIGGERS:
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {old} ON calls")
+            conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {old}()")
         conn.exec_driver_sql(POSTGRES_FUNCTION)
         conn.exec_driver_sql(POSTGRES_TRIGGER)
     return not present
@@ -106,6 +115,10 @@ def conflict(row: dict[str, Any], why: Refusal, rollout: Rollout | None) -> Conf
     log.info("refused call %s of rollout %s attempt %s at its commit: the rollout is %s at attempt %s",
              seq, rollout_id, attempt, rollout.state, rollout.attempt)
     code = "rollout_finished" if rollout.state in TERMINAL_STATES else "stale_attempt"
-    return Conflict(f"attempt {attempt} of rollout {rollout_id!r} was not running when this call was to be recorded "
-                    f"(the rollout is {rollout.state}, at attempt {rollout.attempt}: the attempt ended while the call "
-                    "was under way); the call is not recorded and trains nothing", code=code)
+    if rollout.attempt == attempt and rollout.calls_closed_at is not None:
+        why = "its harness ended and the controller closed its calls to grade them"
+    else:
+        why = f"the rollout is {rollout.state}, at attempt {rollout.attempt}"
+    return Conflict(f"attempt {attempt} of rollout {rollout_id!r} took no more calls when this call was to be "
+                    f"recorded ({why}: the attempt ended while the call was under way); the call is not recorded and "
+                    "trains nothing", code=code)

@@ -128,9 +128,10 @@ class GatewayClient:
         body = ClaimRequest(controller_id=controller_id, limit=limit, lease_s=lease_s).model_dump()
         return [ClaimedRollout.model_validate(r) for r in self._call("POST", "/v1/admin/rollouts/claim", json=body)]
 
-    def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float = 60.0) -> Rollout:
-        """Extend a lease."""
-        body = LeaseRenewal(controller_id=controller_id, lease_s=lease_s).model_dump()
+    def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float = 60.0, *,
+                    close_calls: bool = False) -> Rollout:
+        """Extend a lease (`close_calls`: the attempt's harness ended, record no more of its calls)."""
+        body = LeaseRenewal(controller_id=controller_id, lease_s=lease_s, close_calls=close_calls).model_dump()
         return Rollout.model_validate(self._call("POST", f"/v1/admin/rollouts/{rollout_id}/lease", json=body))
 
     def set_state(self, rollout_id: str, state: RolloutState, failure_kind: FailureKind | None = None,

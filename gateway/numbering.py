@@ -27,7 +27,8 @@ log = logging.getLogger("harnessrl.gateway")
 TAKE = """
 WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(attempts)s::int[], %(counts)s::int[]) AS t(id, attempt, n)),
 locked AS MATERIALIZED (SELECT r.id FROM rollouts r JOIN v ON r.id = v.id AND r.attempt = v.attempt
-                        WHERE r.state = 'running' OR (r.state = 'queued' AND r.attempt = 0)
+                        WHERE r.calls_closed_at IS NULL
+                          AND (r.state = 'running' OR (r.state = 'queued' AND r.attempt = 0))
                         ORDER BY r.id FOR UPDATE OF r)
 UPDATE rollouts AS r
 SET next_seq = GREATEST(r.next_seq, COALESCE((SELECT max(c.seq) + 1 FROM calls c
@@ -36,7 +37,7 @@ FROM v WHERE r.id = v.id AND r.attempt = v.attempt AND r.id IN (SELECT id FROM l
 RETURNING r.id, v.attempt, r.next_seq - v.n
 """
 """The first of n numbers for each (rollout, attempt) of a batch; no row for an attempt that is not live (the rule of
-`gateway.call_fence.LIVE`: running, or attempt 0 before any claim)."""
+`gateway.call_fence.LIVE`: running with its calls not closed, or attempt 0 before any claim)."""
 DEADLOCK = "40P01"
 MAX_BATCH = 4096
 

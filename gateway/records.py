@@ -162,6 +162,9 @@ class Rollout(WireModel):
     started_at: float | None = Field(default=None, description="Last claim, unix seconds.")
     finished_at: float | None = Field(default=None, description="Reached a terminal state, unix seconds.")
     finished_seq: int | None = Field(default=None, description="Cursor position among finished rollouts.")
+    calls_closed_at: float | None = Field(default=None, description="When the controller closed the current "
+                                          "attempt's calls (its harness ended: `LeaseRenewal.close_calls`); None "
+                                          "while the attempt may record calls.")
 
 
 class ClaimedRollout(Rollout):
@@ -185,6 +188,9 @@ class LeaseRenewal(WireModel):
 
     controller_id: str = Field(min_length=1, description="Must be the current lease owner.")
     lease_s: float = Field(default=60.0, gt=0, le=86_400, description="New lease length from now.")
+    close_calls: bool = Field(default=False, description="The attempt's harness has ended: from now on no call of "
+                              "this attempt is recorded (refused with 409), so the calls the controller reads next "
+                              "are the ones it grades and the trainer trains. Kept until the next claim.")
 
 
 class RolloutPatch(WireModel):

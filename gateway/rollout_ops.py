@@ -40,7 +40,7 @@ def row_to_rollout(row: Any) -> Rollout:
         attempt=row.attempt, max_attempts=row.max_attempts, failure_kind=row.failure_kind, error=row.error,
         reward=row.reward, lease_owner=row.lease_owner, lease_expires_at=row.lease_expires_at,
         created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
-        finished_seq=row.finished_seq, sampling_seed=row.sampling_seed,
+        finished_seq=row.finished_seq, sampling_seed=row.sampling_seed, calls_closed_at=row.calls_closed_at,
     )
 
 
@@ -99,7 +99,8 @@ def claim_rollouts(conn: sa.Connection, controller_id: str, limit: int, lease_s:
     claimed = []
     for row in rows:
         values = {"state": RolloutState.RUNNING.value, "attempt": row.attempt + 1, "lease_owner": controller_id,
-                  "lease_expires_at": now + lease_s, "started_at": now, "next_seq": 0}  # the new attempt's calls: 0..
+                  "lease_expires_at": now + lease_s, "started_at": now, "next_seq": 0,  # the new attempt's calls: 0..
+                  "calls_closed_at": None}  # ... recorded until the controller closes them (`renew_lease`)
         conn.execute(schema.rollouts.update().where(R.id == row.id).values(**values))
         _event(conn, row.id, row.attempt + 1, EventKind.STATE, {"state": "running", "by": controller_id}, now)
         claimed.append(row_to_rollout(_load(conn, row.id)))
@@ -131,14 +132,19 @@ def _finish(conn: sa.Connection, rollout_id: str, state: RolloutState, kind: Fai
         finished_seq=last + 1, lease_owner=None, lease_expires_at=None))
 
 
-def renew_lease(conn: sa.Connection, rollout_id: str, controller_id: str, lease_s: float, now: float) -> Rollout:
-    """Extend a running rollout's lease; only its owner may."""
+def renew_lease(conn: sa.Connection, rollout_id: str, controller_id: str, lease_s: float, now: float, *,
+                close_calls: bool = False) -> Rollout:
+    """Extend a running rollout's lease; only its owner may. With `close_calls` the attempt's calls are closed (its
+    harness ended): the store records no more calls of it (`gateway.call_fence`)."""
     row = _load(conn, rollout_id)
     if row.state != RolloutState.RUNNING.value:
         raise Conflict(f"rollout {rollout_id!r} is {row.state}, not running; its lease cannot be renewed")
     if row.lease_owner != controller_id:
         raise Conflict(f"rollout {rollout_id!r} is leased by {row.lease_owner!r}, not {controller_id!r}")
-    conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(lease_expires_at=now + lease_s))
+    values: dict[str, Any] = {"lease_expires_at": now + lease_s}
+    if close_calls and row.calls_closed_at is None:
+        values["calls_closed_at"] = now
+    conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(**values))
     return row_to_rollout(_load(conn, rollout_id))
 
 

@@ -43,6 +43,8 @@ rollouts = sa.Table(
     sa.Column("next_seq", sa.Integer, nullable=False, server_default=sa.text("0")),  # the current attempt's next
     # call number while several gateways share the store (gateway.fleet); 0 after each claim. A gateway alone numbers
     # calls in memory and leaves it behind: a number taken in the store is never below max(calls.seq) + 1 either
+    sa.Column("calls_closed_at", sa.Float),  # when the controller closed the current attempt's calls (its harness
+    # ended: `LeaseRenewal.close_calls`); NULL while the attempt may still record calls, and after each claim
 )
 
 calls = sa.Table(
@@ -151,7 +153,7 @@ control = sa.Table(
 
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"calls": ("extra_choices", "side", "sampling", "error_code",
                                                         "continuation", "recorded_prefix"),
-                                              "rollouts": ("next_seq", "sampling_seed")}
+                                              "rollouts": ("next_seq", "sampling_seed", "calls_closed_at")}
 """Columns added to existing tables after the first release, by table: an older database gets them on open."""
 ADDED_INDEXES = (CONTINUED,)
 """Indexes added to existing tables after the first release: an older database gets them on open (IF NOT EXISTS)."""

@@ -152,7 +152,8 @@ class SqlStore:
         if cached is not None:
             return cached
         rollout = await self.get_rollout(rollout_id)
-        brief = RolloutBrief(rollout.state, rollout.attempt, rollout.mode, rollout.sampling_seed)
+        brief = RolloutBrief(rollout.state, rollout.attempt, rollout.mode, rollout.sampling_seed,
+                             rollout.calls_closed_at is not None)
         if self._cache_rollouts:
             if len(self._briefs) >= BRIEF_CACHE_MAX:  # bounded: the oldest tenth goes (read again when asked)
                 for stale in list(itertools.islice(self._briefs, BRIEF_CACHE_MAX // 10)):
@@ -168,10 +169,12 @@ class SqlStore:
             self._briefs.pop(rollout_id, None)
         return claimed
 
-    async def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float) -> Rollout:
-        """Extend the lease of a running rollout held by `controller_id`."""
-        return await self._write(lambda conn: renew_lease(conn, rollout_id, controller_id, lease_s, time.time()),
-                                 rollout_id=rollout_id)
+    async def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float, *,
+                          close_calls: bool = False) -> Rollout:
+        """Extend the lease of a running rollout held by `controller_id` (`close_calls`: and record no more calls of
+        its attempt)."""
+        return await self._write(lambda conn: renew_lease(conn, rollout_id, controller_id, lease_s, time.time(),
+                                                          close_calls=close_calls), rollout_id=rollout_id)
 
     async def transition(self, rollout_id: str, patch: RolloutPatch) -> Rollout:
         """Apply a state change allowed by the state machine."""
@@ -272,8 +275,9 @@ class SqlStore:
             if rollout.state in TERMINAL_STATES:
                 raise Conflict(f"rollout {rollout_id!r} is {rollout.state}; calls are accepted only while it is "
                                "queued or running", code="rollout_finished")
+            closed = ", its calls closed by the controller" if rollout.calls_closed_at is not None else ""
             raise Conflict(f"attempt {attempt} of rollout {rollout_id!r} is over (the rollout is at attempt "
-                           f"{rollout.attempt}, {rollout.state}); nothing was forwarded", code="stale_attempt")
+                           f"{rollout.attempt}, {rollout.state}{closed}); nothing was forwarded", code="stale_attempt")
         return seq
 
     async def insert_call(self, row: dict[str, Any]) -> None:

@@ -48,6 +48,8 @@ class RolloutBrief:
     mode: RolloutMode
     sampling_seed: int | None = None
     """Seeds every call of the rollout (`RolloutSpec.sampling_seed`)."""
+    calls_closed: bool = False
+    """The controller closed the current attempt's calls (its harness ended): none is recorded any more."""
 
 
 class RecorderStore(Protocol):
@@ -88,7 +90,8 @@ class LeaseStore(Protocol):
     """A controller's leases: claim, renew, state changes, rewards, its events and artifacts."""
 
     async def claim(self, controller_id: str, limit: int, lease_s: float) -> list[Rollout]: ...
-    async def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float) -> Rollout: ...
+    async def renew_lease(self, rollout_id: str, controller_id: str, lease_s: float, *,
+                          close_calls: bool = False) -> Rollout: ...
     async def transition(self, rollout_id: str, patch: RolloutPatch) -> Rollout: ...
     async def set_reward(self, rollout_id: str, reward: RewardIn) -> Rollout: ...
     async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any], *,

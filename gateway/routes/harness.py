@@ -229,6 +229,9 @@ def _check_live(brief: RolloutBrief, principal: Principal, rollout_id: str, what
     if brief.state == RolloutState.QUEUED and brief.attempt > 0:  # requeued: no attempt runs (gateway.call_fence)
         raise Conflict(f"attempt {brief.attempt} of rollout {rollout_id!r} ended and the rollout waits for its next "
                        f"attempt; {what} accepted only while an attempt runs", code="stale_attempt")
+    if brief.calls_closed:
+        raise Conflict(f"the harness of attempt {brief.attempt} of rollout {rollout_id!r} ended: the controller closed "
+                       f"its calls to grade them; {what} accepted only while the harness runs", code="stale_attempt")
 
 
 async def _models(svc: GatewayContext, send) -> None:

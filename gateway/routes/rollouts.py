@@ -69,8 +69,9 @@ async def patch_rollout(rollout_id: str, body: RolloutPatch, svc: GatewayContext
 
 @router.post("/{rollout_id}/lease", dependencies=[Depends(admin)])
 async def renew_lease(rollout_id: str, body: LeaseRenewal, svc: GatewayContext = Depends(context)) -> Rollout:
-    """Extend the lease of a running rollout."""
-    return await svc.lease_store.renew_lease(rollout_id, body.controller_id, body.lease_s)
+    """Extend the lease of a running rollout (with `close_calls`: its attempt records no more calls)."""
+    return await svc.lease_store.renew_lease(rollout_id, body.controller_id, body.lease_s,
+                                             close_calls=body.close_calls)
 
 
 @router.post("/{rollout_id}/reward", dependencies=[Depends(grader)])

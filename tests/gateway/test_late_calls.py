@@ -20,6 +20,10 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from controller.attempt import Attempt
+from controller.recipe import Grade, GradeInput
+from controller.report import report_attempt
+from controller.runners.base import RunResult, RunSpec, Termination
 from gateway import call_fence, schema
 from gateway.client import GatewayClient
 from gateway.errors import Conflict
@@ -28,6 +32,7 @@ from gateway.scripted import Script
 from gateway.sql import with_default_driver
 from gateway.store import SqlStore
 from rollouts.feed import FeedConfig, RolloutFeed
+from tests.controller.support import ScriptRecipe
 from tests.gateway.api_support import chat, error_of, new_id
 from tests.gateway.support import ADMIN_TOKEN
 from tests.gateway.test_responses_chains import row
@@ -198,6 +203,38 @@ def test_the_feed_gets_exactly_the_final_attempts_calls_made_while_it_ran(admin,
     assert [(c.attempt, c.seq) for c in admin.calls(rollout_id)] == [(1, 0), (2, 0)]
 
 
+def test_the_controller_closes_the_calls_before_it_grades_so_the_grade_sees_what_the_trainer_trains(
+        admin, gate, tmp_path) -> None:
+    """While the controller grades, the attempt is still running: a call the harness sent before it ended (held at
+    the engine) and one landing during grading are refused, so the graded calls are the trained ones."""
+    rollout_id = created(admin, "grading")
+    claimed = claim(admin, rollout_id, "ctl")
+    assert post(claimed, chat()).status_code == 200
+    in_flight = InFlight(gate, claimed, GATED["chat"][1])
+    seen: dict[str, Any] = {}
+
+    class GradingWindow(ScriptRecipe):
+        def grade(self, graded: GradeInput) -> Grade:
+            seen["graded"] = [c.seq for c in graded.calls]
+            seen["during"] = post(claimed, chat())
+            seen["held"] = in_flight.finish()
+            return super().grade(graded)
+
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / "prepared.txt").write_text("ok")
+    spec = RunSpec(rollout_id=rollout_id, attempt=1, command=("true",), base_url="", api_key="", task={},
+                   workdir=workdir, timeout_s=1, stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
+    result = RunResult(rollout_id, 1, Termination.EXITED, 0, "exited with code 0", 0.1)
+    outcome = report_attempt(Attempt(claimed, GradingWindow(), spec), result, admin, admin, "ctl", 600.0)
+    assert outcome is not None and outcome.state == RolloutState.SUCCEEDED
+    assert error_of(seen["during"], 409)["code"] == "stale_attempt"  # refused on arrival, never forwarded
+    error = error_of(seen["held"], 409)  # answered by the engine during grading: refused at its commit
+    assert error["code"] == "stale_attempt" and "closed its calls" in error["message"], error
+    assert seen["graded"] == [c.seq for c in admin.calls(rollout_id, attempt=1)] == [0]
+    assert admin.get_rollout(rollout_id).reward == 1.0
+
+
 # -- the store itself ---------------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -226,20 +263,24 @@ def test_the_store_refuses_a_row_of_an_attempt_that_is_not_running_and_a_second_
             await store.claim("c", 1, 600.0)
             await refused(row(1))  # attempt 0, after the claim
             await store.insert_call(row(0, attempt=1))
+            await store.renew_lease("r", "c", 600.0, close_calls=True)
+            await refused(row(1, attempt=1))  # its harness ended: the controller closed its calls
             await store.transition("r", RolloutPatch(state=RolloutState.QUEUED, attempt=1))
             await refused(row(1, attempt=1))  # requeued
             await store.claim("c", 1, 600.0)
-            await store.insert_call(row(0, attempt=2))
+            await store.insert_call(row(0, attempt=2))  # the next claim opens the next attempt's calls
             await refused(row(1, attempt=1))  # the previous attempt
+            closed = await store.renew_lease("r", "c", 600.0, close_calls=True)
+            await refused(row(1, attempt=2))  # closed
             await store.transition("r", RolloutPatch(state=RolloutState.SUCCEEDED, attempt=2))
-            await refused(row(1, attempt=2))  # finished
+            await refused(row(2, attempt=2))  # finished
+            assert closed.calls_closed_at is not None and (await store.get_rollout("r")).state == "succeeded"
             return codes, [(c.attempt, c.seq) for c in await store.list_calls("r", None)]
         finally:
             store.close()
 
     codes, recorded = asyncio.run(main())
-    assert codes == ["duplicate_call", "stale_attempt", "stale_attempt", "stale_attempt", "stale_attempt",
-                     "rollout_finished"]
+    assert codes == ["duplicate_call", *["stale_attempt"] * 6, "rollout_finished"]
     assert recorded == [(0, 0), (1, 0), (2, 0)]
 
 
