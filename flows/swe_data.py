@@ -39,7 +39,6 @@ from flows.prefect_tasks.swe_data import (
 from flows.run_processes import RunProcesses
 from flows.setup import RunPlan, fresh_plan, process_settings, run_folder, run_name, splits_store
 from flows.weights import Weights, resolve_weights
-from recipes.expectations import require_valid
 from recipes.swe.cleaning import DEFAULT_MAX_TESTS, StepResult, step_counts
 from recipes.swe.difficulty import DifficultySplit
 from recipes.swe.environments import (
@@ -55,6 +54,7 @@ from recipes.swe.evaluation import rollout_tasks
 from recipes.swe.instances import Source, normalize_rows
 from recipes.swe.recipe import SweRecipe
 from recipes.swe.splits import SplitManifest
+from rollouts.expectations import require_valid
 from tracking.mlflow_tracker import MlflowTracker, ui_command
 
 DEFAULT_PROFILE = "swe-data-local"

@@ -116,7 +116,7 @@ def load_rows(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]
     """Training and validation tasks: a versioned split (`splits:URI`), else data.source split by data.seed."""
     data = config.data
     if data.source.startswith(SPLITS_PREFIX):
-        train_rows, val_rows = load_versioned_splits(data.source, plan.run_dir / "splits",
+        train_rows, val_rows = load_versioned_splits(data.source, config.recipe, plan.run_dir / "splits",
                                                      lambda root: splits_store(config, root))
         return train_rows[:data.train_tasks], val_rows[:data.val_tasks]
     rows = load_dataset(data.source, recipe=config.recipe, count=data.train_tasks + data.val_tasks, seed=data.seed,

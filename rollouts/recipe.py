@@ -106,6 +106,9 @@ RolloutMetrics = Callable[[Sequence[FinishedGroup], float, str], dict[str, float
 """(groups, pass_threshold, prefix) -> `{prefix}/...` metrics of a batch or a validation pass."""
 ShapingShares = Callable[[Sequence[FinishedGroup]], Mapping[str, float]]
 """groups -> per rollout id, a share in [0, 1] that the training-only shaping term weighs (trainer.format_reward)."""
+VersionedSplits = Callable[[str, Path, Callable[[str], Any]], tuple[list[dict], list[dict]]]
+"""(uri, local_dir, store_at) -> the (train, val) rollout inputs of the versioned split at `uri` (`store_at(root)`: the
+`storage.directory_store.DirectoryStore` at a root)."""
 
 
 def no_rollout_metrics(groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:
@@ -125,7 +128,11 @@ class RecipeHooks:
     - `no_signal_hint`: the advice printed after an iteration without reward variance (default: a generic one);
     - `metrics_read_calls`: whether `rollout_metrics` reads the groups' calls, so validation fetches them (default
       False);
-    - `task_rules()`: the recipe's data expectations (recipes.expectations; looked up there, default: the common rules);
+    - `task_rules()`: the recipe's own data expectations (`rollouts.expectations.Rule`s, looked up by
+      `rollouts.expectations.recipe_rules`; default: none beyond the common rules);
+    - `versioned_splits(uri, local_dir, store_at)`: the (train, val) rollout inputs of a versioned split, what
+      `data.source: splits:URI` reads (`store_at(root)`: the directory store at a root; default None: the recipe has
+      none, and such a source is refused);
     - `recorded_turns`: whether the run's gateway prompts a re-sent assistant turn from its recorded tokens (gateway
       config `recorded_turns`; for harnesses that re-serialise their history, such as the coding CLIs; default False);
     - `generator_options`: the pydantic model of `generate`'s keyword options, what `data.generator` may hold
@@ -141,6 +148,7 @@ class RecipeHooks:
     recorded_turns: bool = False
     generator_options: type[BaseModel] = NoGeneratorOptions
     task_fields: type[BaseModel] = TaskOverrides
+    versioned_splits: VersionedSplits | None = None
 
 
 def recipe_hooks(recipe: object) -> RecipeHooks:
@@ -152,4 +160,5 @@ def recipe_hooks(recipe: object) -> RecipeHooks:
                        metrics_read_calls=bool(getattr(recipe, "metrics_read_calls", defaults.metrics_read_calls)),
                        recorded_turns=bool(getattr(recipe, "recorded_turns", defaults.recorded_turns)),
                        generator_options=getattr(recipe, "generator_options", defaults.generator_options),
-                       task_fields=getattr(recipe, "task_fields", defaults.task_fields))
+                       task_fields=getattr(recipe, "task_fields", defaults.task_fields),
+                       versioned_splits=getattr(recipe, "versioned_splits", defaults.versioned_splits))

@@ -1,4 +1,7 @@
-"""Prefect tasks of the data stage: load the task rows, validate them against the recipe's suite, publish the report."""
+"""Prefect tasks of the data stage: load the task rows, validate them against the recipe's suite, publish the report.
+
+What is recipe-specific (the suite's own rules, a versioned split's rollout inputs) comes from the recipe's hooks
+through the registry: this module imports no recipe."""
 
 from __future__ import annotations
 
@@ -12,10 +15,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.prefect_tasks.retries import io_failure
-from recipes.expectations import ValidationReport, require_valid, validate_rows
-from recipes.swe.datasets import default_store
-from recipes.swe.evaluation import rollout_tasks
-from recipes.swe.splits import fetch_splits, split_store_root
+from rollouts.expectations import ValidationReport, require_valid, validate_rows
+from rollouts.recipe import recipe_hooks
+from rollouts.registry import get_recipe
 from rollouts.task_data import load_task_rows, split_rows
 from storage.directory_store import DirectoryStore
 
@@ -50,21 +52,18 @@ def validate_tasks(rows: list[dict[str, Any]], recipe: str) -> ValidationReport:
     return require_valid(report)
 
 
-@task(name="load-swe-splits", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10, cache_policy=NO_CACHE)
-def load_swe_splits(store: DirectoryStore, uri: str, local_dir: Path, swe_store: Path) -> tuple[list[dict], list[dict]]:
-    """The train and val rollout tasks of a versioned SWE split (written by `prepare-swe-data`): each instance as the
-    `swe` recipe's rollout input (no fix, no tests), its repository in the generated store `swe_store`."""
-    splits = fetch_splits(store, uri, local_dir)
-    print(f"SWE splits {splits.manifest.name}/{splits.manifest.version}: {len(splits.train)} train, "
-          f"{len(splits.val)} val (k={splits.manifest.k}, seed={splits.manifest.seed})")
-    return rollout_tasks(splits.train, swe_store), rollout_tasks(splits.val, swe_store)
-
-
-def load_versioned_splits(source: str, local_dir: Path,
+@task(name="load-versioned-splits", retries=2, retry_condition_fn=io_failure, retry_delay_seconds=10,
+      cache_policy=NO_CACHE)
+def load_versioned_splits(source: str, recipe: str, local_dir: Path,
                           store_at: Callable[[str], DirectoryStore]) -> tuple[list[dict], list[dict]]:
-    """The train and val rows of a versioned split (`splits:URI`); `store_at(root)`: the store holding its root."""
-    uri = source.removeprefix(SPLITS_PREFIX)
-    return load_swe_splits(store_at(split_store_root(uri)), uri, local_dir, default_store())
+    """The train and val rows of a versioned split (`splits:URI`, written by `prepare-swe-data`) as the recipe's
+    rollout inputs, from its `versioned_splits` hook; `store_at(root)`: the store holding the split's root."""
+    hook = recipe_hooks(get_recipe(recipe)).versioned_splits
+    if hook is None:
+        raise ValueError(f"data.source={source!r} is a versioned split, which recipe {recipe!r} cannot read (it has "
+                         "no versioned_splits hook: the swe recipe and the coding CLIs' have); use a task file or "
+                         "'generated' as data.source")
+    return hook(source.removeprefix(SPLITS_PREFIX), local_dir, store_at)
 
 
 def split_tasks(rows: list[dict[str, Any]], val_count: int, seed: int) -> tuple[list[dict], list[dict]]:

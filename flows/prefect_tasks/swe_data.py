@@ -19,7 +19,6 @@ from flows.prefect_tasks.retries import io_failure
 from flows.prefect_tasks.rollouts import val_pass_with_progress
 from gateway.client_roles import FeedClient
 from gateway.records import FailureKind, RolloutMode, RolloutState
-from recipes.expectations import ValidationReport
 from recipes.swe.cleaning import (
     StepResult,
     drop_empty_statements,
@@ -32,6 +31,7 @@ from recipes.swe.environments import EnvironmentBackend
 from recipes.swe.expectations import validate_swe_rows
 from recipes.swe.instances import Source
 from recipes.swe.splits import SplitManifest, publish_splits, write_splits
+from rollouts.expectations import ValidationReport
 from rollouts.feed import FeedConfig
 from rollouts.groups import FinishedGroup
 from storage.directory_store import DirectoryStore

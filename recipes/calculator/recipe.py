@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from controller.recipe import Grade, GradeInput
 from recipes.calculator import grader, tasks
+from rollouts.expectations import Rule, integer_field, required_field
 from rollouts.task_options import SamplingFields
 
 GRADER_ONLY_FIELDS = ("answer",)  # in the rollout's input, never in the harness's task file
@@ -49,6 +50,27 @@ class CalculatorRecipe:
 
     def grade(self, graded: GradeInput) -> Grade:
         return grader.grade(graded)
+
+    def task_rules(self) -> list[Rule]:
+        """The data suite's hook: a question, an arithmetic expression and its integer value as the answer."""
+        from recipes.calculator.arithmetic import ExpressionError, evaluate
+
+        def answer_disagrees(row: dict[str, Any]) -> int:
+            """1 when the expression is not arithmetic, or its value is not the row's integer answer."""
+            answer = row["answer"]
+            try:
+                value = evaluate(row["expression"])
+            except ExpressionError:
+                return 1
+            return int(not (isinstance(answer, int) and not isinstance(answer, bool) and value == answer))
+
+        return [*required_field("question", "text"), *required_field("expression", "text"),
+                Rule("answer_exists", "answer", "exists", "column answer is present"),
+                Rule("answer_not_null", "answer", "not_null", "answer is set in every row"),
+                Rule("answer_is_expression_value", "answer", "row",
+                     "expression is arithmetic and answer is its integer value", derive=answer_disagrees,
+                     inputs=("expression", "answer")),
+                *integer_field("max_turns", min_value=1)]
 
 
 RECIPE = CalculatorRecipe()

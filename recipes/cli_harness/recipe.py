@@ -12,10 +12,10 @@ Kubernetes the binary is in the agent's image, not the controller's): the harnes
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field
 
@@ -23,8 +23,12 @@ from controller.recipe import Grade, GradeInput
 from recipes.cli_harness.binaries import CLAUDE_CODE, CLIS, CODEX, cli_dir
 from recipes.swe.recipe import SWE_NO_SIGNAL_HINT, SweRecipe
 from recipes.swe.run_metrics import swe_rollout_metrics
+from rollouts.expectations import Rule
 from rollouts.groups import FinishedGroup
 from rollouts.task_options import HarnessFields, LevelsOption
+
+if TYPE_CHECKING:
+    from storage.directory_store import DirectoryStore
 
 
 class CliTaskFields(HarnessFields):
@@ -65,6 +69,15 @@ class CliSweRecipe:
     def grade(self, graded: GradeInput) -> Grade:
         """The `swe` grader: reward 1.0 iff the diff of `repo/` resolves the instance in a fresh checkout."""
         return self.swe.grade(graded)
+
+    def versioned_splits(self, uri: str, local_dir: Path,
+                         store_at: Callable[[str], DirectoryStore]) -> tuple[list[dict], list[dict]]:
+        """The data stage's hook: the `swe` recipe's versioned splits (the same tasks)."""
+        return self.swe.versioned_splits(uri, local_dir, store_at)
+
+    def task_rules(self) -> list[Rule]:
+        """The data suite's hook: the `swe` recipe's (the same tasks)."""
+        return self.swe.task_rules()
 
 
     def rollout_metrics(self, groups: Sequence[FinishedGroup], pass_threshold: float, prefix: str) -> dict[str, float]:

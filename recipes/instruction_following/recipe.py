@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from controller.recipe import Grade, GradeInput
 from recipes.instruction_following import grader, tasks
+from rollouts.expectations import Rule, required_field
 from rollouts.task_options import SamplingFields
 
 
@@ -34,6 +35,22 @@ class InstructionFollowingRecipe:
 
     def grade(self, graded: GradeInput) -> Grade:
         return grader.grade(graded)
+
+    def task_rules(self) -> list[Rule]:
+        """The data suite's hook: a prompt and known instructions."""
+        from recipes.instruction_following.instructions import KINDS
+
+        known = {kind.name for kind in KINDS}
+
+        def bad_instructions(items: Any) -> int:
+            if not isinstance(items, list):
+                return 0  # the list rule reports it
+            return sum(not (isinstance(i, dict) and i.get("kind") in known and isinstance(i.get("params"), dict))
+                       for i in items)
+
+        return [*required_field("prompt", "text"), *required_field("instructions", "list"),
+                Rule("instructions_known", "instructions", "custom",
+                     "every instruction is {kind, params} with a known kind", derive=bad_instructions)]
 
 
 RECIPE = InstructionFollowingRecipe()

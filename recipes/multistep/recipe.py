@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from controller.recipe import Grade, GradeInput
 from recipes.multistep import grader, tasks
+from rollouts.expectations import Rule, integer_field, required_field
 from rollouts.task_options import SamplingFields
 
 
@@ -42,6 +43,21 @@ class MultistepRecipe:
 
     def grade(self, graded: GradeInput) -> Grade:
         return grader.grade(graded)
+
+    def task_rules(self) -> list[Rule]:
+        """The data suite's hook: a topic and parts with a request and a known instruction each."""
+        from recipes.multistep.tasks import STEP_KINDS
+
+        def bad_steps(items: Any) -> int:
+            if not isinstance(items, list):
+                return 0  # the list rule reports it
+            return sum(not (isinstance(s, dict) and isinstance(s.get("request"), str)
+                            and isinstance(s.get("instruction"), dict) and s["instruction"].get("kind") in STEP_KINDS)
+                       for s in items)
+
+        return [*required_field("topic", "text"), *required_field("steps", "list"),
+                Rule("steps_known", "steps", "custom", "every part is {request, instruction} with a known kind",
+                     derive=bad_steps), *integer_field("compact_above_tokens", min_value=1)]
 
 
 RECIPE = MultistepRecipe()

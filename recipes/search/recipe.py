@@ -13,6 +13,7 @@ from controller.recipe import Grade, GradeInput
 from recipes.search import grader, tasks
 from recipes.search.corpus import build_world, documents
 from recipes.search.retrieval import CORPUS_FILE, write_corpus
+from rollouts.expectations import Rule, integer_field, required_field
 from rollouts.task_options import SamplingFields
 
 GRADER_ONLY_FIELDS = ("answers", "evidence")  # in the rollout's input, never in the harness's task file
@@ -51,6 +52,19 @@ class SearchRecipe:
 
     def grade(self, graded: GradeInput) -> Grade:
         return grader.grade(graded)
+
+    def task_rules(self) -> list[Rule]:
+        """The data suite's hook: a question, text answers and the world's seed."""
+        def blank_answers(items: Any) -> int:
+            if not isinstance(items, list):
+                return 0  # the list rule reports it
+            return sum(not (isinstance(a, str) and a.strip()) for a in items)
+
+        return [*required_field("question", "text"), *required_field("answers", "list"),
+                Rule("answers_are_text", "answers", "custom", "every answer is a non-empty string",
+                     derive=blank_answers),
+                *integer_field("corpus_seed", required=True), *integer_field("hops", 1, 2),
+                *integer_field("max_turns", min_value=1), *integer_field("top_k", min_value=1)]
 
 
 RECIPE = SearchRecipe()

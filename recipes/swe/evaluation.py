@@ -21,6 +21,8 @@ from recipes.swe.generator import INSTANCES_FILE, load_instances
 from recipes.swe.grader import grade_patch
 from recipes.swe.predictions import Prediction
 from recipes.swe.recipe import rollout_input
+from recipes.swe.splits import fetch_splits
+from storage.directory_store import DirectoryStore
 
 VERIFIED_HUB_ID = HUB_IDS["swe-bench-verified"]
 RECIPE = "swe"
@@ -69,6 +71,16 @@ def plan_evaluation(instances: Sequence[Mapping[str, Any]], store: Path, runner:
 def rollout_tasks(instances: Iterable[Mapping[str, Any]], store: Path) -> list[dict[str, Any]]:
     """The `swe` recipe's rollout inputs of local instances (no fix, no tests: only id, statement and store)."""
     return [{**rollout_input(dict(instance), store), "recipe": RECIPE} for instance in instances]
+
+
+def split_rollout_tasks(store: DirectoryStore, uri: str, local_dir: Path,
+                        swe_store: Path) -> tuple[list[dict], list[dict]]:
+    """The train and val rollout tasks of a versioned SWE split (written by `prepare-swe-data`): each instance as the
+    `swe` recipe's rollout input (no fix, no tests), its repository in the generated store `swe_store`."""
+    splits = fetch_splits(store, uri, local_dir)
+    print(f"SWE splits {splits.manifest.name}/{splits.manifest.version}: {len(splits.train)} train, "
+          f"{len(splits.val)} val (k={splits.manifest.k}, seed={splits.manifest.seed})")
+    return rollout_tasks(splits.train, swe_store), rollout_tasks(splits.val, swe_store)
 
 
 def bench_rollout_tasks(instances: Iterable[Mapping[str, Any]], store: Path) -> list[dict[str, Any]]:

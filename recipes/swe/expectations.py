@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipes.expectations import Rule, ValidationReport, validate_rules
 from recipes.swe.instances import SOURCES, TEST_FIELDS, InstanceError, Source, parse_test_list
+from rollouts.expectations import Rule, ValidationReport, validate_rules
 
 ID_COLUMN = "instance_id"
 # The columns each dataset's rows must have (its own schema; others, e.g. hints_text or created_at, are optional).

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -28,8 +28,12 @@ from recipes.swe.harness_configs import DEFAULT_CONFIG, config_names, copy_to_wo
 from recipes.swe.kube_grading_swe import JobGrading, job_settings_from_env
 from recipes.swe.ladder import LadderMix, instance_level
 from recipes.swe.run_metrics import rollout_format_shares, swe_rollout_metrics
+from rollouts.expectations import Rule, required_field
 from rollouts.groups import FinishedGroup
 from rollouts.task_options import LevelsOption, SamplingFields
+
+if TYPE_CHECKING:
+    from storage.directory_store import DirectoryStore
 
 DEFAULT_SOURCE = "pypi:xmltodict"
 SWE_NO_SIGNAL_HINT = ("SWE tasks need a capable coding model: 7B-class coder models (e.g. a Qwen2.5-Coder-7B-Instruct) "
@@ -113,6 +117,24 @@ class SweRecipe:
     def shaping_shares(self, groups: Sequence[FinishedGroup]) -> dict[str, float]:
         """The loop's shaping hook: per rollout, the share of its turns in mini-swe-agent's action format."""
         return rollout_format_shares(groups)
+
+    def versioned_splits(self, uri: str, local_dir: Path,
+                         store_at: Callable[[str], DirectoryStore]) -> tuple[list[dict], list[dict]]:
+        """The data stage's hook for `data.source: splits:URI` (a versioned split of `prepare-swe-data`): its train
+        and val instances as rollout inputs (no fix, no tests), their repositories in the generated store."""
+        from recipes.swe.datasets import default_store
+        from recipes.swe.evaluation import split_rollout_tasks
+        from recipes.swe.splits import split_store_root
+
+        return split_rollout_tasks(store_at(split_store_root(uri)), uri, local_dir, default_store())
+
+    def task_rules(self) -> list[Rule]:
+        """The data suite's hook: the rollout input (`rollout_input`): a statement, the store, the repository, the
+        failing tests and the bug's patch."""
+        return [*required_field("problem_statement", "text"), *required_field("store", "text"),
+                Rule("repo_non_empty", "repo", "text", "repo is a non-empty string"),
+                Rule("FAIL_TO_PASS_non_empty", "FAIL_TO_PASS", "list", "FAIL_TO_PASS is a non-empty list"),
+                Rule("patch_non_empty", "patch", "text", "patch is a non-empty string")]
 
     def _jobs(self) -> JobGrading | None:
         """The grading Jobs when the controller runs on Kubernetes (read once from the environment)."""

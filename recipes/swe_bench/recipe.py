@@ -35,6 +35,7 @@ from recipes.swe_bench.eval_script import read_log
 from recipes.swe_bench.grading_job import GradingInputTooLarge, grading_name
 from recipes.swe_bench.harness import PATCH_ERROR_FILE, PATCH_FILE
 from recipes.swe_bench.kube_grading import GradingInfraError, KubeGrader
+from rollouts.expectations import Rule, required_field
 from rollouts.task_options import SamplingFields
 from sandbox.hostile_tree import TreeRefused, read_file
 
@@ -108,6 +109,12 @@ class SweBenchRecipe:
 
     def prepare_workdir(self, task: dict[str, Any], workdir: Path) -> None:
         """Nothing to lay out: the repository is in the instance image, at /testbed."""
+
+    def task_rules(self) -> list[Rule]:
+        """The data suite's hook: the rollout input of `rollout_input` (the hidden fields stay in the store)."""
+        return [*required_field("problem_statement", "text"), *required_field("image", "text"),
+                *required_field("store", "text"),
+                Rule("base_commit_non_empty", "base_commit", "text", "base_commit is a non-empty string")]
 
     def grade(self, graded: GradeInput) -> Grade:
         """Reward 1.0 iff the agent's diff resolves the instance in a fresh pod of its image."""

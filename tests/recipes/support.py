@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from gateway.records import CallRecord
-from recipes.expectations import DataValidationError, ValidationReport, require_valid
+from rollouts.expectations import DataValidationError, ValidationReport, require_valid
 
 
 def call_record(seq: int, text: str | None, status: str = "ok") -> CallRecord:

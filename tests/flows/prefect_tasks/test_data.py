@@ -9,7 +9,7 @@ import pytest
 import flows.prefect_tasks.data as data_tasks
 from controller.recipes import get_recipe
 from flows.prefect_tasks.data import load_dataset, report_artifact_key, validate_tasks
-from recipes.expectations import DataValidationError
+from rollouts.expectations import DataValidationError
 
 
 @pytest.fixture

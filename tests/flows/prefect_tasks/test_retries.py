@@ -27,7 +27,7 @@ def test_only_io_failures_are_transient(error, transient):
 
 
 def test_every_retrying_task_retries_only_io_failures():
-    tasks = [data.load_dataset, data.load_swe_splits, evaluation.latest_train_checkpoint,
+    tasks = [data.load_dataset, data.load_versioned_splits, evaluation.latest_train_checkpoint,
              evaluation.download_checkpoint, evaluation.load_instances, rollouts.fill_in_flight, swe_data.load_swe_rows,
              swe_data.write_versioned_splits, training.publish_checkpoint, training.find_resume_point]
     assert all(task.retries and task.retry_condition_fn is io_failure for task in tasks), \

@@ -14,7 +14,7 @@ from controller.recipes import get_recipe
 from recipes.calculator.answers import stated_number
 from recipes.calculator.grader import grade, score_text
 from recipes.calculator.tasks import generate, make_task
-from recipes.expectations import validate_rows
+from rollouts.expectations import validate_rows
 from tests.recipes.support import assert_caught, call_record, set_value
 
 TASKS = generate(400, seed=0)

@@ -7,9 +7,9 @@ import copy
 
 import pytest
 
-from recipes.expectations import require_valid
 from recipes.swe.datasets import load_raw_swe_rows
 from recipes.swe.expectations import REQUIRED_COLUMNS, TESTS_STAT, count_tests, swe_rules, validate_swe_rows
+from rollouts.expectations import require_valid
 from tests.recipes.support import assert_caught, duplicate_value
 from tests.recipes.support import drop_everywhere as _drop_everywhere
 from tests.recipes.support import set_value as _set

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from controller.recipes import get_recipe, recipe_names
-from recipes.expectations import (
+from recipes.swe.recipe import rollout_input
+from recipes.swe_bench.recipe import rollout_input as bench_rollout_input
+from rollouts.expectations import (
     SHOWN_IDS,
     DataValidationError,
     common_rules,
@@ -17,8 +19,6 @@ from recipes.expectations import (
     required_field,
     validate_rows,
 )
-from recipes.swe.recipe import rollout_input
-from recipes.swe_bench.recipe import rollout_input as bench_rollout_input
 from tests.recipes.support import assert_caught, duplicate_value
 from tests.recipes.support import drop_everywhere as _drop_everywhere
 from tests.recipes.support import set_value as _set

@@ -1,4 +1,5 @@
-"""Per-recipe great-expectations suites over task rows, run in an ephemeral context (no files written).
+"""Great-expectations suites over task rows, run in an ephemeral context (no files written): the common rules, and
+a recipe's own through its `task_rules()` hook (the built-in recipes define theirs in their packages).
 
 Each rule checks one column of a pandas DataFrame of the rows. Rules about a value's shape (non-empty text or list,
 integer type, known instruction kinds) check a derived column (`<column>#<rule>`) computed here, so every rule is a
@@ -144,102 +145,12 @@ def common_rules(recipe: str) -> list[Rule]:
 
 def recipe_rules(recipe: str) -> list[Rule]:
     """The recipe's suite: the common rules and the fields its harness and grader read: the recipe's own
-    `task_rules()` hook when it defines one, else the built-in suite of that name (RECIPE_RULES), else none beyond
-    the common rules."""
+    `task_rules()` hook (reached through the registry: this module names no recipe), or none beyond the common
+    rules when it defines none."""
     from rollouts.registry import get_recipe
 
     hook = getattr(get_recipe(recipe), "task_rules", None)
-    own = hook() if hook is not None else RECIPE_RULES.get(recipe, list)()
-    return common_rules(recipe) + list(own)
-
-
-def _instruction_rules() -> list[Rule]:
-    from recipes.instruction_following.instructions import KINDS
-
-    known = {kind.name for kind in KINDS}
-
-    def bad_instructions(items: Any) -> int:
-        if not isinstance(items, list):
-            return 0  # the list rule reports it
-        return sum(not (isinstance(i, dict) and i.get("kind") in known and isinstance(i.get("params"), dict))
-                   for i in items)
-
-    return [*required_field("prompt", "text"), *required_field("instructions", "list"),
-            Rule("instructions_known", "instructions", "custom",
-                 "every instruction is {kind, params} with a known kind", derive=bad_instructions)]
-
-
-def _multistep_rules() -> list[Rule]:
-    from recipes.multistep.tasks import STEP_KINDS
-
-    def bad_steps(items: Any) -> int:
-        if not isinstance(items, list):
-            return 0  # the list rule reports it
-        return sum(not (isinstance(s, dict) and isinstance(s.get("request"), str)
-                        and isinstance(s.get("instruction"), dict) and s["instruction"].get("kind") in STEP_KINDS)
-                   for s in items)
-
-    return [*required_field("topic", "text"), *required_field("steps", "list"),
-            Rule("steps_known", "steps", "custom", "every part is {request, instruction} with a known kind",
-                 derive=bad_steps), *integer_field("compact_above_tokens", min_value=1)]
-
-
-def _search_rules() -> list[Rule]:
-    def blank_answers(items: Any) -> int:
-        if not isinstance(items, list):
-            return 0  # the list rule reports it
-        return sum(not (isinstance(a, str) and a.strip()) for a in items)
-
-    return [*required_field("question", "text"), *required_field("answers", "list"),
-            Rule("answers_are_text", "answers", "custom", "every answer is a non-empty string", derive=blank_answers),
-            *integer_field("corpus_seed", required=True), *integer_field("hops", 1, 2),
-            *integer_field("max_turns", min_value=1), *integer_field("top_k", min_value=1)]
-
-
-def _calculator_rules() -> list[Rule]:
-    from recipes.calculator.arithmetic import ExpressionError, evaluate
-
-    def answer_disagrees(row: dict[str, Any]) -> int:
-        """1 when the expression is not arithmetic, or its value is not the row's integer answer."""
-        answer = row["answer"]
-        try:
-            value = evaluate(row["expression"])
-        except ExpressionError:
-            return 1
-        return int(not (isinstance(answer, int) and not isinstance(answer, bool) and value == answer))
-
-    return [*required_field("question", "text"), *required_field("expression", "text"),
-            Rule("answer_exists", "answer", "exists", "column answer is present"),
-            Rule("answer_not_null", "answer", "not_null", "answer is set in every row"),
-            Rule("answer_is_expression_value", "answer", "row", "expression is arithmetic and answer is its integer "
-                 "value", derive=answer_disagrees, inputs=("expression", "answer")),
-            *integer_field("max_turns", min_value=1)]
-
-
-def _swe_rules() -> list[Rule]:
-    return [*required_field("problem_statement", "text"), *required_field("store", "text"),
-            Rule("repo_non_empty", "repo", "text", "repo is a non-empty string"),
-            Rule("FAIL_TO_PASS_non_empty", "FAIL_TO_PASS", "list", "FAIL_TO_PASS is a non-empty list"),
-            Rule("patch_non_empty", "patch", "text", "patch is a non-empty string")]
-
-
-def _swe_bench_rules() -> list[Rule]:
-    """The rollout input of `recipes.swe_bench.recipe.rollout_input`: the hidden fields stay in the store."""
-    return [*required_field("problem_statement", "text"), *required_field("image", "text"),
-            *required_field("store", "text"),
-            Rule("base_commit_non_empty", "base_commit", "text", "base_commit is a non-empty string")]
-
-
-RECIPE_RULES: dict[str, Callable[[], list[Rule]]] = {
-    "instruction_following": _instruction_rules,
-    "search": _search_rules,
-    "multistep": _multistep_rules,
-    "calculator": _calculator_rules,
-    "swe": _swe_rules,
-    "swe_bench": _swe_bench_rules,
-    "claude-code": _swe_rules,  # the swe recipe's tasks with Claude Code as the harness (recipes/cli_harness)
-    "codex": _swe_rules,  # ... with Codex as the harness
-}
+    return common_rules(recipe) + (list(hook()) if hook is not None else [])
 
 
 def _is_null(value: Any) -> bool:
