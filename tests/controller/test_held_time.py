@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+import pytest
+
 from controller.config import ControllerConfig
 from controller.reconcile import Reconciler, _Active
 from controller.runners.base import Termination
@@ -93,6 +95,7 @@ def test_each_tick_extends_running_attempts_by_the_growth_of_the_gateways_paused
     reconciler._pool.shutdown()
 
 
+@pytest.mark.slow
 def test_a_local_attempt_whose_deadline_was_extended_finishes_instead_of_timing_out(tmp_path):
     runner = LocalRunner(1, kill_grace_s=0.2)
     runner.start(local_spec(tmp_path, "import time; time.sleep(1.0)", timeout_s=0.5))  # runs past 0.5 s

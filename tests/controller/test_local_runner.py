@@ -103,6 +103,7 @@ def test_contract_env_workdir_and_logs(tmp_path, monkeypatch):
     assert run.stderr_path.read_text() == "to stderr\n"
 
 
+@pytest.mark.slow
 def test_timeout_kills_everything_including_a_grandchild(tmp_path):
     runner, uid = own_uid_runner(kill_grace_s=0.5)
     run = spec(tmp_path, GRANDCHILD.format(then="time.sleep(1000)"), timeout_s=3.0)  # time to start the grandchild
@@ -115,6 +116,7 @@ def test_timeout_kills_everything_including_a_grandchild(tmp_path):
     assert wait_no_processes(uid) == [], "the grandchild ignoring SIGTERM must be SIGKILLed with its sandbox"
 
 
+@pytest.mark.slow
 def test_harness_ignoring_sigterm_is_killed_after_grace(tmp_path):
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
            "time.sleep(1000)"
@@ -139,6 +141,7 @@ def test_daemons_left_behind_by_a_harness_that_exited_are_killed(tmp_path):
     assert runner.free_slots() == 1
 
 
+@pytest.mark.slow
 def test_concurrency_bound(tmp_path):
     runner = LocalRunner(2)
     runner.start(spec(tmp_path, "import time; time.sleep(0.5)", rollout_id="a"))

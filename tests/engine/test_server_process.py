@@ -48,6 +48,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[[str], ServerProcess]]:
         server.stop()
 
 
+@pytest.mark.slow
 def test_stop_sends_sigterm_to_the_servers_children(tmp_path: Path, start_server) -> None:
     marker = tmp_path / "child-terminated"
     pid_file = tmp_path / "child.pid"
@@ -58,6 +59,7 @@ def test_stop_sends_sigterm_to_the_servers_children(tmp_path: Path, start_server
     assert process_gone(child)
 
 
+@pytest.mark.slow
 def test_exit_code_reports_a_server_that_died(start_server) -> None:
     server = start_server("sleep 300")
     assert server.exit_code() is None
@@ -68,6 +70,7 @@ def test_exit_code_reports_a_server_that_died(start_server) -> None:
     assert server.exit_code() == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_a_restart_appends_to_the_log_and_the_tail_starts_at_the_restart(tmp_path: Path,
                                                                           start_server) -> None:
     (tmp_path / "server.log").write_text("earlier run\n")

@@ -96,6 +96,7 @@ def test_every_seed_file_loads_through_the_training_flow_into_its_tasks_and_the_
     assert train0[0]["steps"] == generate(6, 0)[0]["steps"], "nested fields survive the task file"
 
 
+@pytest.mark.slow
 def test_a_run_is_a_process_of_its_own_and_its_crash_is_an_outcome(tmp_path, monkeypatch):
     """Each arm-seed trains in `python -m flows.ablation --run-config` (one process for 15 SmolLM2 runs grew by
     about 2.7 GB a run); the process gets the run's profile and overrides, and a crash is reported, not raised."""

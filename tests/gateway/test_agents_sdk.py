@@ -95,6 +95,7 @@ def gateway_admin(tmp_path_factory):
     scripted.stop()
 
 
+@pytest.mark.slow
 def test_an_agent_runs_its_function_tools_end_to_end(gateway_admin, tmp_path):
     admin, scripted = gateway_admin
     """Three episodes in one SDK process (its import takes seconds): `Runner.run`, `Runner.run_streamed`, and

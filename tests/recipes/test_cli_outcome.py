@@ -122,6 +122,7 @@ def test_harness_refuses_a_workdir_without_repo(tmp_path):
     assert usage.returncode == 2 and "claude-code|codex" in usage.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_harness_ends_the_cli_group(tmp_path):
     """The runner's stop (a timeout, a cancel) reaches the CLI and what it started, through the harness."""
     workdir = tmp_path / "work"

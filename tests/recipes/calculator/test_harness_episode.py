@@ -20,6 +20,8 @@ from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
 from tests.recipes.calculator.scripted_model import ScriptedModel, last_tool_result, solver, tool_call
 
+pytestmark = pytest.mark.slow  # each test runs the harness as a process
+
 HARNESS_TIMEOUT_S = 60
 FORCED_CHAT_CHOICE = {"type": "function", "function": {"name": "calculator"}}
 

@@ -135,6 +135,7 @@ def _edit_source(store: Path, instance: dict, repo: Path, appended: str) -> None
         handle.write(appended)
 
 
+@pytest.mark.slow
 def test_reading_the_fix_from_the_store_or_git_objects_finds_nothing(tiny_store, tmp_path):
     store, instances = tiny_store
     instance = instances[0]
@@ -218,6 +219,7 @@ def test_peek():
     assert run.problem is None and os.listdir(store)  # the store is there, only not to the tests
 
 
+@pytest.mark.slow
 def test_a_run_past_its_time_limit_is_killed_and_not_tampering(tiny_store, tmp_path):
     store, instances = tiny_store
     instance = instances[0]
@@ -236,6 +238,7 @@ def test_a_run_past_its_time_limit_is_killed_and_not_tampering(tiny_store, tmp_p
     # kill -9 -1: nothing else to signal in the run's own PID namespace (ESRCH); the grader survives to assert
     ("\nimport os as _os, signal as _signal\n_os.kill(-1, _signal.SIGKILL)\n", False),
 ])
+@pytest.mark.slow
 def test_a_fork_bomb_a_flood_of_output_or_kill_all_ends_in_zero_quickly(tiny_store, tmp_path, appended, tampered):
     store, instances = tiny_store
     instance = instances[0]

@@ -107,6 +107,7 @@ def test_an_input_over_a_secrets_limit_names_its_size_and_the_limit(tiny_store, 
         pack_grading_input(repo, _tests(instance), 60.0)
 
 
+@pytest.mark.slow
 def test_the_pod_run_as_nobody_grades_a_genuine_fix_and_not_the_bug(tiny_store, tmp_path, nobody_python, pod_dir):
     instance, repo = _graded_checkout(tiny_store, tmp_path)
     log = run_pod(pack_grading_input(repo, _tests(instance), 60.0), pod_dir / "fixed", nobody_python, NONCE)

@@ -155,6 +155,7 @@ def test_a_forgery_beside_a_real_fix_is_still_tamper(tiny_store, tmp_path, attac
     assert grade.reward == 0.0 and grade.details["tamper"] is True, grade.details
 
 
+@pytest.mark.slow
 def test_real_fixes_still_resolve_with_the_canaries(tiny_store):
     store, instances = tiny_store
     for instance in instances:
@@ -164,6 +165,7 @@ def test_real_fixes_still_resolve_with_the_canaries(tiny_store):
         assert unresolved.reward == 0.0 and unresolved.details["tamper"] is False, unresolved.details
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", [TARGETED_REPORTS, FORGED_DOCUMENT], ids=["reports", "document"])
 def test_the_grading_pod_runs_the_canary_rounds_too(tiny_store, tmp_path, nobody_python, pod_dir, attack):
     """The Kubernetes path: the pod (run as nobody, no bubblewrap) runs the rounds one after the other and the

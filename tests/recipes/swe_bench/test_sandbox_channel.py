@@ -42,6 +42,7 @@ def test_a_missing_directory_is_an_error_not_a_hang(sandbox):
     assert result.returncode == 126 and "no directory /no/such/dir" in result.output
 
 
+@pytest.mark.slow
 def test_a_command_past_its_timeout_is_killed_with_its_children(sandbox, tmp_path):
     client, _ = sandbox
     marker = tmp_path / "child-survived"
@@ -69,6 +70,7 @@ def test_sigterm_stops_the_loop_with_exit_0(sandbox, tmp_path):
     assert process.wait(timeout=5) == 0  # the kubelet stopping the sidecar does not read as a failure
 
 
+@pytest.mark.slow
 def test_mini_swe_agent_environment_runs_in_the_sandbox_and_submits(sandbox, tmp_path):
     from minisweagent.exceptions import Submitted
 
