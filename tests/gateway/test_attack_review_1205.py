@@ -107,7 +107,8 @@ def test_a_task_the_policy_stalls_on_does_not_leave_the_validation_mean(admin) -
     driver = threading.Thread(target=_drive, args=(admin, prefix, 1, stop), daemon=True)
     driver.start()
     try:
-        metrics, groups = run_validation.fn(admin, [{"id": "solved"}, {"id": "stalled"}], prefix, 1, 3, 2.0, 1.0)
+        metrics, groups = run_validation.fn(admin, [{"id": "solved"}, {"id": "stalled"}], prefix, group_size=1,
+                                             policy_version=3, timeout_s=3.0, pass_threshold=1.0)
     finally:
         stop.set()
         driver.join(WAIT_S)
