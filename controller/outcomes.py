@@ -23,8 +23,10 @@ engine that answered off the protocol, with a 5xx or with a stream that broke: t
 failures are the agent's; a genuinely broken engine then shows as reward 0 everywhere, with the code in each call).
 Each infra outcome carries its `InfraReason`, which the state change records (the infra rate per cause).
 
-An `agent` failure is final and counts as the agent's result; no reward is posted unless the recipe sets
-`grade_agent_failures = True` (then the grader runs and its reward is posted before the state changes).
+An `agent` failure is final and counts as the agent's result: the grader runs only if the recipe sets
+`grade_agent_failures = True` (its reward is then posted before the state changes); otherwise the recipe's
+`failure_reward` (the bottom of its scale, default 0) is posted (`report.ungraded_failure`), so a harness that fails
+never scores above a wrong answer.
 An `infra` failure is retried: `settle` turns it into a requeue (running -> queued) while attempts remain.
 """
 

@@ -54,6 +54,8 @@ def report_attempt(attempt: Attempt, result: RunResult, admin: LeaseClient, grad
     retryable = True
     if outcome.graded:
         outcome, retryable = _grade(attempt, result, calls, grader, outcome, controller_id)
+    elif outcome.failure_kind == FailureKind.AGENT:
+        _post(grader, attempt, ungraded_failure(attempt.recipe, outcome), controller_id)
     final = settle(outcome, number, attempt.rollout.max_attempts) if retryable else outcome
     admin.set_state(rollout_id, final.state, final.failure_kind, final.error, attempt=number,
                     controller_id=controller_id, reason=final.reason)
@@ -93,8 +95,17 @@ def _grade(attempt: Attempt, result: RunResult, calls: list, grader: LeaseClient
     return outcome, True
 
 
+def ungraded_failure(recipe: object, outcome: Outcome) -> Grade:
+    """The grade of an agent failure the grader does not see (a harness that exited non-zero, crashed or ran into its
+    timeout; `grade_agent_failures` off): the recipe's `failure_reward`, the bottom of its scale, so a harness that
+    fails never scores above a wrong answer, on any scale (a file recipe's `reward_range: [-1, 1]`), and every agent
+    failure carries its reward in the store for the trainer, the metrics and the traces alike."""
+    return Grade(failure_reward(recipe), {"error": safe_text(outcome.error or "", 2000), "graded": False})
+
+
 def failure_reward(recipe: object) -> float:
-    """The reward of an attempt whose tree is refused or whose grader fails on what the agent left: the recipe's
+    """The reward of an attempt that failed as the agent's (its tree refused, its grader failing on what the agent left,
+    its harness failing before any grade): the recipe's
     optional `failure_reward` (the bottom of its grader's scale, so breaking the grader never beats a verdict),
     default 0.0."""
     value = getattr(recipe, "failure_reward", 0.0)

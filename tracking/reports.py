@@ -32,12 +32,14 @@ def no_signal_message(iteration: int, groups: Sequence[FinishedGroup], split: St
 
 def failures_clause(split: StalenessSplit) -> str:
     """"; N failed (agent: a, infra: b) ..." for the failed rollouts of the kept groups, or ""."""
-    kinds = Counter(r.failure_kind or "unknown" for g in split.kept for r in g.rollouts if r.reward is None)
+    kinds = Counter(r.failure_kind or "unknown" for g in split.kept for r in g.rollouts
+                    if r.failure_kind is not None or r.reward is None)
     if not kinds:
         return ""
     counts = ", ".join(f"{kind}: {n}" for kind, n in sorted(kinds.items()))
-    return (f"; {sum(kinds.values())} rollouts failed ({counts}): agent failures (a crash, a timeout) count with "
-            "algorithm.advantage.agent_failure_reward, infrastructure failures are left out of their group")
+    return (f"; {sum(kinds.values())} rollouts failed ({counts}): agent failures (a crash, a timeout) count at the "
+            "recipe's failure reward the controller posts (one without a reward at "
+            "algorithm.advantage.agent_failure_reward), infrastructure failures are left out of their group")
 
 
 def throughput_metrics(groups: Sequence[FinishedGroup], iteration_s: float) -> dict[str, float]:

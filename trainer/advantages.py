@@ -52,7 +52,8 @@ class AdvantageConfig:
     level: Level = "rollout"
     """rollout: each rollout counts once; sample: each sample counts (ablation)."""
     agent_failure_reward: float | None = 0.0
-    """Reward given to agent failures without one; None excludes them like infra failures."""
+    """Reward given to agent failures without one (the controller posts the recipe's failure reward for each, so only
+    records without it: another controller's); None excludes those like infra failures."""
     filter_zero_variance: bool = False
     """Drop the samples of groups whose members all share one reward, out of the batch and its loss denominators
     (false: they train with advantage 0 and count in the denominators, as every rollout taken does in verl)."""

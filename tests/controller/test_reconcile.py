@@ -68,9 +68,10 @@ def test_every_rollout_ends_with_the_right_state_kind_and_reward(gateway, admin,
     ids = create(admin, tasks)
     reconciler = reconcile_all(gateway, grader, tmp_path)
     got = {i: admin.get_rollout(i) for i in ids}
+    # an agent failure the grader does not see carries the recipe's failure_reward (0 here), the bottom of its scale
     expected = [(RolloutState.SUCCEEDED, None, 1.0), (RolloutState.SUCCEEDED, None, 1.0),
-                (RolloutState.FAILED, FailureKind.AGENT, None), (RolloutState.FAILED, FailureKind.AGENT, None),
-                (RolloutState.FAILED, FailureKind.AGENT, None), (RolloutState.SUCCEEDED, None, 0.0),
+                (RolloutState.FAILED, FailureKind.AGENT, 0.0), (RolloutState.FAILED, FailureKind.AGENT, 0.0),
+                (RolloutState.FAILED, FailureKind.AGENT, 0.0), (RolloutState.SUCCEEDED, None, 0.0),
                 (RolloutState.FAILED, FailureKind.AGENT, 1.0), (RolloutState.FAILED, FailureKind.INFRA, None)]
     assert [(got[i].state, got[i].failure_kind, got[i].reward) for i in ids] == expected
     assert "exited with code 3" in got[ids[2]].error and "SIGABRT" in got[ids[3]].error
@@ -81,7 +82,10 @@ def test_every_rollout_ends_with_the_right_state_kind_and_reward(gateway, admin,
     [reward] = events(admin, ids[0], EventKind.REWARD)
     assert reward == {"reward": 1.0, "details": {"calls": 1, "prepared": "ok", "exit_code": 0}}
     assert len(admin.calls(ids[0], attempt=1)) == 1
-    assert events(admin, ids[2], EventKind.REWARD) == []  # agent failures are not graded by default
+    # agent failures are not graded by default: the recipe's failure reward is posted, saying it was not graded
+    (failed,) = events(admin, ids[2], EventKind.REWARD)
+    assert failed["reward"] == 0.0 and failed["details"]["graded"] is False
+    assert "exited with code 3" in failed["details"]["error"]
     assert events(admin, ids[6], EventKind.REWARD)[0]["details"]["exit_code"] == 3
 
 

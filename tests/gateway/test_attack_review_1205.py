@@ -61,18 +61,13 @@ def _report(admin, tmp_path: Path, recipe, exit_code: int) -> str:
     return rollout_id
 
 
-@pytest.mark.xfail(strict=True, reason="hole: an agent failure without a reward counts at "
-                   "algorithm.advantage.agent_failure_reward (default 0.0, in the advantages and, since b253e49, in "
-                   "the reward metrics), whatever the recipe's scale: on a scale whose bottom is below it (a file "
-                   "recipe's reward_range [-1, 1]) a harness that exits non-zero (or runs into its timeout) scores "
-                   "above a wrong answer. Fix: the controller posts the recipe's failure_reward for an ungraded "
-                   "agent failure, or the run refuses agent_failure_reward above the recipe's failure_reward")
 def test_exiting_non_zero_never_scores_above_a_wrong_answer(admin, tmp_path) -> None:
     recipe = SignedScale()
     wrong = admin.get_rollout(_report(admin, tmp_path, recipe, exit_code=0))
     crashed = admin.get_rollout(_report(admin, tmp_path, recipe, exit_code=1))
     assert (wrong.state, wrong.reward) == (RolloutState.SUCCEEDED, -1.0)
-    assert (crashed.state, crashed.failure_kind, crashed.reward) == (RolloutState.FAILED, FailureKind.AGENT, None)
+    # the controller posts the recipe's failure_reward, the bottom of its scale, for an agent failure it does not grade
+    assert (crashed.state, crashed.failure_kind, crashed.reward) == (RolloutState.FAILED, FailureKind.AGENT, -1.0)
     failure_reward = 0.0  # flows.train.failure_reward_of(RunConfig()): AdvantageConfig.agent_failure_reward
     crashed_scores = scored_reward(crashed, failure_reward)
     assert crashed_scores is not None and crashed_scores <= scored_reward(wrong, failure_reward)
