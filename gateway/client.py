@@ -43,6 +43,11 @@ def _segment(name: str) -> str:
     return quote(name, safe="").replace(".", "%2E")
 
 
+CALLS_PAGE = 32
+"""Calls read per request by `GatewayClient.calls` for one attempt (an attempt's calls hold at most the gateway's
+max_call_bytes_per_attempt, a page a share of it)."""
+
+
 class GatewayAPIError(RuntimeError):
     """The gateway answered with an error; `status` and the OpenAI-style `code` are kept."""
 
@@ -54,6 +59,8 @@ class GatewayAPIError(RuntimeError):
 
 class GatewayClient:
     """Admin-API client; `token` is the admin (or grader) token."""
+
+    calls_page = CALLS_PAGE  # calls read per request of one attempt's listing (`calls`)
 
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
@@ -167,9 +174,20 @@ class GatewayClient:
         return FinishedPage.model_validate(data)
 
     def calls(self, rollout_id: str, attempt: int | None = None) -> list[CallRecord]:
-        """A rollout's recorded calls."""
-        params = {"attempt": attempt} if attempt is not None else None
-        return _CALLS.validate_python(self._call("GET", f"/v1/admin/rollouts/{rollout_id}/calls", params=params))
+        """A rollout's recorded calls; one attempt's are read in pages of `calls_page` calls (a request each, within
+        the client's timeout, however many bytes the attempt recorded)."""
+        page_calls = self.calls_page
+        path = f"/v1/admin/rollouts/{rollout_id}/calls"
+        if attempt is None:
+            return _CALLS.validate_python(self._call("GET", path))
+        calls: list[CallRecord] = []
+        while True:
+            after = calls[-1].seq if calls else -1
+            page = _CALLS.validate_python(self._call("GET", path, params={"attempt": attempt, "after_seq": after,
+                                                                         "limit": page_calls}))
+            calls.extend(page)
+            if len(page) < page_calls:
+                return calls
 
     # -- artifacts --
     def put_artifact(self, rollout_id: str, name: str, data: bytes) -> ArtifactInfo:

@@ -34,6 +34,11 @@ class GatewayConfig(BaseModel):
                                        description="Most calls one rollout attempt may make (429 after).")
     max_artifact_bytes_per_attempt: int = Field(default=256 * 1024 * 1024, gt=0,
                                                 description="Most artifact bytes a harness stores per attempt (413).")
+    max_call_bytes_per_attempt: int = Field(default=256 * 1024 * 1024, gt=0,
+                                            description="Most bytes of recorded calls (request, answer and "
+                                            "continuation bodies as stored) one attempt may hold: a request past it "
+                                            "is refused on arrival, an answer at its recording (413 "
+                                            "call_bytes_quota_exceeded, the call not recorded).")
     max_event_bytes_per_attempt: int = Field(default=16 * 1024 * 1024, gt=0,
                                              description="Most event payload bytes a harness posts per attempt (413).")
     store_lock_wait_s: float = Field(default=0.75, gt=0, le=30,

@@ -101,9 +101,14 @@ def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status
 
 
 async def record_call(svc: GatewayContext, ctx: CallContext, row: dict[str, Any]) -> None:
-    """Store the call's row and, when the gateway exports OpenTelemetry, report its span (recorded or not)."""
+    """Store the call's row and, when the gateway exports OpenTelemetry, report its span (recorded or not). The
+    answer's bytes are counted against the attempt's `max_call_bytes_per_attempt` first: past it the row is not
+    stored (PayloadTooLarge, 413 `call_bytes_quota_exceeded`)."""
     recorded = False
     try:
+        answer_bytes = len(row.get("response_raw") or b"") + len(row.get("continuation") or b"")
+        await svc.recorder_store.charge_call_bytes(row["rollout_id"], row["attempt"], answer_bytes,
+                                                   svc.config.max_call_bytes_per_attempt, "answer")
         await svc.recorder_store.insert_call(row)
         recorded = True
     finally:

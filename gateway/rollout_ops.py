@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from gateway import schema
 from gateway.errors import BadRequest, Conflict, InvalidTransition, NotFound
+from gateway.nul_text import from_column, to_column
 from gateway.records import (
     TERMINAL_STATES,
     TRANSITIONS,
@@ -37,9 +38,10 @@ def row_to_rollout(row: Any) -> Rollout:
     """A stored rollout row as a `Rollout`."""
     return Rollout(
         id=row.id, group_id=row.group_id, input=orjson.loads(row.input), mode=row.mode, state=row.state,
-        attempt=row.attempt, max_attempts=row.max_attempts, failure_kind=row.failure_kind, error=row.error,
-        reward=row.reward, lease_owner=row.lease_owner, lease_expires_at=row.lease_expires_at,
-        created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
+        attempt=row.attempt, max_attempts=row.max_attempts, failure_kind=row.failure_kind,
+        error=from_column(row.error), reward=row.reward, lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at, created_at=row.created_at, started_at=row.started_at,
+        finished_at=row.finished_at,
         finished_seq=row.finished_seq, sampling_seed=row.sampling_seed, calls_closed_at=row.calls_closed_at,
     )
 
@@ -128,7 +130,7 @@ def _finish(conn: sa.Connection, rollout_id: str, state: RolloutState, kind: Fai
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(FINISHED_SEQ_LOCK)))
     last = conn.execute(sa.select(sa.func.max(R.finished_seq))).scalar() or 0
     conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(
-        state=state.value, failure_kind=kind.value if kind else None, error=error, finished_at=now,
+        state=state.value, failure_kind=kind.value if kind else None, error=to_column(error), finished_at=now,
         finished_seq=last + 1, lease_owner=None, lease_expires_at=None))
 
 
@@ -178,7 +180,7 @@ def transition_rollout(conn: sa.Connection, rollout_id: str, patch: RolloutPatch
                          param="reason")
     if target == RolloutState.QUEUED:  # a requeue: the ended attempt's reward goes with it
         conn.execute(schema.rollouts.update().where(R.id == rollout_id).values(
-            state=target.value, lease_owner=None, lease_expires_at=None, error=patch.error, reward=None))
+            state=target.value, lease_owner=None, lease_expires_at=None, error=to_column(patch.error), reward=None))
     elif target in TERMINAL_STATES:
         _finish(conn, rollout_id, target, patch.failure_kind, patch.error, now)
     else:

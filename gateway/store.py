@@ -25,6 +25,7 @@ from gateway import artifacts, call_fence, schema
 from gateway.artifacts import ArtifactInfo
 from gateway.committer import StoreBusy, make_committer
 from gateway.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StoreUnavailable
+from gateway.nul_text import escape_columns, to_column
 from gateway.numbering import StoreNumbers
 from gateway.records import (
     TERMINAL_STATES,
@@ -73,6 +74,7 @@ class SqlStore:
         self._cache_rollouts = cache_rollouts
         self._briefs: dict[str, RolloutBrief] = {}
         self._seqs: dict[tuple[str, int], int] = {}
+        self._call_bytes: dict[tuple[str, int], int] = {}  # recorded call bytes per attempt (`charge_call_bytes`)
         self._numbering: asyncio.Event | None = None  # set once calls are numbered in the store (`share_numbering`)
         self.numbers_until = math.inf  # monotonic time after which this gateway numbers no call: its heartbeat is
         # late, and a gateway starting meanwhile may count it gone and number calls on its own (`gateway.fleet`)
@@ -280,10 +282,38 @@ class SqlStore:
                            f"{rollout.attempt}, {rollout.state}{closed}); nothing was forwarded", code="stale_attempt")
         return seq
 
+    async def charge_call_bytes(self, rollout_id: str, attempt: int, size: int, budget_bytes: int,
+                                what: str) -> None:
+        """Count `size` more bytes of recorded calls (a request on arrival, an answer at its recording) against the
+        attempt's budget, or PayloadTooLarge (413 `call_bytes_quota_exceeded`, nothing counted) when they would pass
+        `budget_bytes`. Counted in this process's memory: an addition per call, seeded once per attempt (the first
+        time this gateway sees it) with the bytes the store already holds for it (`CALL_BYTES`)."""
+        key = (rollout_id, attempt)
+        used = self._call_bytes.get(key)
+        if used is None:
+            c = schema.calls.c
+            stored = await self._read(lambda conn: conn.execute(sa.select(CALL_BYTES).where(
+                c.rollout_id == rollout_id, c.attempt == attempt)).scalar())
+            used = self._call_bytes.get(key)
+            if used is None:
+                if len(self._call_bytes) >= CALL_BYTES_CACHE_MAX:  # bounded: the oldest tenth is read again
+                    for stale in list(itertools.islice(self._call_bytes, CALL_BYTES_CACHE_MAX // 10)):
+                        del self._call_bytes[stale]
+                used = int(stored or 0)
+        if used + size > budget_bytes:
+            self._call_bytes[key] = used
+            raise PayloadTooLarge(
+                f"attempt {attempt} of rollout {rollout_id!r} has recorded {used} bytes of calls (requests and "
+                f"answers); this {what} of {size} bytes would pass the limit of {budget_bytes} bytes per attempt "
+                "(max_call_bytes_per_attempt): the call is not recorded. Send shorter requests (compact the context) "
+                "or raise the gateway's max_call_bytes_per_attempt", code="call_bytes_quota_exceeded")
+        self._call_bytes[key] = used + size
+
     async def insert_call(self, row: dict[str, Any]) -> None:
         """Durably record one call (group-committed). Refused (409, nothing recorded) when its attempt is no longer
         the rollout's live one at the commit (`gateway.call_fence`: `rollout_finished`, `stale_attempt`) or its
         number is already recorded (`duplicate_call`)."""
+        row = escape_columns(row, CALL_TEXT_COLUMNS)
         try:
             with unavailable_as_503():
                 await self._committer.run_insert(schema.calls, row)
@@ -299,14 +329,23 @@ class SqlStore:
         rollout = await self.get_rollout(row["rollout_id"]) if why == call_fence.Refusal.ENDED else None
         return call_fence.conflict(row, why, rollout)
 
-    async def list_calls(self, rollout_id: str, attempt: int | None) -> list[CallRecord]:
-        """A rollout's calls ordered by attempt and arrival."""
+    async def list_calls(self, rollout_id: str, attempt: int | None, *, after_seq: int | None = None,
+                         limit: int | None = None) -> list[CallRecord]:
+        """A rollout's calls ordered by attempt and arrival; a page of them with `after_seq` (only the calls numbered
+        above it) and `limit` (at most that many), which need `attempt`."""
         await self.get_rollout(rollout_id)
         c = schema.calls.c
         query = sa.select(*schema.RECORD_COLUMNS).where(c.rollout_id == rollout_id)
         if attempt is not None:
             query = query.where(c.attempt == attempt)
-        rows = await self._read(lambda conn: conn.execute(query.order_by(c.attempt, c.seq)).all())
+        if (after_seq is not None or limit is not None) and attempt is None:
+            raise BadRequest("a page of calls (after_seq, limit) is of one attempt: name it", param="attempt")
+        if after_seq is not None:
+            query = query.where(c.seq > after_seq)
+        query = query.order_by(c.attempt, c.seq)
+        if limit is not None:
+            query = query.limit(limit)
+        rows = await self._read(lambda conn: conn.execute(query).all())
         return [call_row_to_record(row) for row in rows]
 
     async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int) -> list[CallRecord]:
@@ -325,7 +364,7 @@ class SqlStore:
         lookup, `schema.CONTINUED`), or None when no such answer has one (none recorded, or an older gateway's)."""
         c = schema.calls.c
         query = (sa.select(c.continuation)
-                 .where(c.rollout_id == rollout_id, c.attempt == attempt, c.response_id == response_id,
+                 .where(c.rollout_id == rollout_id, c.attempt == attempt, c.response_id == to_column(response_id),
                         c.continuation.isnot(None), c.kind == kind, c.status == CallStatus.OK.value)
                  .limit(1))
         return await self._read(lambda conn: conn.execute(query).scalar())
@@ -385,6 +424,14 @@ class SqlStore:
 
 BRIEF_CACHE_MAX = 100_000
 """Rollout briefs a gateway keeps in memory (about 200 bytes each); past it the oldest tenth is dropped."""
+CALL_BYTES_CACHE_MAX = 100_000
+"""Attempts whose recorded call bytes a gateway keeps in memory; past it the oldest tenth is dropped (read again)."""
+CALL_TEXT_COLUMNS = ("model", "error", "response_id", "response_text", "finish_reason")
+"""A call row's text columns that may carry the harness's or the engine's text: NUL-escaped (`gateway.nul_text`)."""
+CALL_BYTES = (sa.func.coalesce(sa.func.sum(sa.func.length(schema.calls.c.request)
+                                           + sa.func.coalesce(sa.func.length(schema.calls.c.response_raw), 0)
+                                           + sa.func.coalesce(sa.func.length(schema.calls.c.continuation), 0)), 0))
+"""The bytes an attempt's recorded calls count against `max_call_bytes_per_attempt`: request, answer, continuation."""
 RAISE_NEXT_SEQ = sa.text("UPDATE rollouts SET next_seq = GREATEST(next_seq, :next)"
                          " WHERE id = :id AND attempt = :attempt")
 

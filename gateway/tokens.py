@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from gateway.capture import Captured
+from gateway.nul_text import from_column
 from gateway.records import CallRecord, CallStatus, ChoiceRecord, SamplingRecord
 
 
@@ -76,13 +77,14 @@ def call_row_to_record(row: Any) -> CallRecord:
     """A stored call row as a `CallRecord`."""
     return CallRecord(
         id=row.id, rollout_id=row.rollout_id, attempt=row.attempt, seq=row.seq, kind=row.kind, stream=row.stream,
-        model=row.model, upstream=row.upstream, status=CallStatus(row.status), http_status=row.http_status,
-        error=row.error, error_code=row.error_code, request=orjson.loads(row.request),
+        model=from_column(row.model), upstream=row.upstream, status=CallStatus(row.status),
+        http_status=row.http_status,
+        error=from_column(row.error), error_code=row.error_code, request=orjson.loads(row.request),
         response_raw=row.response_raw.decode("utf-8", "replace") if row.response_raw is not None else None,
-        response_id=row.response_id, prompt_token_ids=unpack_ids(row.prompt_token_ids),
+        response_id=from_column(row.response_id), prompt_token_ids=unpack_ids(row.prompt_token_ids),
         response_token_ids=unpack_ids(row.response_token_ids),
-        response_logprobs=unpack_floats(row.response_logprobs), response_text=row.response_text,
-        finish_reason=row.finish_reason, n_choices=row.n_choices,
+        response_logprobs=unpack_floats(row.response_logprobs), response_text=from_column(row.response_text),
+        finish_reason=from_column(row.finish_reason), n_choices=row.n_choices,
         extra_choices=unpack_extra_choices(row.extra_choices), side=bool(row.side),
         sampling=unpack_sampling(row.sampling), policy_version=row.policy_version,
         recorded_prefix=row.recorded_prefix,

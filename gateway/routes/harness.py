@@ -33,6 +33,7 @@ from gateway.errors import (
     NotFound,
     QuotaExceeded,
 )
+from gateway.nul_text import refuse_nul
 from gateway.protocols import anthropic, responses
 from gateway.protocols.base import ProtocolAdapter
 from gateway.proxy import (
@@ -153,13 +154,18 @@ async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: st
                         traceparent: str | None = None, sampling: SamplingRecord | None = None) -> CallContext:
     """The context of a call about to go upstream, with its arrival number and, for a seeded rollout, its seed in
     `sampling` (`gateway.sampling.seed_record`); QuotaExceeded (429) once the attempt has made
-    `max_calls_per_attempt` calls. Every kind of call (chat, completion, translated) is built here."""
+    `max_calls_per_attempt` calls; BadRequest (400) for a model name with a NUL; PayloadTooLarge (413
+    `call_bytes_quota_exceeded`, before the call takes a number) when its request would pass the attempt's
+    `max_call_bytes_per_attempt`. Every kind of call (chat, completion, translated) is built here."""
+    model = str(request.get("model", ""))
+    refuse_nul(model, "model")  # an identifier the harness sends: a NUL is its error (the store keeps none)
+    await svc.recorder_store.charge_call_bytes(rollout_id, brief.attempt, len(raw),
+                                               svc.config.max_call_bytes_per_attempt, "request")
     seq = await svc.recorder_store.next_call_seq(rollout_id, brief.attempt)
     if seq >= svc.config.max_calls_per_attempt:
         raise QuotaExceeded(f"attempt {brief.attempt} of rollout {rollout_id!r} has made its "
                             f"{svc.config.max_calls_per_attempt} calls, the limit per attempt "
                             "(max_calls_per_attempt); nothing was forwarded")
-    model = str(request.get("model", ""))
     return CallContext(rollout_id=rollout_id, attempt=brief.attempt, seq=seq, kind=kind,
                        stream=bool(request.get("stream", False)), model=model, endpoint=endpoint, request_raw=raw,
                        created_at=created_at, started=started,

@@ -1,0 +1,107 @@
+"""The per-attempt budget of recorded call bytes (`max_call_bytes_per_attempt`): a request past it is refused on
+arrival, an answer past it at its recording (413 `call_bytes_quota_exceeded`, nothing recorded, no number taken by a
+refused request); a harness that gives up after it is the agent's failure; the controller reads an attempt's calls
+in pages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controller.attempt import Attempt
+from controller.report import report_attempt
+from controller.runners.base import RunResult, RunSpec, Termination
+from gateway.client import GatewayClient
+from gateway.records import FailureKind, RolloutSpec, RolloutState
+from tests.controller.support import ScriptRecipe
+from tests.gateway.api_support import new_id, write_config
+from tests.gateway.support import ADMIN_TOKEN
+from tests.inprocess import InProcessGateway
+
+BUDGET_BYTES = 64 << 10
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def budgeted(tmp_path, scripted) -> Iterator[GatewayClient]:
+    """A gateway whose attempts may record BUDGET_BYTES of calls."""
+    config = write_config(tmp_path / "gw.yaml", max_call_bytes_per_attempt=BUDGET_BYTES)
+    gateway = InProcessGateway(tmp_path / "store.db", config_path=config).start()
+    try:
+        with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
+            admin.register_model("policy", scripted.base_url, version=3)
+            yield admin
+    finally:
+        gateway.stop()
+
+
+def _claimed(admin: GatewayClient, prefix: str):
+    rollout_id = new_id(prefix)
+    admin.create_rollouts([RolloutSpec(id=rollout_id, group_id=new_id("g"))])
+    (claimed,) = [r for r in admin.claim("ctl", limit=1000, lease_s=600) if r.id == rollout_id]
+    return claimed
+
+
+def _post(claimed, content_bytes: int, **fields) -> httpx.Response:
+    body = {"model": "policy", "messages": [{"role": "user", "content": "x" * content_bytes}], **fields}
+    return httpx.post(claimed.base_url + "/chat/completions", json=body, timeout=WAIT_S,
+                      headers={"authorization": f"Bearer {claimed.api_key}"})
+
+
+def _stored_bytes(admin: GatewayClient, rollout_id: str) -> int:
+    return sum(len(c.response_raw or "") + len(httpx.Request("POST", "/", json=c.request).content)
+               for c in admin.calls(rollout_id, attempt=1))
+
+
+def test_a_request_past_the_budget_is_refused_on_arrival_and_takes_no_number(budgeted) -> None:
+    claimed = _claimed(budgeted, "req")
+    answers = [_post(claimed, 40 << 10), _post(claimed, 40 << 10), _post(claimed, 100)]
+    assert [a.status_code for a in answers] == [200, 413, 200], [a.text[:300] for a in answers]
+    error = answers[1].json()["error"]
+    assert error["code"] == "call_bytes_quota_exceeded"
+    assert "max_call_bytes_per_attempt" in error["message"]
+    calls = budgeted.calls(claimed.id, attempt=1)
+    assert [c.seq for c in calls] == [0, 1]  # the refused request left no gap
+    assert _stored_bytes(budgeted, claimed.id) <= BUDGET_BYTES
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_past_the_budget_is_not_recorded(budgeted, stream) -> None:
+    """The request fits, the engine's answer (a few KB) does not: refused at its recording (a 413, or a stream's
+    closing error event instead of `[DONE]`), nothing recorded."""
+    claimed = _claimed(budgeted, "ans")
+    answer = _post(claimed, BUDGET_BYTES - 300, stream=stream)
+    if stream:
+        assert answer.status_code == 200
+        assert "call_bytes_quota_exceeded" in answer.text and "[DONE]" not in answer.text
+    else:
+        assert answer.status_code == 413 and answer.json()["error"]["code"] == "call_bytes_quota_exceeded"
+    assert budgeted.calls(claimed.id, attempt=1) == []
+
+
+def test_a_harness_that_gives_up_after_the_budget_is_the_agents_failure(budgeted, tmp_path: Path) -> None:
+    claimed = _claimed(budgeted, "gaveup")
+    assert _post(claimed, 100).status_code == 200
+    assert _post(claimed, BUDGET_BYTES).status_code == 413
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    spec = RunSpec(rollout_id=claimed.id, attempt=1, command=("true",), base_url="", api_key="", task={},
+                   workdir=workdir, timeout_s=1, stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
+    result = RunResult(claimed.id, 1, Termination.EXITED, 1, "exited with code 1", 0.1)
+    outcome = report_attempt(Attempt(claimed, ScriptRecipe(), spec), result, budgeted, budgeted, "ctl", 600.0)
+    assert outcome is not None and (outcome.state, outcome.failure_kind) == (RolloutState.FAILED, FailureKind.AGENT)
+    rollout = budgeted.get_rollout(claimed.id)
+    assert (rollout.state, rollout.failure_kind, rollout.attempt) == (RolloutState.FAILED, FailureKind.AGENT, 1)
+
+
+def test_the_client_reads_an_attempts_calls_in_pages(budgeted) -> None:
+    claimed = _claimed(budgeted, "pages")
+    for _ in range(5):
+        assert _post(claimed, 10).status_code == 200
+    budgeted.calls_page = 2
+    paged = budgeted.calls(claimed.id, attempt=1)
+    assert [c.seq for c in paged] == [0, 1, 2, 3, 4]
+    assert paged == budgeted.calls(claimed.id)  # the whole listing (every attempt, one request) agrees
