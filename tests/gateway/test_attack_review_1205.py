@@ -133,14 +133,14 @@ def test_a_harness_cannot_claim_the_engines_forced_opening_for_its_forced_call(a
     assert sampling_params(call.sampling).penalized  # masked by the trainer
 
 
-BUDGET_BYTES = 2 << 20  # the gateway's per-attempt byte budgets in the test below (events, artifacts)
+BUDGET_BYTES = 2 << 20  # the gateway's per-attempt byte budgets in the test below (events, artifacts, calls)
 
 
 @pytest.fixture
 def budgeted_gateway(tmp_path, scripted) -> Iterator[GatewayClient]:
     """A gateway whose per-attempt byte budgets are BUDGET_BYTES and whose request bodies may be 1 MiB."""
     config = write_config(tmp_path / "gw.yaml", max_body_bytes=1 << 20, max_event_bytes_per_attempt=BUDGET_BYTES,
-                          max_artifact_bytes_per_attempt=BUDGET_BYTES)
+                          max_artifact_bytes_per_attempt=BUDGET_BYTES, max_call_bytes_per_attempt=BUDGET_BYTES)
     gateway = InProcessGateway(tmp_path / "store.db", config_path=config).start()
     try:
         with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
@@ -150,15 +150,12 @@ def budgeted_gateway(tmp_path, scripted) -> Iterator[GatewayClient]:
         gateway.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="hole: the calls an attempt records have a count quota "
-                   "(max_calls_per_attempt, 10,000) and a per-body cap (max_body_bytes, 32 MiB) but no byte budget, "
-                   "unlike its events and artifacts; the controller reads them all in one listing before grading "
-                   "(report_attempt: admin.calls, 60 s client timeout) and a report that raises leaves the lease to "
-                   "expire, which requeues the attempt (infra lease_expired) and fails it as infra after "
-                   "max_attempts: a failing policy that records enough request bytes turns its failure into a retry "
-                   "or an infrastructure failure (measured: 4 bodies of 8 MiB, a 33.5 MB listing). Fix: a per-attempt "
-                   "budget of recorded call bytes (413 past it), as for events and artifacts")
 def test_an_attempt_records_no_more_call_bytes_than_its_budget(budgeted_gateway) -> None:
+    """Was a hole: recorded calls had a count quota and a per-body cap but no byte budget (unlike events and
+    artifacts), and the controller read them all in one listing before grading (a report that raised left the lease to
+    expire: infra lease_expired, requeued). Now `max_call_bytes_per_attempt` refuses the request past it (413
+    call_bytes_quota_exceeded) and the controller reads an attempt's calls in pages (tests/gateway/
+    test_call_bytes_budget.py: the answer past it, the agent's failure, the pages)."""
     admin = budgeted_gateway
     rollout_id = new_id("bytes")
     admin.create_rollouts([RolloutSpec(id=rollout_id, group_id=new_id("g"))])
@@ -168,15 +165,14 @@ def test_an_attempt_records_no_more_call_bytes_than_its_budget(budgeted_gateway)
                            headers={"authorization": f"Bearer {claimed.api_key}"}).status_code for _ in range(4)]
     recorded = sum(len(orjson.dumps(call.request)) for call in admin.calls(rollout_id, attempt=1))
     assert recorded <= BUDGET_BYTES, (statuses, recorded)
+    assert statuses == [200, 200, 413, 413], statuses
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="hole (PostgreSQL stores only): a NUL character in a text column of a call "
-                   "(the harness's `model`, or the engine's response_text, error, finish_reason) fails the call's "
-                   "insert with a DataError: the harness gets 500 internal_error ('a bug of the gateway') and the "
-                   "call is not recorded, where SQLite records it. Fix: refuse a NUL in the model name on arrival "
-                   "(400) and store the upstream's text columns NUL-free (or as bytes)")
 def test_a_nul_in_the_model_name_is_answered_as_the_harness_s_error_on_postgresql(postgres_server, scripted) -> None:
+    """Was a hole (PostgreSQL only): a NUL in a call's text column failed its insert, a 500 internal_error and the
+    call unrecorded. Now a model name with one is 400 (param model) and the engine's text columns are stored
+    NUL-escaped on both stores (gateway/nul_text.py; tests/gateway/test_nul_text.py)."""
     gateway = InProcessGateway(db_url=postgres_server.create_database("nul")).start()
     try:
         with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
@@ -187,6 +183,7 @@ def test_a_nul_in_the_model_name_is_answered_as_the_harness_s_error_on_postgresq
             body = {"model": "po\u0000licy", "messages": [{"role": "user", "content": "hi"}]}
             response = httpx.post(claimed.base_url + "/chat/completions", json=body, timeout=WAIT_S,
                                   headers={"authorization": f"Bearer {claimed.api_key}"})
-            assert response.status_code < 500, response.text
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["param"] == "model"
     finally:
         gateway.stop()
