@@ -38,12 +38,13 @@ class PreparedStep:
 
 
 def reward_metrics(rollouts: Sequence[Rollout], pass_threshold: float, prefix: str,
-                   failure_reward: float = 0.0) -> dict[str, float]:
+                   failure_reward: float = 0.0, unfinished: int = 0) -> dict[str, float]:
     """Reward mean / std and pass rate (reward >= pass_threshold) over every rollout but the infrastructure's
     failures, with failure counts. An agent failure without a reward (a harness that timed out or exited non-zero)
     counts at `failure_reward`, as the step trains on it (`AdvantageConfig.agent_failure_reward`): a policy that fails
-    the hard tasks outright does not raise the mean by leaving them out."""
-    scored = [scored_reward(r, failure_reward) for r in rollouts]
+    the hard tasks outright does not raise the mean by leaving them out. So do `unfinished` rollouts (a validation
+    pass's tasks whose group did not finish in its time: a policy that stalls on what it cannot solve)."""
+    scored = [scored_reward(r, failure_reward) for r in rollouts] + [failure_reward] * unfinished
     rewards_R = np.array([reward for reward in scored if reward is not None], dtype=np.float64)
     return {
         f"{prefix}/reward_mean": float(rewards_R.mean()) if rewards_R.size else 0.0,

@@ -54,12 +54,14 @@ def run_validation(client: FeedClient, val_rows: Sequence[dict], id_prefix: str,
                    sampling_seed: int | None = None,
                    failure_reward: float = 0.0) -> tuple[dict[str, float], list[FinishedGroup]]:
     """Every validation task in val mode (no training); returns val/ metrics (val/unfinished_tasks counts the tasks
-    whose group did not finish within `timeout_s`: they are left out, not fatal) and the groups (with their recorded
+    whose group did not finish within `timeout_s`: not fatal, and each of their rollouts counts in the means at
+    `failure_reward`, so stalling on a task never raises them) and the groups (with their recorded
     calls when `fetch_calls`). `sampling_seed`: every call seeded from it and the task (`FeedConfig.sampling_seed`),
     so the same weights give the same answers. An agent failure counts at `failure_reward` (`reward_metrics`)."""
     config = FeedConfig(group_size, id_prefix, RolloutMode.VAL, max_attempts=max_attempts,
                         task_overrides=task_overrides, fetch_calls=fetch_calls, sampling_seed=sampling_seed)
     groups, unfinished = val_pass_with_progress(client, config, val_rows, policy_version, timeout_s, "task",
-                                  "they are left out of the validation metrics")
-    metrics = reward_metrics([r for g in groups for r in g.rollouts], pass_threshold, "val", failure_reward)
+                                  "each of their rollouts counts as failed in the validation means")
+    metrics = reward_metrics([r for g in groups for r in g.rollouts], pass_threshold, "val", failure_reward,
+                             unfinished=len(unfinished) * group_size)
     return {**metrics, "val/unfinished_tasks": float(len(unfinished))}, groups

@@ -85,6 +85,8 @@ def test_an_agent_failure_without_a_reward_lowers_the_mean_instead_of_leaving_it
     assert m["val/reward_mean"] == 0.25 and m["val/pass_rate"] == 0.25
     assert m["val/scored"] == 4.0 and m["val/graded"] == 2.0 and m["val/failed_agent"] == 2.0
     assert reward_metrics(rollouts, 1.0, "val", failure_reward=-1.0)["val/reward_mean"] == -0.25
+    stalled = reward_metrics(rollouts[:2], 1.0, "val", unfinished=2)  # two tasks never finished
+    assert stalled["val/reward_mean"] == 0.25 and stalled["val/scored"] == 4.0 and stalled["val/rollouts"] == 2.0
 
 
 def test_the_step_reports_agent_failures_at_the_reward_it_trains_them_on():
