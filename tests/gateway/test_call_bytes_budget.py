@@ -25,9 +25,10 @@ BUDGET_BYTES = 64 << 10
 WAIT_S = 30.0
 
 
-@pytest.fixture
-def budgeted(tmp_path, scripted) -> Iterator[GatewayClient]:
-    """A gateway whose attempts may record BUDGET_BYTES of calls."""
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory, scripted) -> Iterator[GatewayClient]:
+    """A gateway whose attempts may record BUDGET_BYTES of calls (each test uses rollouts of its own)."""
+    tmp_path = tmp_path_factory.mktemp("budget")
     config = write_config(tmp_path / "gw.yaml", max_call_bytes_per_attempt=BUDGET_BYTES)
     gateway = InProcessGateway(tmp_path / "store.db", config_path=config).start()
     try:
@@ -102,6 +103,9 @@ def test_the_client_reads_an_attempts_calls_in_pages(budgeted) -> None:
     for _ in range(5):
         assert _post(claimed, 10).status_code == 200
     budgeted.calls_page = 2
-    paged = budgeted.calls(claimed.id, attempt=1)
+    try:
+        paged = budgeted.calls(claimed.id, attempt=1)
+    finally:
+        del budgeted.calls_page
     assert [c.seq for c in paged] == [0, 1, 2, 3, 4]
     assert paged == budgeted.calls(claimed.id)  # the whole listing (every attempt, one request) agrees
