@@ -69,17 +69,22 @@ def test_a_request_past_the_budget_is_refused_on_arrival_and_takes_no_number(bud
     assert _stored_bytes(budgeted, claimed.id) <= BUDGET_BYTES
 
 
+@pytest.mark.parametrize("path", ["/chat/completions", "/messages"])
 @pytest.mark.parametrize("stream", [False, True])
-def test_an_answer_past_the_budget_is_not_recorded(budgeted, stream) -> None:
+def test_an_answer_past_the_budget_is_not_recorded(budgeted, stream, path) -> None:
     """The request fits, the engine's answer (a few KB) does not: refused at its recording (a 413, or a stream's
-    closing error event instead of `[DONE]`), nothing recorded."""
+    closing error event instead of its end), nothing recorded; chat as it is and Messages translated alike."""
     claimed = _claimed(budgeted, "ans")
-    answer = _post(claimed, BUDGET_BYTES - 300, stream=stream)
+    body = {"model": "policy", "max_tokens": 8, "stream": stream,
+            "messages": [{"role": "user", "content": "x" * (BUDGET_BYTES - 300)}]}
+    answer = httpx.post(claimed.base_url + path, json=body, timeout=WAIT_S,
+                        headers={"authorization": f"Bearer {claimed.api_key}"})
     if stream:
         assert answer.status_code == 200
-        assert "call_bytes_quota_exceeded" in answer.text and "[DONE]" not in answer.text
+        assert "call_bytes_quota_exceeded" in answer.text
+        assert "[DONE]" not in answer.text and "message_stop" not in answer.text
     else:
-        assert answer.status_code == 413 and answer.json()["error"]["code"] == "call_bytes_quota_exceeded"
+        assert answer.status_code == 413 and "call_bytes_quota_exceeded" in answer.text, answer.text[:300]
     assert budgeted.calls(claimed.id, attempt=1) == []
 
 
