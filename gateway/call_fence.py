@@ -6,9 +6,12 @@ A call row commits only while its attempt is the rollout's running one and the c
 INSERT`), so it runs inside the insert the group commit already makes, in the same transaction: no statement or round
 trip of its own, whichever gateway (or older code) inserts the row, and whatever a gateway's cached brief said when
 the call arrived. On SQLite the writer holds the database's write lock for the whole transaction, so no state change
-can come between the check and the commit. On PostgreSQL the trigger share-locks the rollout's row: a state change on
-another connection waits for the call's commit (the call was recorded while the attempt ran), and a call whose check
-comes after the change sees the new state (READ COMMITTED re-reads the row it waited for) and is refused.
+can come between the check and the commit. On PostgreSQL the trigger takes the rollout's row `FOR KEY SHARE`, and every
+change that ends an attempt or closes its calls takes the row `FOR UPDATE` first (`rollout_ops`): such a change waits
+for the call's commit (the call was recorded while the attempt ran), and a call whose check comes after the change
+sees the new state (READ COMMITTED re-reads the row it waited for) and is refused. The call numbers other gateways
+take on the same row (`numbering`, `FOR NO KEY UPDATE`) do not conflict with it: a share lock there made numbering
+wait on every in-flight batch of calls, past the lock budget under load (503s after a gateway's `kill -9`).
 
 A refused row fails its insert with `FENCE_MARK` in the database's message; `refusal` tells it, and a duplicate of
 `(rollout_id, attempt, seq)` (the unique index `schema.UNIQUE_CALL_NUMBER`), from the driver's error.
@@ -29,10 +32,10 @@ log = logging.getLogger("harnessrl.gateway")
 
 FENCE_MARK = "harnessrl_call_fence"
 """In the message of a call row refused because its attempt is not the rollout's live one."""
-TRIGGER = "calls_live_attempt_v2"
+TRIGGER = "calls_live_attempt_v3"
 """The trigger's name; a new version of its rule gets a new name and drops the older ones (`OLD_TRIGGERS`)."""
-OLD_TRIGGERS = ("calls_live_attempt_v1",)
-"""Earlier versions of the trigger (v1: without the closed calls)."""
+OLD_TRIGGERS = ("calls_live_attempt_v1", "calls_live_attempt_v2")
+"""Earlier versions of the trigger (v1: without the closed calls; v2: a share lock that numbering waited on)."""
 LIVE = ("r.id = NEW.rollout_id AND r.attempt = NEW.attempt AND r.calls_closed_at IS NULL"
         " AND (r.state = 'running' OR (r.state = 'queued' AND r.attempt = 0))")
 """The rollout row `r` a call row `NEW` may be recorded for: its attempt running and its calls not closed by the
@@ -49,7 +52,7 @@ BEGIN SELECT RAISE(ABORT, '{MESSAGE}'); END
 POSTGRES_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM 1 FROM rollouts r WHERE {LIVE} FOR SHARE;
+  PERFORM 1 FROM rollouts r WHERE {LIVE} FOR KEY SHARE;
   IF NOT FOUND THEN
     RAISE EXCEPTION '{MESSAGE}' USING ERRCODE = 'check_violation';
   END IF;

@@ -29,7 +29,7 @@ WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(attempts)s::int[], %(counts)s
 locked AS MATERIALIZED (SELECT r.id FROM rollouts r JOIN v ON r.id = v.id AND r.attempt = v.attempt
                         WHERE r.calls_closed_at IS NULL
                           AND (r.state = 'running' OR (r.state = 'queued' AND r.attempt = 0))
-                        ORDER BY r.id FOR UPDATE OF r)
+                        ORDER BY r.id FOR NO KEY UPDATE OF r)
 UPDATE rollouts AS r
 SET next_seq = GREATEST(r.next_seq, COALESCE((SELECT max(c.seq) + 1 FROM calls c
                                               WHERE c.rollout_id = r.id AND c.attempt = v.attempt), 0)) + v.n

@@ -46,8 +46,11 @@ def row_to_rollout(row: Any) -> Rollout:
     )
 
 
-def _load(conn: sa.Connection, rollout_id: str) -> Any:
-    row = conn.execute(sa.select(schema.rollouts).where(R.id == rollout_id)).first()
+def _load(conn: sa.Connection, rollout_id: str, *, for_update: bool = False) -> Any:
+    """The rollout's row; `for_update` locks it `FOR UPDATE` on PostgreSQL (a change that ends its attempt or closes
+    its calls: it waits for the calls being committed, whose fence holds the row `FOR KEY SHARE`, `call_fence`)."""
+    query = sa.select(schema.rollouts).where(R.id == rollout_id)
+    row = conn.execute(query.with_for_update() if for_update else query).first()
     if row is None:
         raise NotFound(f"rollout {rollout_id!r} does not exist", param="rollout_id")
     return row
@@ -138,7 +141,7 @@ def renew_lease(conn: sa.Connection, rollout_id: str, controller_id: str, lease_
                 close_calls: bool = False) -> Rollout:
     """Extend a running rollout's lease; only its owner may. With `close_calls` the attempt's calls are closed (its
     harness ended): the store records no more calls of it (`gateway.call_fence`)."""
-    row = _load(conn, rollout_id)
+    row = _load(conn, rollout_id, for_update=close_calls)
     if row.state != RolloutState.RUNNING.value:
         raise Conflict(f"rollout {rollout_id!r} is {row.state}, not running; its lease cannot be renewed")
     if row.lease_owner != controller_id:
@@ -164,7 +167,7 @@ def check_fence(row: Any, attempt: int | None, controller_id: str | None) -> Non
 
 def transition_rollout(conn: sa.Connection, rollout_id: str, patch: RolloutPatch, now: float) -> Rollout:
     """Move a rollout along the state machine; invalid moves and fenced-off writers raise Conflict (409)."""
-    row = _load(conn, rollout_id)
+    row = _load(conn, rollout_id, for_update=True)
     check_fence(row, patch.attempt, patch.controller_id)
     current, target = RolloutState(row.state), patch.state
     if not can_transition(current, target):
