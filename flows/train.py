@@ -235,17 +235,11 @@ def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, tracker:
     metrics, groups = run_validation(processes.admin, val_rows, f"{plan.name}-val{iteration}", r.val_group_size,
                                      policy_version, r.wait_timeout_s, r.pass_threshold, r.max_attempts,
                                      r.task_overrides or None, fetch_calls=hooks.metrics_read_calls,
-                                     sampling_seed=r.val_seed, failure_reward=failure_reward_of(config))
+                                     sampling_seed=r.val_seed,
+                                     failure_reward=config.algorithm.advantage.reported_failure_reward)
     if config.tracking.traces.validation == "all":
         log_rollout_traces(tracker, processes.admin, groups, config.recipe_label(), iteration)
     return {**metrics, **hooks.rollout_metrics(groups, r.pass_threshold, "val")}
-
-
-def failure_reward_of(config: RunConfig) -> float:
-    """What an agent failure without a reward counts as in the reward metrics: what the step trains on (0.0 when
-    the configuration leaves agent failures out of the advantages)."""
-    value = config.algorithm.advantage.agent_failure_reward
-    return 0.0 if value is None else value
 
 
 def hooks_of(config: RunConfig) -> RecipeHooks:

@@ -70,9 +70,9 @@ def prepare_step(groups: Sequence[FinishedGroup], advantage: AdvantageConfig, li
     built = build_samples(rewards.calls, limits=limits, decode=decode)
     rollout_ids = [sample.rollout_id for sample in built.samples]
     advantages = sample_advantages(rollout_ids, rewards.outcomes, advantage)
-    failure_reward = advantage.agent_failure_reward if advantage.agent_failure_reward is not None else 0.0
-    metrics = {**reward_metrics(rollouts, pass_threshold, "rollout", failure_reward), **built.stats.as_metrics(),
-               **advantages.metrics, **rewards.metrics, "rollout/groups": float(len(groups)),
+    metrics = {**reward_metrics(rollouts, pass_threshold, "rollout", advantage.reported_failure_reward),
+               **built.stats.as_metrics(), **advantages.metrics, **rewards.metrics,
+               "rollout/groups": float(len(groups)),
                **split_spread_metrics((sample.rollout_id, sample.group_id) for sample in built.samples)}
     signal_S = advantages.keep_S & (advantages.advantages_S != 0.0)
     metrics["advantages/groups_with_signal"] = float(len({built.samples[s].group_id for s in np.flatnonzero(signal_S)}))

@@ -68,7 +68,7 @@ def test_exiting_non_zero_never_scores_above_a_wrong_answer(admin, tmp_path) -> 
     assert (wrong.state, wrong.reward) == (RolloutState.SUCCEEDED, -1.0)
     # the controller posts the recipe's failure_reward, the bottom of its scale, for an agent failure it does not grade
     assert (crashed.state, crashed.failure_kind, crashed.reward) == (RolloutState.FAILED, FailureKind.AGENT, -1.0)
-    failure_reward = 0.0  # flows.train.failure_reward_of(RunConfig()): AdvantageConfig.agent_failure_reward
+    failure_reward = 0.0  # AdvantageConfig().reported_failure_reward
     crashed_scores = scored_reward(crashed, failure_reward)
     assert crashed_scores is not None and crashed_scores <= scored_reward(wrong, failure_reward)
     metrics = reward_metrics([crashed, crashed], 1.0, "val", failure_reward)

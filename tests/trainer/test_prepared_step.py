@@ -94,6 +94,8 @@ def test_the_step_reports_agent_failures_at_the_reward_it_trains_them_on():
     assert prepare_step([g], AdvantageConfig(), SampleLimits()).metrics["rollout/reward_mean"] == 0.5
     minus = prepare_step([g], AdvantageConfig(agent_failure_reward=-1.0), SampleLimits())
     assert minus.metrics["rollout/reward_mean"] == 0.0
+    excluded = prepare_step([g], AdvantageConfig(agent_failure_reward=None), SampleLimits())
+    assert excluded.metrics["rollout/reward_mean"] == 0.5  # left out of the advantages, never out of the metric
 
 
 def test_a_step_reports_how_its_rollouts_split_within_their_groups():
