@@ -47,6 +47,7 @@ from flows.ablation_plan import (
     parse_arms,
     plan_runs,
     seed_data_overrides,
+    task_family,
 )
 from flows.config import PROJECT_ROOT, RunConfig, load_run_config
 from flows.train import train
@@ -100,19 +101,33 @@ def ablation(profile: str = "ablation-local", arms: list[dict[str, Any]] | None 
 def write_seed_tasks(config: RunConfig, ablation_name: str, seeds: Sequence[int],
                      val_seed: int) -> dict[int, dict[str, Any]]:
     """One task file per seed (its training tasks + the shared validation set); each seed's data overrides."""
-    recipe = get_recipe(config.recipe)
-    val = [{**row, "recipe": config.recipe} for row in recipe.generate(config.data.val_tasks, val_seed)]
+    recipe, options = get_recipe(config.recipe), dict(config.data.generator or {})
+    val = [{**row, "recipe": config.recipe} for row in recipe.generate(config.data.val_tasks, val_seed, **options)]
     folder = config.resolve(config.work_dir) / ablation_name
     data = {}
     for seed in seeds:
-        train_rows = [{**row, "recipe": config.recipe} for row in recipe.generate(config.data.train_tasks, seed)]
-        clash = {row["id"] for row in train_rows} & {row["id"] for row in val}
-        if clash:
-            raise ValueError(f"seed {seed} generates validation tasks {sorted(clash)[:3]}: pick a val_seed far from "
-                             "the training seeds")
+        train_rows = [{**row, "recipe": config.recipe}
+                      for row in recipe.generate(config.data.train_tasks, seed, **options)]
+        train_rows = without_validation_families(train_rows, val, seed)
         path = write_task_rows(arrange_for_split(train_rows, val, seed), folder / f"tasks-s{seed}.jsonl")
         data[seed] = seed_data_overrides(str(path), seed, len(train_rows), len(val))
     return data
+
+
+def without_validation_families(train_rows: list[dict[str, Any]], val: list[dict[str, Any]],
+                                seed: int) -> list[dict[str, Any]]:
+    """The training rows of `seed` without those that share a family with a validation task (the same answer: a
+    small generator's pool repeats across seeds, e.g. one SWE bug drawn by two seeds), said aloud; raises when none
+    is left."""
+    held_out = {task_family(row) for row in val}
+    kept = [row for row in train_rows if task_family(row) not in held_out]
+    if len(kept) < len(train_rows):
+        print(f"seed {seed}: {len(train_rows) - len(kept)} of {len(train_rows)} training tasks left out, their "
+              f"families are in the validation set; the seed trains on the other {len(kept)}")
+    if not kept:
+        raise ValueError(f"seed {seed}: every training task is in the validation set's families; raise "
+                         "data.train_tasks or use other seeds")
+    return kept
 
 
 def run_one(profile: str | Path, run: PlannedRun, ablation_name: str, umbrella_id: str, experiment: str,

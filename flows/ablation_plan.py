@@ -118,6 +118,12 @@ def arrange_for_split(train: list[dict], val: list[dict], seed: int) -> list[dic
     return rows
 
 
+def task_family(row: Mapping[str, Any]) -> str:
+    """What a training task and a validation task must not share: the row's `family` when its recipe gives one (tasks
+    with one answer: one SWE bug stated at two ladder levels), else its id."""
+    return str(row.get("family") or row["id"])
+
+
 def seed_data_overrides(task_file: str, seed: int, train_count: int, val_count: int) -> dict[str, Any]:
     """The data settings of one seed's runs: its task file, split so that the validation set is the shared one."""
     return {"data.source": task_file, "data.seed": seed, "data.train_tasks": train_count,

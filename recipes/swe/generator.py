@@ -26,7 +26,16 @@ from typing import Any
 from recipes.swe import bugs, ladder
 from recipes.swe.bugs import Mutation, apply_mutation, candidate_mutations
 from recipes.swe.diffs import copy_tree, matches_any
-from recipes.swe.ladder import SINGLE_LINE_LEVELS, TODAY, BugSite, LadderMix, bug_site, ladder_statement, level_sequence
+from recipes.swe.ladder import (
+    SINGLE_LINE_LEVELS,
+    TODAY,
+    BugSite,
+    LadderMix,
+    bug_site,
+    instance_level,
+    ladder_statement,
+    level_sequence,
+)
 from recipes.swe.testrun import TestRun, run_tests
 
 # Files the generator never mutates (the grader's patch policy refuses the agent's changes to them, and more): tests,
@@ -124,6 +133,14 @@ def problem_statement(project: str, failing: list[str], run: TestRun) -> str:
     lines += ["", "Find the cause in the library's source and fix it. Do not change the tests; the other tests must "
               "keep passing."]
     return "\n".join(lines)
+
+
+def bug_id(instance: dict[str, Any]) -> str:
+    """The bug an instance states, whatever its ladder level: its id without the level suffix (one bug stated at two
+    levels is two instances of one bug; a validation set must not hold a bug the training set holds)."""
+    iid, level = str(instance["instance_id"]), instance_level(instance)
+    suffix = "" if level == TODAY else f"__l{level}"
+    return iid[: len(iid) - len(suffix)] if suffix and iid.endswith(suffix) else iid
 
 
 def _instance(base: Base, mutation: Mutation, patch: str, failing: list[str], passing: list[str],

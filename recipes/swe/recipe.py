@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, Field, field_validator
 
 from controller.recipe import Grade, GradeInput, GraderInfraError
-from recipes.swe.generator import find_instance, generate_or_reuse
+from recipes.swe.generator import bug_id, find_instance, generate_or_reuse
 from recipes.swe.grader import checkout, grade_workdir
 from recipes.swe.harness import REPO_DIR
 from recipes.swe.harness_configs import DEFAULT_CONFIG, config_names, copy_to_workdir
@@ -48,7 +48,7 @@ def _default_store() -> Path:
 def rollout_input(instance: dict[str, Any], store: Path) -> dict[str, Any]:
     """The task a rollout carries: nothing that leaks the fix beyond what its ladder level's statement says."""
     return {"id": instance["instance_id"], "problem_statement": instance["problem_statement"],
-            "store": str(store.resolve()), "level": instance_level(instance)}
+            "store": str(store.resolve()), "level": instance_level(instance), "family": bug_id(instance)}
 
 
 class SweTaskFields(SamplingFields):

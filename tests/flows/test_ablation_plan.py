@@ -124,3 +124,15 @@ def test_a_run_is_a_process_of_its_own_and_its_crash_is_an_outcome(tmp_path, mon
     assert command[1:4] == ["-m", "flows.ablation", "--run-config"] and command[5] == "--summary"
     assert json.loads(Path(command[4]).read_text()) == {"profile": "ablation-local", "overrides": run.overrides}
     assert kwargs["env"]["PREFECT_API_URL"] == "http://127.0.0.1:4999/api"  # the parent's: the run starts no other
+
+
+def test_a_seed_never_trains_on_a_validation_family_and_says_how_many_it_left_out(capsys):
+    from flows.ablation import without_validation_families
+
+    val = [{"id": "bug.a__l0", "family": "bug.a"}, {"id": "bug.b"}]
+    train = [{"id": "bug.a", "family": "bug.a"}, {"id": "bug.b"}, {"id": "bug.c"}, {"id": "bug.d__l3", "family": "bug.d"}]
+    kept = without_validation_families(train, val, seed=7)
+    assert [row["id"] for row in kept] == ["bug.c", "bug.d__l3"]
+    assert "seed 7: 2 of 4 training tasks left out" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="seed 7: every training task"):
+        without_validation_families(train[:2], val, seed=7)

@@ -32,7 +32,7 @@ def test_split_rows_become_swe_rollout_inputs_without_fix_or_tests(tmp_path, mon
                                           lambda at: splits_store(config, at))
     assert [t["id"] for t in train] == ["repo.bug__0", "repo.bug__1"] and [t["id"] for t in val] == ["repo.bug__2"]
     assert train[0] == {"id": "repo.bug__0", "problem_statement": "bug 0", "store": "/swe-store", "level": 3,
-                        "recipe": "swe"}
+                        "family": "repo.bug__0", "recipe": "swe"}
 
 
 def test_a_recipe_without_versioned_splits_is_refused_naming_the_fix(tmp_path):

@@ -57,7 +57,7 @@ def test_plan_runs_store_instances_locally_and_reports_the_rest_with_reasons(tin
 def test_rollout_tasks_carry_no_fix_and_name_the_recipe(tiny_store):
     store, instances = tiny_store
     (task,) = rollout_tasks(normalize_rows(instances[:1], "swe-smith"), store)
-    assert set(task) == {"id", "problem_statement", "store", "level", "recipe"}
+    assert set(task) == {"id", "problem_statement", "store", "level", "family", "recipe"}
     assert task["recipe"] == "swe" and task["id"] == instances[0]["instance_id"]
 
 

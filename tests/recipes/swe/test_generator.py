@@ -52,7 +52,7 @@ def test_same_seed_same_tasks_which_carry_no_patch_and_no_test_lists(tiny_store,
     store, instances = tiny_store
     tasks = SweRecipe(store=tmp_path / "store", source=str(tiny_project)).generate(2, seed=0)
     assert [t["id"] for t in tasks] == [i["instance_id"] for i in instances[:2]]
-    assert all(set(t) == {"id", "problem_statement", "store", "level"} for t in tasks)
+    assert all(set(t) == {"id", "problem_statement", "store", "level", "family"} for t in tasks)
     assert {t["level"] for t in tasks} == {3}  # no mix: the original statements
     with pytest.raises(KeyError, match="nope"):
         find_instance(store, "nope")
@@ -69,3 +69,11 @@ def test_real_sdist_yields_three_valid_tasks_whose_gold_fix_resolves():
             gold = grade_patch(store, instance, reverse_patch(instance["patch"]))
             assert gold.reward == 1.0, gold.details
 
+
+
+def test_one_bug_at_two_ladder_levels_is_one_family():
+    from recipes.swe.generator import bug_id
+
+    assert bug_id({"instance_id": "pypi__x.1.off_by_one__ab12cd34__l0", "level": 0}) == "pypi__x.1.off_by_one__ab12cd34"
+    assert bug_id({"instance_id": "pypi__x.1.off_by_one__ab12cd34"}) == "pypi__x.1.off_by_one__ab12cd34"
+    assert bug_id({"instance_id": "pypi__x.1.off_by_one__ab12cd34", "level": 3}) == "pypi__x.1.off_by_one__ab12cd34"
