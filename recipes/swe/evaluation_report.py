@@ -198,6 +198,10 @@ def _unresolved_reason(details: Mapping[str, Any]) -> str:
         return f"the patch does not apply: {details['patch_error']}"
     if details.get("error"):
         return str(details["error"])
+    if details.get("empty_patch"):
+        dropped = details.get("dropped_files") or []
+        return "nothing in the diff was graded" + (f" (new files not applied: {', '.join(dropped[:5])})"
+                                                    if dropped else "")
     f2p, p2p = details.get("fail_to_pass_failed") or [], details.get("pass_to_pass_failed") or []
     return f"{len(f2p)} FAIL_TO_PASS and {len(p2p)} PASS_TO_PASS tests fail"
 

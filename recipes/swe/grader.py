@@ -71,13 +71,17 @@ def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s:
 def graded_checkout(store: Path, instance: dict[str, Any], patch: str, policy: PatchPolicy, details: dict[str, Any],
                     destination: Path) -> Grade | None:
     """A fresh checkout at `destination` with only the part of `patch` that `policy` allows applied; or the grade (0)
-    when there is nothing to run (a tampered or unappliable diff). `details` gets the policy's findings."""
+    when there is nothing to run (a tampered or unappliable diff, or nothing graded: the buggy checkout itself, which
+    fails its FAIL_TO_PASS tests by construction, so its tests are not run, as SWE-bench does not run an empty
+    patch). `details` gets the policy's findings."""
     fresh = checkout(store, instance, destination)
     review = review_patch(patch, frozenset(tree_files(fresh)), policy)
     details |= {"graded_files": list(review.graded_files), "dropped_files": list(review.dropped)}
     if review.tampered:
         reasons = [f"{v.path}: {v.reason}" for v in review.violations]
         return Grade(reward=0.0, details={**details, "tamper": True, "tamper_reasons": reasons})
+    if not review.graded_files:
+        return Grade(reward=0.0, details={**details, "empty_patch": True})
     try:
         apply_patch(fresh, review.graded)
     except ValueError as error:

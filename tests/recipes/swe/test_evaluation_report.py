@@ -118,6 +118,9 @@ def test_outcome_from_grade_follows_the_grader_details():
     assert failing.reason == "2 FAIL_TO_PASS and 0 PASS_TO_PASS tests fail"
     broken = outcome_from_grade("i", "o/a", {"resolved": False, "model_patch": PATCH, "patch_error": "hunk 1 fails"})
     assert broken.status == OutcomeStatus.UNRESOLVED and "does not apply: hunk 1 fails" in broken.reason
+    only_new = outcome_from_grade("i", "o/a", {"resolved": False, "model_patch": PATCH, "empty_patch": True,
+                                               "dropped_files": ["notes.txt"]})
+    assert only_new.status == OutcomeStatus.UNRESOLVED and "not applied: notes.txt" in only_new.reason
     for details in ({"resolved": False, "model_patch": ""}, {"resolved": False, "model_patch": " \n"},
                     {"resolved": False, "error": "the agent's repository /w/repo is missing"}):
         assert outcome_from_grade("i", "o/a", details).status == OutcomeStatus.EMPTY_PATCH, details

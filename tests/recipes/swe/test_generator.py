@@ -13,6 +13,7 @@ from recipes.swe.generator import STORED_FIELDS, base_path, find_instance, gener
 from recipes.swe.grader import grade_patch
 from recipes.swe.instances import reverse_patch
 from recipes.swe.recipe import SweRecipe
+from recipes.swe.testrun import run_tests
 
 
 def assert_valid_instance(instance: dict, store: Path) -> None:
@@ -45,7 +46,9 @@ def test_the_bug_patch_applies_to_the_base_and_breaks_exactly_fail_to_pass(tiny_
     copy_tree(base_path(store, instance), repo)
     apply_patch(repo, instance["patch"])
     assert (repo / "tinymath.py").read_text() != (base_path(store, instance) / "tinymath.py").read_text()
-    assert grade_patch(store, instance, "").details["fail_to_pass_failed"] == instance["FAIL_TO_PASS"]
+    outcomes = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], rounds=1).outcomes
+    assert sorted(n for n, o in outcomes.items() if o != "passed") == sorted(instance["FAIL_TO_PASS"])
+    assert grade_patch(store, instance, "").details["empty_patch"] is True  # the buggy checkout: nothing to run
 
 
 def test_same_seed_same_tasks_which_carry_no_patch_and_no_test_lists(tiny_store, tiny_project, tmp_path):

@@ -45,7 +45,8 @@ def test_gold_fix_resolves_and_untouched_repo_does_not(tiny_store, tmp_path):
     recipe, task, repo = _attempt(store, instance, tmp_path / "untouched")
     assert not (repo / ".git").exists()
     empty = _grade(recipe, task, tmp_path / "untouched")
-    assert empty.reward == 0.0 and empty.details["fail_to_pass_failed"] == instance["FAIL_TO_PASS"]
+    assert empty.reward == 0.0 and empty.details["empty_patch"] is True, empty.details
+    assert "pytest_returncode" not in empty.details  # nothing graded: the buggy checkout's tests are not run
     recipe, task, repo = _attempt(store, instance, tmp_path / "gold")
     apply_patch(repo, instance["patch"], reverse=True)
     gold = _grade(recipe, task, tmp_path / "gold")

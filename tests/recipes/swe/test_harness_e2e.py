@@ -119,4 +119,5 @@ def test_mini_swe_agent_through_the_gateway_is_recorded_and_graded(tiny_store, e
     assert instances[0]["problem_statement"] in calls[0].request["messages"][1]["content"]
     grade = recipe.grade(GradeInput(task=task, workdir=workdir, calls=calls, exit_code=harness.returncode))
     assert grade.reward == 0.0 and grade.details["resolved"] is False
-    assert "fail_to_pass_failed" in grade.details and "patch_error" not in grade.details
+    graded = "fail_to_pass_failed" in grade.details or grade.details.get("empty_patch") is True  # random commands
+    assert graded and "patch_error" not in grade.details, grade.details
