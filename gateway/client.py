@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 
 from gateway.artifacts import ArtifactInfo
 from gateway.records import (
+    MORE_CALLS_HEADER,
     CallRecord,
     ClaimedRollout,
     ClaimRequest,
@@ -46,6 +47,9 @@ def _segment(name: str) -> str:
 CALLS_PAGE = 32
 """Calls read per request by `GatewayClient.calls` for one attempt (an attempt's calls hold at most the gateway's
 max_call_bytes_per_attempt, a page a share of it)."""
+CALLS_PAGE_BYTES = 8 * 2**20
+"""Stored bytes a page of `GatewayClient.calls` holds at most (a call larger than this is a page of its own, within
+the gateway's max_body_bytes), so each request ends within the client's timeout whatever the attempt recorded."""
 
 
 class GatewayAPIError(RuntimeError):
@@ -61,6 +65,7 @@ class GatewayClient:
     """Admin-API client; `token` is the admin (or grader) token."""
 
     calls_page = CALLS_PAGE  # calls read per request of one attempt's listing (`calls`)
+    calls_page_bytes = CALLS_PAGE_BYTES  # and the stored bytes a page holds at most (always at least one call)
 
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
@@ -183,10 +188,11 @@ class GatewayClient:
         calls: list[CallRecord] = []
         while True:
             after = calls[-1].seq if calls else -1
-            page = _CALLS.validate_python(self._call("GET", path, params={"attempt": attempt, "after_seq": after,
-                                                                         "limit": page_calls}))
+            response = self._send("GET", path, params={"attempt": attempt, "after_seq": after, "limit": page_calls,
+                                                       "max_bytes": self.calls_page_bytes})
+            page = _CALLS.validate_json(response.content)
             calls.extend(page)
-            if len(page) < page_calls:
+            if len(page) < page_calls and response.headers.get(MORE_CALLS_HEADER) != "true":
                 return calls
 
     # -- artifacts --

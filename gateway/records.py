@@ -13,6 +13,9 @@ MAX_ATTEMPT = 1_000_000  # the largest attempt number a request may name (the st
 MAX_CURSOR = 2**63 - 1  # the largest `finished` cursor (SQLite's and PostgreSQL's BIGINT)
 MAX_VERSION = 2**31 - 1  # the largest policy version (stored as a 32-bit INTEGER on PostgreSQL)
 MAX_SAMPLING_SEED = 2**63 - 1  # the largest rollout sampling seed (a BIGINT)
+MORE_CALLS_HEADER = "X-Harnessrl-More-Calls"
+"""On a page of calls bounded by `max_bytes` and shorter than its `limit`: "true" when calls numbered after it
+exist (`GET /v1/admin/rollouts/{id}/calls`)."""
 
 class RolloutState(StrEnum):
     """Lifecycle of one rollout; the store enforces TRANSITIONS."""

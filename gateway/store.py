@@ -330,23 +330,48 @@ class SqlStore:
         return call_fence.conflict(row, why, rollout)
 
     async def list_calls(self, rollout_id: str, attempt: int | None, *, after_seq: int | None = None,
-                         limit: int | None = None) -> list[CallRecord]:
+                         limit: int | None = None, max_bytes: int | None = None) -> list[CallRecord]:
         """A rollout's calls ordered by attempt and arrival; a page of them with `after_seq` (only the calls numbered
-        above it) and `limit` (at most that many), which need `attempt`."""
+        above it), `limit` (at most that many) and `max_bytes` (no more calls than fit in that many stored bytes,
+        `CALL_ROW_BYTES`, but always the first), which need `attempt`."""
         await self.get_rollout(rollout_id)
         c = schema.calls.c
         query = sa.select(*schema.RECORD_COLUMNS).where(c.rollout_id == rollout_id)
         if attempt is not None:
             query = query.where(c.attempt == attempt)
-        if (after_seq is not None or limit is not None) and attempt is None:
-            raise BadRequest("a page of calls (after_seq, limit) is of one attempt: name it", param="attempt")
+        if (after_seq is not None or limit is not None or max_bytes is not None) and attempt is None:
+            raise BadRequest("a page of calls (after_seq, limit, max_bytes) is of one attempt: name it",
+                             param="attempt")
         if after_seq is not None:
             query = query.where(c.seq > after_seq)
+        if max_bytes is not None:
+            last = await self._last_seq_within(rollout_id, attempt, after_seq, limit, max_bytes)
+            if last is None:
+                return []
+            query = query.where(c.seq <= last)
         query = query.order_by(c.attempt, c.seq)
         if limit is not None:
             query = query.limit(limit)
         rows = await self._read(lambda conn: conn.execute(query).all())
         return [call_row_to_record(row) for row in rows]
+
+    async def _last_seq_within(self, rollout_id: str, attempt: int, after_seq: int | None, limit: int | None,
+                               max_bytes: int) -> int | None:
+        """The number of the last call of a page that fits in `max_bytes` stored bytes (at least one call; None when
+        there is none), read from the rows' sizes, not their contents."""
+        c = schema.calls.c
+        query = sa.select(c.seq, CALL_ROW_BYTES).where(c.rollout_id == rollout_id, c.attempt == attempt)
+        if after_seq is not None:
+            query = query.where(c.seq > after_seq)
+        query = query.order_by(c.seq).limit(limit or CALL_SIZES_PAGE)
+        sizes = await self._read(lambda conn: conn.execute(query).all())
+        last, used = None, 0
+        for seq, size in sizes:
+            used += int(size or 0)
+            if last is not None and used > max_bytes:
+                break
+            last = seq
+        return last
 
     async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int) -> list[CallRecord]:
         """The attempt's last `limit` ok main calls of `kind`, latest first (the index on rollout, attempt, seq read
@@ -432,6 +457,13 @@ CALL_BYTES = (sa.func.coalesce(sa.func.sum(sa.func.length(schema.calls.c.request
                                            + sa.func.coalesce(sa.func.length(schema.calls.c.response_raw), 0)
                                            + sa.func.coalesce(sa.func.length(schema.calls.c.continuation), 0)), 0))
 """The bytes an attempt's recorded calls count against `max_call_bytes_per_attempt`: request, answer, continuation."""
+CALL_ROW_BYTES = sum((sa.func.coalesce(sa.func.length(column), 0) for column in (
+    schema.calls.c.request, schema.calls.c.response_raw, schema.calls.c.continuation, schema.calls.c.prompt_token_ids,
+    schema.calls.c.response_token_ids, schema.calls.c.response_logprobs, schema.calls.c.extra_choices,
+    schema.calls.c.sampling, schema.calls.c.response_text)), sa.literal(0))
+"""A call row's stored bytes, as a page of calls counts them (`list_calls`' `max_bytes`): its bodies and token data."""
+CALL_SIZES_PAGE = 10_000
+"""Sizes read at most for a page bounded by bytes only (an attempt's calls are capped, `max_calls_per_attempt`)."""
 RAISE_NEXT_SEQ = sa.text("UPDATE rollouts SET next_seq = GREATEST(next_seq, :next)"
                          " WHERE id = :id AND attempt = :attempt")
 

@@ -5,6 +5,7 @@ in pages."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +17,11 @@ from controller.report import report_attempt
 from controller.runners.base import RunResult, RunSpec, Termination
 from gateway.client import GatewayClient
 from gateway.records import FailureKind, RolloutSpec, RolloutState
+from gateway.store import SqlStore
 from tests.controller.support import ScriptRecipe
 from tests.gateway.api_support import new_id, write_config
 from tests.gateway.support import ADMIN_TOKEN
+from tests.gateway.test_responses_chains import insert_rows, row
 from tests.inprocess import InProcessGateway
 
 BUDGET_BYTES = 64 << 10
@@ -114,3 +117,61 @@ def test_the_client_reads_an_attempts_calls_in_pages(budgeted) -> None:
         del budgeted.calls_page
     assert [c.seq for c in paged] == [0, 1, 2, 3, 4]
     assert paged == budgeted.calls(claimed.id)  # the whole listing (every attempt, one request) agrees
+
+
+def test_a_page_holds_no_more_bytes_than_asked_but_always_one_call(budgeted) -> None:
+    """Pages bounded by stored bytes (`max_bytes`): a page stops before the call that would pass the bound, a call
+    larger than the bound is a page of its own, the header says whether calls follow, and the client's pages read
+    the same calls as one listing."""
+    claimed = _claimed(budgeted, "bytepages")
+    for size in (10, 6000, 10, 10, 12000, 10):
+        assert _post(claimed, size).status_code == 200
+    path = f"/v1/admin/rollouts/{claimed.id}/calls"
+    pages, after = [], -1
+    while True:
+        response = budgeted._send("GET", path, params={"attempt": 1, "after_seq": after, "limit": 32,
+                                                        "max_bytes": 9000})
+        page = [call["seq"] for call in response.json()]
+        pages.append((page, response.headers["x-harnessrl-more-calls"]))
+        if response.headers["x-harnessrl-more-calls"] == "false":
+            break
+        after = page[-1]
+    assert pages == [([0, 1], "true"), ([2, 3], "true"), ([4], "true"), ([5], "false")]
+    budgeted.calls_page_bytes = 9000
+    try:
+        paged = budgeted.calls(claimed.id, attempt=1)
+    finally:
+        del budgeted.calls_page_bytes
+    assert [c.seq for c in paged] == [0, 1, 2, 3, 4, 5] and paged == budgeted.calls(claimed.id)
+    empty = budgeted._send("GET", path, params={"attempt": 1, "after_seq": 5, "limit": 32, "max_bytes": 9000})
+    assert empty.json() == [] and "x-harnessrl-more-calls" not in empty.headers
+    refused = httpx.get(budgeted._http.base_url.join(path), params={"max_bytes": 10},
+                        headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert refused.status_code == 400 and "attempt" in refused.text
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def test_the_store_sizes_a_page_from_every_stored_column(store_kind, tmp_path, request) -> None:
+    """`list_calls(max_bytes=...)` counts each row's bodies, token data, continuation and text (SQLite's and
+    PostgreSQL's length of bytes and text alike), without reading them."""
+    url = (request.getfixturevalue("postgres_server").create_database("byte_pages") if store_kind == "postgres"
+           else f"sqlite:///{tmp_path / 'store.db'}")
+    heavy = {"request": b'{"x": "' + b"y" * 4000 + b'"}', "response_raw": b"x" * 4000, "prompt_token_ids": b"\x01" * 4000,
+             "response_token_ids": b"\x02" * 4000, "response_logprobs": b"\x03" * 4000, "response_text": "t" * 4000,
+             "continuation": b"c" * 4000}
+
+    async def main() -> list[list[int]]:
+        store = SqlStore(url)
+        try:
+            await store.create_rollouts([RolloutSpec(id="r", group_id="g")])
+            await insert_rows(store, [row(0), *(row(1 + i, **{column: value}) for i, (column, value)
+                                                in enumerate(heavy.items())), row(10)])
+            pages, after = [], -1
+            while page := await store.list_calls("r", 0, after_seq=after, limit=32, max_bytes=4500):
+                pages.append([call.seq for call in page])
+                after = page[-1].seq
+            return pages
+        finally:
+            store.close()
+
+    assert asyncio.run(main()) == [[0, 1], [2], [3], [4], [5], [6], [7, 10]]  # a column left out joins two calls
