@@ -355,6 +355,12 @@ class SqlStore:
         rows = await self._read(lambda conn: conn.execute(query).all())
         return [call_row_to_record(row) for row in rows]
 
+    async def call_follows(self, rollout_id: str, attempt: int, seq: int) -> bool:
+        """Whether the attempt has a call numbered above `seq` (its number only is read)."""
+        c = schema.calls.c
+        query = sa.select(c.seq).where(c.rollout_id == rollout_id, c.attempt == attempt, c.seq > seq).limit(1)
+        return await self._read(lambda conn: conn.execute(query).first()) is not None
+
     async def _last_seq_within(self, rollout_id: str, attempt: int, after_seq: int | None, limit: int | None,
                                max_bytes: int) -> int | None:
         """The number of the last call of a page that fits in `max_bytes` stored bytes (at least one call; None when

@@ -28,6 +28,6 @@ async def list_calls(rollout_id: str, response: Response,
     store = svc.feed_store
     calls = await store.list_calls(rollout_id, attempt, after_seq=after_seq, limit=limit, max_bytes=max_bytes)
     if max_bytes is not None and calls and (limit is None or len(calls) < limit):
-        after = await store.list_calls(rollout_id, attempt, after_seq=calls[-1].seq, limit=1, max_bytes=1)
-        response.headers[MORE_CALLS_HEADER] = "true" if after else "false"
+        follows = await store.call_follows(rollout_id, calls[-1].attempt, calls[-1].seq)
+        response.headers[MORE_CALLS_HEADER] = "true" if follows else "false"
     return calls
