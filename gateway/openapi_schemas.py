@@ -63,8 +63,9 @@ SAMPLING: dict[str, Schema] = {  # gateway/sampling.py checks their types; the e
     "logit_bias": {"type": "object", "additionalProperties": {"type": "number"}},
 }
 OPENAI_COMMON: dict[str, Schema] = {
-    "model": {"type": "string", "description": "A registered model, an alias, or any name when one model is "
-              "registered (gateway config model_aliases / default_model)."},
+    "model": {"type": "string", "pattern": "^[^\\u0000]*$",
+              "description": "A registered model, an alias, or any name when one model is registered (gateway "
+              "config model_aliases / default_model); no NUL character (400, param `model`)."},
     "stream": BOOLEAN, "stream_options": OBJECT, "max_tokens": _integer(1), "n": _integer(1, MAX_CHOICES),
     "stop": _one_of(STRING, STRINGS), "seed": _integer(-(2**63), 2**63 - 1), "user": STRING, **SAMPLING,
 }

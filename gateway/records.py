@@ -13,6 +13,9 @@ MAX_ATTEMPT = 1_000_000  # the largest attempt number a request may name (the st
 MAX_CURSOR = 2**63 - 1  # the largest `finished` cursor (SQLite's and PostgreSQL's BIGINT)
 MAX_VERSION = 2**31 - 1  # the largest policy version (stored as a 32-bit INTEGER on PostgreSQL)
 MAX_SAMPLING_SEED = 2**63 - 1  # the largest rollout sampling seed (a BIGINT)
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+"""Names a caller chooses that the store keeps as text (a group, a controller, a model): no control characters
+(PostgreSQL's text holds no NUL: a 400 naming the field, not a failed insert)."""
 MORE_CALLS_HEADER = "X-Harnessrl-More-Calls"
 """On a page of calls bounded by `max_bytes` and shorter than its `limit`: "true" when calls numbered after it
 exist (`GET /v1/admin/rollouts/{id}/calls`)."""
@@ -118,8 +121,8 @@ class RolloutSpec(WireModel):
 
     id: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$",
                     description="Client-chosen id; idempotency key.")
-    group_id: str = Field(min_length=1, max_length=200,
-                          description="Rollouts of one task share a group id (GRPO/RLOO).")
+    group_id: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN,
+                          description="Rollouts of one task share a group id (GRPO/RLOO); no control characters.")
     input: dict[str, Any] = Field(default_factory=dict, description="The task input handed to the harness.")
     mode: RolloutMode = Field(default=RolloutMode.TRAIN, description="train or val.")
     max_attempts: int = Field(default=3, ge=1, le=100, description="Attempts allowed before an infra failure is final.")
@@ -181,7 +184,8 @@ class ClaimedRollout(Rollout):
 class ClaimRequest(WireModel):
     """A controller asks for queued rollouts."""
 
-    controller_id: str = Field(min_length=1, max_length=200, description="Who claims; owns the lease.")
+    controller_id: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN,
+                               description="Who claims; owns the lease (no control characters).")
     limit: int = Field(default=1, ge=1, le=1000, description="Most rollouts to claim.")
     lease_s: float = Field(default=60.0, gt=0, le=86_400, description="Lease length; renew before it expires.")
 
@@ -189,7 +193,8 @@ class ClaimRequest(WireModel):
 class LeaseRenewal(WireModel):
     """Renew a running rollout's lease."""
 
-    controller_id: str = Field(min_length=1, description="Must be the current lease owner.")
+    controller_id: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN,
+                               description="Must be the current lease owner.")
     lease_s: float = Field(default=60.0, gt=0, le=86_400, description="New lease length from now.")
     close_calls: bool = Field(default=False, description="The attempt's harness has ended: from now on no call of "
                               "this attempt is recorded (refused with 409), so the calls the controller reads next "
@@ -204,7 +209,7 @@ class RolloutPatch(WireModel):
     error: str | None = Field(default=None, max_length=20_000, description="Failure reason.")
     attempt: int | None = Field(default=None, ge=0, le=MAX_ATTEMPT,
                                 description="The attempt this change is about; 409 when it is not the current one.")
-    controller_id: str | None = Field(default=None, min_length=1, max_length=200,
+    controller_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN,
                                       description="The lease holder making the change; 409 when it holds no lease.")
     reason: InfraReason | None = Field(default=None, description="Why the attempt ended as an infrastructure "
                                        "failure (with state queued, or failed with failure_kind infra); recorded in "
@@ -218,7 +223,7 @@ class RewardIn(WireModel):
     details: dict[str, Any] = Field(default_factory=dict, description="Free-form grading details.")
     attempt: int | None = Field(default=None, ge=0, le=MAX_ATTEMPT,
                                 description="The attempt graded; 409 when it is not the current one.")
-    controller_id: str | None = Field(default=None, min_length=1, max_length=200,
+    controller_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN,
                                       description="The lease holder posting it; 409 when it holds no lease.")
 
 
@@ -243,7 +248,7 @@ class Event(WireModel):
 class ModelIn(WireModel):
     """Register one upstream endpoint serving a model."""
 
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$",
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN,
                       description="Name harnesses ask for in `model` (no control characters; in a path, "
                       "percent-encoded: `Qwen/Qwen3-8B` is `Qwen%2FQwen3-8B`).")
     base_url: str = Field(max_length=500, json_schema_extra={"format": "uri", "pattern": "^https?://[^/?#@]+"},
@@ -251,7 +256,7 @@ class ModelIn(WireModel):
                           "host, no query, fragment or credentials, not the gateway itself (422).")
     version: int = Field(default=0, ge=0, le=MAX_VERSION,
                          description="Policy version served (used when the upstream does not report it).")
-    served_name: str | None = Field(default=None, max_length=200,
+    served_name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN,
                                     description="The upstream's own model id, if different from name.")
 
     @field_validator("base_url")
