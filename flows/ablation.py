@@ -1,8 +1,9 @@
 """Flow `ablation`: arms x seeds of training runs of one recipe, every run in one MLflow experiment, comparable.
 
-Each seed's training tasks are the recipe's `generate(train_tasks, seed)`, the same for every arm of that seed; the
-validation set is `generate(val_tasks, VAL_SEED)`, the same for every run. One task file per seed holds both, laid
-out so that the training flow's split keeps exactly that validation set (`arrange_for_split`). Every run lands in
+Each seed's training tasks are the recipe's `generate(train_tasks, seed)` (with the profile's `data.generator`
+options), the same for every arm of that seed, less any whose family a validation task shares; the validation set is
+`generate(val_tasks, VAL_SEED)`, the same for every run: a task file per seed (`data.source`) and one validation
+file (`data.val_source`), so no split decides either. Every run lands in
 the experiment `tracking.experiment`, tagged `ablation`, `arm`, `seed` and nested under an umbrella run named after
 the ablation (`mlflow.parentRunId`), so the MLflow UI compares them side by side; `benchmarks/ablation_report.py`
 turns them into the table with confidence intervals. Runs go seed by seed, each in a process of its own (flow
@@ -42,7 +43,6 @@ from flows.ablation_plan import (
     DEFAULT_SEEDS,
     VAL_SEED,
     PlannedRun,
-    arrange_for_split,
     named_arms,
     parse_arms,
     plan_runs,
@@ -104,13 +104,14 @@ def write_seed_tasks(config: RunConfig, ablation_name: str, seeds: Sequence[int]
     recipe, options = get_recipe(config.recipe), dict(config.data.generator or {})
     val = [{**row, "recipe": config.recipe} for row in recipe.generate(config.data.val_tasks, val_seed, **options)]
     folder = config.resolve(config.work_dir) / ablation_name
+    val_path = write_task_rows(val, folder / "val-tasks.jsonl")
     data = {}
     for seed in seeds:
         train_rows = [{**row, "recipe": config.recipe}
                       for row in recipe.generate(config.data.train_tasks, seed, **options)]
         train_rows = without_validation_families(train_rows, val, seed)
-        path = write_task_rows(arrange_for_split(train_rows, val, seed), folder / f"tasks-s{seed}.jsonl")
-        data[seed] = seed_data_overrides(str(path), seed, len(train_rows), len(val))
+        path = write_task_rows(train_rows, folder / f"tasks-s{seed}.jsonl")
+        data[seed] = seed_data_overrides(str(path), str(val_path), seed, len(train_rows), len(val))
     return data
 
 

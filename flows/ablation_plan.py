@@ -11,8 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollouts.task_data import split_rows
-
 VAL_SEED = 1_000_003
 """Seed of the one validation set every run of an ablation is scored on (far from the training seeds)."""
 
@@ -104,27 +102,14 @@ def plan_runs(ablation: str, arms: Sequence[Arm], seeds: Sequence[int], base: Ma
     return runs
 
 
-def arrange_for_split(train: list[dict], val: list[dict], seed: int) -> list[dict]:
-    """The rows of one task file laid out so that the training flow's split (`split_rows(rows, len(val), seed)`)
-    holds out exactly `val` and trains on `train`, both in their order."""
-    count = len(train) + len(val)
-    _, held_out = split_rows([{"position": i} for i in range(count)], len(val), seed)
-    held = {row["position"] for row in held_out}
-    train_iter, val_iter = iter(train), iter(val)
-    rows = [next(val_iter) if i in held else next(train_iter) for i in range(count)]
-    if split_rows(rows, len(val), seed) != (train, val):
-        raise AssertionError("split_rows no longer splits the arranged rows as planned; arrange_for_split must "
-                             "follow it")
-    return rows
-
-
 def task_family(row: Mapping[str, Any]) -> str:
     """What a training task and a validation task must not share: the row's `family` when its recipe gives one (tasks
     with one answer: one SWE bug stated at two ladder levels), else its id."""
     return str(row.get("family") or row["id"])
 
 
-def seed_data_overrides(task_file: str, seed: int, train_count: int, val_count: int) -> dict[str, Any]:
-    """The data settings of one seed's runs: its task file, split so that the validation set is the shared one."""
-    return {"data.source": task_file, "data.seed": seed, "data.train_tasks": train_count,
+def seed_data_overrides(task_file: str, val_file: str, seed: int, train_count: int,
+                        val_count: int) -> dict[str, Any]:
+    """The data settings of one seed's runs: its training tasks' file and the shared validation file (no split)."""
+    return {"data.source": task_file, "data.val_source": val_file, "data.seed": seed, "data.train_tasks": train_count,
             "data.val_tasks": val_count}

@@ -65,6 +65,9 @@ class DataSection(Section):
     train_tasks: int = Field(default=64, ge=1, description="Tasks in the training split.")
     val_tasks: int = Field(default=8, ge=0, description="Tasks held out for validation.")
     seed: int = Field(default=0, description="Seed of generation and of the split.")
+    val_source: str | None = Field(default=None, description="Validation tasks of their own (a local parquet/JSONL/"
+                                   "JSON path or a hub dataset id; its first val_tasks rows): source is then the "
+                                   "training tasks only, not split (none: validation is split off source).")
     generator: dict[str, Any] = Field(default_factory=dict, description="Keyword options of the recipe's "
                                       "`generate` (source 'generated'), checked against the recipe's "
                                       "`generator_options` model (rollouts/task_options.py; e.g. the coding recipes' "
@@ -239,6 +242,9 @@ class RunConfig(Section):
         if self.controller.runner == "kubernetes" and is_file_reference(self.recipe):
             raise ValueError(f"recipe file {self.recipe}: recipe files run on the local runner (an agent image does "
                              "not hold your folder); set controller.runner: local")
+        if self.data.val_source is not None and self.data.source.startswith("splits:"):
+            raise ValueError(f"data.val_source={self.data.val_source!r} with the versioned split "
+                             f"{self.data.source!r}, which holds its own validation rows; leave data.val_source out")
         if self.backend.verl.temperature is not None:
             raise ValueError("backend.verl.temperature is removed: verl trains at the temperature the calls were "
                              "sampled at (recorded by the gateway); set gateway sampling.temperature instead")

@@ -113,15 +113,33 @@ def train(config: RunConfig) -> dict[str, Any]:
 
 
 def load_rows(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]:
-    """Training and validation tasks: a versioned split (`splits:URI`), else data.source split by data.seed."""
+    """Training and validation tasks: a versioned split (`splits:URI`), data.source and data.val_source, else
+    data.source split by data.seed."""
     data = config.data
     if data.source.startswith(SPLITS_PREFIX):
         train_rows, val_rows = load_versioned_splits(data.source, config.recipe, plan.run_dir / "splits",
                                                      lambda root: splits_store(config, root))
         return train_rows[:data.train_tasks], val_rows[:data.val_tasks]
+    if data.val_source is not None:
+        return load_given_validation(config, plan)
     rows = load_dataset(data.source, recipe=config.recipe, count=data.train_tasks + data.val_tasks, seed=data.seed,
                         cache_dir=plan.run_dir / "data", generator=data.generator or None)
     return split_tasks(rows, data.val_tasks, data.seed)
+
+
+def load_given_validation(config: RunConfig, plan: RunPlan) -> tuple[list[dict], list[dict]]:
+    """data.source's first train_tasks rows for training, data.val_source's first val_tasks for validation (no
+    split); a task in both is an error naming it."""
+    data = config.data
+    train_rows = load_dataset(data.source, recipe=config.recipe, count=data.train_tasks, seed=data.seed,
+                              cache_dir=plan.run_dir / "data", generator=data.generator or None)
+    val_rows = load_dataset(data.val_source, recipe=config.recipe, count=data.val_tasks, seed=data.seed,
+                            cache_dir=plan.run_dir / "val-data")
+    both = {str(row.get("id")) for row in train_rows} & {str(row.get("id")) for row in val_rows} - {"None"}
+    if both:
+        raise ValueError(f"tasks {sorted(both)[:3]} are in both data.source and data.val_source: a validation "
+                         "task must be held out of training; remove them from one of the two")
+    return train_rows, val_rows
 
 
 def plan_run(config: RunConfig, store: CheckpointStore) -> RunPlan:

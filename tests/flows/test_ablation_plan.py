@@ -1,4 +1,4 @@
-"""flows/ablation_plan.py: arms as data, the arm x seed plan, and the task file that keeps one validation set."""
+"""flows/ablation_plan.py: arms as data, the arm x seed plan, each seed's task file and the one validation file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from flows.ablation_plan import (
     REPORT_ARMS,
     Arm,
     PlannedRun,
-    arrange_for_split,
     parse_arms,
     plan_runs,
     run_name,
@@ -19,7 +18,7 @@ from flows.ablation_plan import (
 )
 from flows.config import PROFILES_DIR, load_run_config
 from recipes.multistep.tasks import generate
-from rollouts.task_data import split_rows
+from rollouts.task_data import write_task_rows
 
 
 def test_the_instruction_following_lr_sweep_arms_load_on_their_profile_with_an_lr_0_control():
@@ -50,26 +49,46 @@ def test_parse_arms_defaults_to_the_report_and_takes_other_arms_as_data():
 
 
 def test_plan_is_seed_major_with_the_seed_data_and_the_arm_overrides_on_top():
-    data = {seed: seed_data_overrides(f"/t/s{seed}.jsonl", seed, 10, 4) for seed in (0, 1)}
+    data = {seed: seed_data_overrides(f"/t/s{seed}.jsonl", "/t/val.jsonl", seed, 10, 4) for seed in (0, 1)}
     runs = plan_runs("abl", REPORT_ARMS, [0, 1], {"algorithm.iterations": 3, "backend.loss.agg_mode": "x"}, data)
     assert [(r.seed, r.arm.name) for r in runs] == [(s, a.name) for s in (0, 1) for a in REPORT_ARMS]
     first = runs[0]
     assert first.name == run_name("abl", REPORT_ARMS[0], 0) == "abl-rollout-adv_rollout-token-mean-s0"
     assert first.overrides == {"algorithm.iterations": 3, "backend.loss.agg_mode": "rollout-token-mean",
                                "algorithm.advantage.level": "rollout", "data.source": "/t/s0.jsonl",
-                               "data.seed": 0, "data.train_tasks": 10, "data.val_tasks": 4, "name": first.name}
+                               "data.val_source": "/t/val.jsonl", "data.seed": 0, "data.train_tasks": 10,
+                               "data.val_tasks": 4, "name": first.name}
     assert len({r.name for r in runs}) == 6
     with pytest.raises(ValueError, match="distinct"):
         plan_runs("abl", REPORT_ARMS, [0, 0], {}, data)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 7])
-def test_arranged_rows_split_into_the_seed_tasks_and_the_shared_validation_set(seed):
-    val = generate(6, 1_000_003)
-    train = generate(10, seed)
-    rows = arrange_for_split(train, val, seed)
-    assert split_rows(rows, len(val), seed) == (train, val)
-    assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in train + val)
+def test_a_given_validation_file_is_the_validation_set_whatever_the_rows_strata(tmp_path, monkeypatch):
+    """data.val_source: no split decides the validation set, so rows with a `level` (the split's strata, which an
+    arrangement for the unstratified split got wrong for the SWE ladder) keep it exactly; a task in both files is
+    refused by name."""
+    from types import SimpleNamespace
+
+    from flows import train
+    from flows.train import load_rows
+
+    monkeypatch.setattr(train, "load_dataset", train.load_dataset.fn)
+    rows = [{**row, "level": level} for row, level in zip(generate(12, 5), [0, 0, 0, 3] * 3, strict=True)]
+    train_file = write_task_rows(rows[:8], tmp_path / "train.jsonl")
+    val_file = write_task_rows(rows[8:], tmp_path / "val.jsonl")
+    overrides = {"work_dir": str(tmp_path), "data.source": str(train_file), "data.val_source": str(val_file),
+                 "data.train_tasks": 8, "data.val_tasks": 4}
+    for seed in (0, 1, 7):
+        config = load_run_config("ablation-local", {**overrides, "data.seed": seed})
+        got_train, got_val = load_rows(config, SimpleNamespace(run_dir=tmp_path / f"run-{seed}"))
+        assert [r["id"] for r in got_val] == [r["id"] for r in rows[8:]]
+        assert [r["id"] for r in got_train] == [r["id"] for r in rows[:8]]
+    leaky = write_task_rows(rows[6:], tmp_path / "leaky.jsonl")
+    config = load_run_config("ablation-local", {**overrides, "data.val_source": str(leaky)})
+    with pytest.raises(ValueError, match="in both data.source and data.val_source"):
+        load_rows(config, SimpleNamespace(run_dir=tmp_path / "run-leaky"))
+    with pytest.raises(ValueError, match="versioned split"):
+        load_run_config("ablation-local", {**overrides, "data.source": "splits:s3://b/x"})
 
 
 def test_every_seed_file_loads_through_the_training_flow_into_its_tasks_and_the_shared_validation_set(
@@ -130,7 +149,8 @@ def test_a_seed_never_trains_on_a_validation_family_and_says_how_many_it_left_ou
     from flows.ablation import without_validation_families
 
     val = [{"id": "bug.a__l0", "family": "bug.a"}, {"id": "bug.b"}]
-    train = [{"id": "bug.a", "family": "bug.a"}, {"id": "bug.b"}, {"id": "bug.c"}, {"id": "bug.d__l3", "family": "bug.d"}]
+    train = [{"id": "bug.a", "family": "bug.a"}, {"id": "bug.b"}, {"id": "bug.c"},
+             {"id": "bug.d__l3", "family": "bug.d"}]
     kept = without_validation_families(train, val, seed=7)
     assert [row["id"] for row in kept] == ["bug.c", "bug.d__l3"]
     assert "seed 7: 2 of 4 training tasks left out" in capsys.readouterr().out
