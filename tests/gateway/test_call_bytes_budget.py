@@ -156,9 +156,9 @@ def test_the_store_sizes_a_page_from_every_stored_column(store_kind, tmp_path, r
     PostgreSQL's length of bytes and text alike), without reading them."""
     url = (request.getfixturevalue("postgres_server").create_database("byte_pages") if store_kind == "postgres"
            else f"sqlite:///{tmp_path / 'store.db'}")
-    heavy = {"request": b'{"x": "' + b"y" * 4000 + b'"}', "response_raw": b"x" * 4000, "prompt_token_ids": b"\x01" * 4000,
-             "response_token_ids": b"\x02" * 4000, "response_logprobs": b"\x03" * 4000, "response_text": "t" * 4000,
-             "continuation": b"c" * 4000}
+    heavy = {"request": b'{"x": "' + b"y" * 4000 + b'"}', "response_raw": b"x" * 4000,
+             "prompt_token_ids": b"\x01" * 4000, "response_token_ids": b"\x02" * 4000,
+             "response_logprobs": b"\x03" * 4000, "response_text": "t" * 4000, "continuation": b"c" * 4000}
 
     async def main() -> list[list[int]]:
         store = SqlStore(url)
