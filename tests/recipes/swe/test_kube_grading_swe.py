@@ -125,7 +125,8 @@ def test_a_tampered_diff_is_zero_with_the_flag_and_no_job(kube, tiny_store, tmp_
 
 
 def test_a_pod_that_ends_without_a_verdict_is_zero_with_the_error(kube, tiny_store, tmp_path):
-    _, task, _ = _attempt(tiny_store, tmp_path / "r1.a1")
+    instance, task, repo = _attempt(tiny_store, tmp_path / "r1.a1")
+    apply_patch(repo, instance["patch"], reverse=True)  # a change to grade (an unchanged tree starts no Job)
     def act(name: str) -> None:
         kube.add_pod(name, {"phase": "Succeeded"}, log="Killed\n")
         kube.set_job_status(name, {"conditions": [{"type": "Complete", "status": "True"}]})
@@ -138,7 +139,8 @@ def test_a_pod_that_ends_without_a_verdict_is_zero_with_the_error(kube, tiny_sto
 
 
 def test_an_input_over_a_secrets_limit_or_an_api_error_is_an_infra_error(kube, tiny_store, tmp_path, monkeypatch):
-    _, task, _ = _attempt(tiny_store, tmp_path / "r1.a1")
+    instance, task, repo = _attempt(tiny_store, tmp_path / "r1.a1")
+    apply_patch(repo, instance["patch"], reverse=True)  # a change to grade (an unchanged tree starts no Job)
     graded = GradeInput(task=task, workdir=tmp_path / "r1.a1", calls=[], exit_code=0)
     kube.fail_next[("POST", "jobs")] = 403
     with pytest.raises(GradingInfraError, match="403"):
@@ -149,6 +151,14 @@ def test_an_input_over_a_secrets_limit_or_an_api_error_is_an_infra_error(kube, t
     with pytest.raises(GradingInfraError, match=r"over the 1000 bytes a Kubernetes Secret holds"):
         _recipe(kube, tiny_store[0]).grade(graded)
     assert len(kube.requests) == requests
+
+
+def test_an_unchanged_tree_is_an_empty_patch_and_starts_no_job(kube, tiny_store, tmp_path):
+    _, task, _ = _attempt(tiny_store, tmp_path / "r1.a1")
+    grade = _recipe(kube, tiny_store[0]).grade(GradeInput(task=task, workdir=tmp_path / "r1.a1", calls=[],
+                                                          exit_code=0))
+    assert grade.reward == 0.0 and grade.details["empty_patch"] is True and not grade.details["tamper"]
+    assert kube.requests == []  # no Secret, no Job
 
 
 @pytest.mark.parametrize(("runner", "jobs"), [("kubernetes", True), ("local", False), (None, False)])
