@@ -32,6 +32,7 @@ from rollouts.registry import (
     is_object_reference,
     recipe_names,
 )
+from rollouts.task_data import SPLITS_PREFIX
 from rollouts.task_options import validated_options
 from trainer.advantages import AdvantageConfig
 from trainer.backends.torch import OptimizerConfig, TorchBackendConfig
@@ -242,7 +243,7 @@ class RunConfig(Section):
         if self.controller.runner == "kubernetes" and is_file_reference(self.recipe):
             raise ValueError(f"recipe file {self.recipe}: recipe files run on the local runner (an agent image does "
                              "not hold your folder); set controller.runner: local")
-        if self.data.val_source is not None and self.data.source.startswith("splits:"):
+        if self.data.val_source is not None and self.data.source.startswith(SPLITS_PREFIX):
             raise ValueError(f"data.val_source={self.data.val_source!r} with the versioned split "
                              f"{self.data.source!r}, which holds its own validation rows; leave data.val_source out")
         if self.backend.verl.temperature is not None:

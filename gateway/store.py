@@ -459,14 +459,17 @@ CALL_BYTES_CACHE_MAX = 100_000
 """Attempts whose recorded call bytes a gateway keeps in memory; past it the oldest tenth is dropped (read again)."""
 CALL_TEXT_COLUMNS = ("model", "error", "response_id", "response_text", "finish_reason")
 """A call row's text columns that may carry the harness's or the engine's text: NUL-escaped (`gateway.nul_text`)."""
-CALL_BYTES = (sa.func.coalesce(sa.func.sum(sa.func.length(schema.calls.c.request)
-                                           + sa.func.coalesce(sa.func.length(schema.calls.c.response_raw), 0)
-                                           + sa.func.coalesce(sa.func.length(schema.calls.c.continuation), 0)), 0))
+def stored_length(*columns: sa.Column) -> sa.ColumnElement:
+    """The summed stored lengths of a row's `columns` (a NULL counts 0)."""
+    return sum((sa.func.coalesce(sa.func.length(column), 0) for column in columns), sa.literal(0))
+
+
+_calls = schema.calls.c
+CALL_BYTES = sa.func.coalesce(sa.func.sum(stored_length(_calls.request, _calls.response_raw, _calls.continuation)), 0)
 """The bytes an attempt's recorded calls count against `max_call_bytes_per_attempt`: request, answer, continuation."""
-CALL_ROW_BYTES = sum((sa.func.coalesce(sa.func.length(column), 0) for column in (
-    schema.calls.c.request, schema.calls.c.response_raw, schema.calls.c.continuation, schema.calls.c.prompt_token_ids,
-    schema.calls.c.response_token_ids, schema.calls.c.response_logprobs, schema.calls.c.extra_choices,
-    schema.calls.c.sampling, schema.calls.c.response_text)), sa.literal(0))
+CALL_ROW_BYTES = stored_length(_calls.request, _calls.response_raw, _calls.continuation, _calls.prompt_token_ids,
+                               _calls.response_token_ids, _calls.response_logprobs, _calls.extra_choices,
+                               _calls.sampling, _calls.response_text)
 """A call row's stored bytes, as a page of calls counts them (`list_calls`' `max_bytes`): its bodies and token data."""
 CALL_SIZES_PAGE = 10_000
 """Sizes read at most for a page bounded by bytes only (an attempt's calls are capped, `max_calls_per_attempt`)."""

@@ -23,6 +23,8 @@ from typing import Any
 from storage.files import atomic_path
 
 GENERATED = "generated"
+SPLITS_PREFIX = "splits:"
+"""data.source of a versioned SWE split written by `prepare-swe-data`: `splits:file:///…/NAME/VERSION` or s3://."""
 JSON_SUFFIX = "__json"  # a column stored JSON-encoded: "instructions__json" holds the "instructions" values
 BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}  # file suffix -> datasets builder
 DEFAULT_SPLIT = "train"

@@ -54,12 +54,6 @@ class AdvantageConfig:
     agent_failure_reward: float | None = 0.0
     """Reward given to agent failures without one (the controller posts the recipe's failure reward for each, so only
     records without it: another controller's); None excludes those like infra failures."""
-
-    @property
-    def reported_failure_reward(self) -> float:
-        """What an agent failure without a reward counts as in the reward metrics: `agent_failure_reward`, or 0.0 when
-        that leaves such failures out of the advantages (a metric never drops them)."""
-        return 0.0 if self.agent_failure_reward is None else self.agent_failure_reward
     filter_zero_variance: bool = False
     """Drop the samples of groups whose members all share one reward, out of the batch and its loss denominators
     (false: they train with advantage 0 and count in the denominators, as every rollout taken does in verl)."""
@@ -75,6 +69,12 @@ class AdvantageConfig:
     """Training-only shaping term (0: off): a graded rollout's reward + format_reward x its share from the recipe's
     `shaping_shares` hook (e.g. its agent turns in the harness's action format, read from the gateway's call records;
     trainer.format_reward); a recipe without the hook refuses it; validation rewards stay unshaped."""
+
+    @property
+    def reported_failure_reward(self) -> float:
+        """What an agent failure without a reward counts as in the reward metrics: `agent_failure_reward`, or 0.0 when
+        that leaves such failures out of the advantages (a metric never drops them)."""
+        return 0.0 if self.agent_failure_reward is None else self.agent_failure_reward
 
     def __post_init__(self) -> None:
         if not self.format_reward >= 0:

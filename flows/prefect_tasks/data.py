@@ -18,11 +18,9 @@ from flows.prefect_tasks.retries import io_failure
 from rollouts.expectations import ValidationReport, require_valid, validate_rows
 from rollouts.recipe import recipe_hooks
 from rollouts.registry import get_recipe
-from rollouts.task_data import load_task_rows, split_rows
+from rollouts.task_data import SPLITS_PREFIX, load_task_rows, split_rows
 from storage.directory_store import DirectoryStore
 
-SPLITS_PREFIX = "splits:"
-"""data.source of a versioned SWE split written by `prepare-swe-data`: `splits:file:///…/NAME/VERSION` or s3://."""
 STRATUM = "level"
 """The column whose values share the validation draw in proportion (the SWE ladder's levels; tasks without one: one
 stratum)."""

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.attempt import Attempt
+from controller.outcomes import Outcome
 from controller.recipe import Grade, GradeInput, final_text
-from controller.runners.base import RunnerStartError, RunSpec
+from controller.report import report_attempt
+from controller.runners.base import RunnerStartError, RunResult, RunSpec, Termination
 from controller.runners.local import LocalRunner
 
 HARNESS = Path(__file__).with_name("harness_script.py")
@@ -34,6 +37,17 @@ class ScriptRecipe:
         prepared = (graded.workdir / "prepared.txt").read_text()
         return Grade(reward=1.0 if final_text(graded.calls) else 0.0,
                      details={"calls": len(graded.calls), "prepared": prepared, "exit_code": graded.exit_code})
+
+
+def report_failed_exit(admin: Any, claimed: Any, tmp_path: Path) -> Outcome | None:
+    """What the controller reports for `claimed`'s first attempt when its harness exited with code 1 (graded by
+    ScriptRecipe, read through `admin`, controller "ctl")."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    spec = RunSpec(rollout_id=claimed.id, attempt=1, command=("true",), base_url="", api_key="", task={},
+                   workdir=workdir, timeout_s=1, stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
+    result = RunResult(claimed.id, 1, Termination.EXITED, 1, "exited with code 1", 0.1)
+    return report_attempt(Attempt(claimed, ScriptRecipe(), spec), result, admin, admin, "ctl", 600.0)
 
 
 class FlakyStartRunner(LocalRunner):

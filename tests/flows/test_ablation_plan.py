@@ -156,3 +156,23 @@ def test_a_seed_never_trains_on_a_validation_family_and_says_how_many_it_left_ou
     assert "seed 7: 2 of 4 training tasks left out" in capsys.readouterr().out
     with pytest.raises(ValueError, match="seed 7: every training task"):
         without_validation_families(train[:2], val, seed=7)
+
+
+def test_each_seed_and_the_validation_set_are_drawn_with_the_profiles_generator_options(tmp_path, monkeypatch):
+    """`data.generator` (the SWE ladder's mix in swe-local) reaches the recipe's `generate` for the validation set and
+    every seed's training tasks (it was dropped: the tasks were drawn at the original level only)."""
+    from flows import ablation
+
+    drawn: list[tuple[int, int, dict]] = []
+
+    class Recipe:
+        def generate(self, count: int, seed: int, **options):
+            drawn.append((count, seed, options))
+            return [{"id": f"s{seed}-{i}", "level": 0} for i in range(count)]
+
+    monkeypatch.setattr(ablation, "get_recipe", lambda name: Recipe())
+    config = load_run_config("swe-local", {"work_dir": str(tmp_path), "data.train_tasks": 3, "data.val_tasks": 2})
+    data = ablation.write_seed_tasks(config, "abl", [0, 1], val_seed=99)
+    levels = {"levels": {0: 0.75, 3: 0.25}}
+    assert drawn == [(2, 99, levels), (3, 0, levels), (3, 1, levels)]
+    assert data[0]["data.val_source"] == data[1]["data.val_source"] != data[0]["data.source"]

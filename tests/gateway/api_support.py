@@ -10,7 +10,7 @@ import httpx
 import yaml
 
 from gateway.client import GatewayClient
-from gateway.records import RolloutCreated, RolloutSpec
+from gateway.records import ClaimedRollout, RolloutCreated, RolloutSpec
 
 CHAT_PATH, COMPLETIONS_PATH, MODELS_PATH = "/v1/chat/completions", "/v1/completions", "/v1/models"
 
@@ -25,6 +25,14 @@ def create_rollouts(admin: GatewayClient, count: int = 1, *, prefix: str = "r", 
     group_id = spec.pop("group_id", new_id("g"))
     specs = [RolloutSpec(id=new_id(prefix), group_id=group_id, **spec) for _ in range(count)]
     return admin.create_rollouts(specs)
+
+
+def claimed_rollout(admin: GatewayClient, prefix: str) -> ClaimedRollout:
+    """A fresh rollout, claimed by controller "ctl" (its first attempt running, its harness key minted)."""
+    rollout_id = new_id(prefix)
+    admin.create_rollouts([RolloutSpec(id=rollout_id, group_id=new_id("g"))])
+    (claimed,) = [r for r in admin.claim("ctl", limit=1000, lease_s=600) if r.id == rollout_id]
+    return claimed
 
 
 def current_key(admin: GatewayClient, rollout_id: str) -> RolloutCreated:

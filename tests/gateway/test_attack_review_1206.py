@@ -15,14 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.attempt import Attempt
-from controller.report import report_attempt
-from controller.runners.base import RunResult, RunSpec, Termination
 from gateway.client import GatewayClient
-from gateway.records import FailureKind, RolloutSpec, RolloutState
+from gateway.records import FailureKind, RolloutState
 from gateway.strict_json import MAX_DEPTH
-from tests.controller.support import ScriptRecipe
-from tests.gateway.api_support import new_id
+from tests.controller.support import report_failed_exit
+from tests.gateway.api_support import claimed_rollout
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
 
@@ -40,12 +37,6 @@ def admin(tmp_path_factory, scripted) -> Iterator[GatewayClient]:
         gateway.stop()
 
 
-def _claimed(admin: GatewayClient, prefix: str):
-    rollout_id = new_id(prefix)
-    admin.create_rollouts([RolloutSpec(id=rollout_id, group_id=new_id("g"))])
-    (claimed,) = [r for r in admin.claim("ctl", limit=1000, lease_s=600) if r.id == rollout_id]
-    return claimed
-
 
 def _deep(levels: int) -> str:
     return "[" * levels + "]" * levels
@@ -60,7 +51,7 @@ def _post_deep(claimed, levels: int) -> httpx.Response:
 
 
 def test_a_call_nested_as_deep_as_the_store_keeps_is_read_back(admin) -> None:
-    claimed = _claimed(admin, "deep")
+    claimed = claimed_rollout(admin, "deep")
     answer = _post_deep(claimed, MAX_DEPTH - 1)
     assert answer.status_code == 200, answer.text[:300]
     (call,) = admin.calls(claimed.id, attempt=1)
@@ -73,14 +64,9 @@ def test_a_call_nested_as_deep_as_the_store_keeps_is_read_back(admin) -> None:
 def test_a_deep_request_does_not_turn_the_agents_failure_into_a_retry(admin, tmp_path: Path) -> None:
     """The harness records one deep call and exits non-zero: the agent's failure on the first attempt, reported (not an
     exception that leaves the lease to expire and the rollout to be requeued)."""
-    claimed = _claimed(admin, "deepfail")
+    claimed = claimed_rollout(admin, "deepfail")
     assert _post_deep(claimed, MAX_DEPTH - 1).status_code == 200
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    spec = RunSpec(rollout_id=claimed.id, attempt=1, command=("true",), base_url="", api_key="", task={},
-                   workdir=workdir, timeout_s=1, stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
-    result = RunResult(claimed.id, 1, Termination.EXITED, 1, "exited with code 1", 0.1)
-    outcome = report_attempt(Attempt(claimed, ScriptRecipe(), spec), result, admin, admin, "ctl", 600.0)
+    outcome = report_failed_exit(admin, claimed, tmp_path)
     assert outcome is not None and (outcome.state, outcome.failure_kind) == (RolloutState.FAILED, FailureKind.AGENT)
     rollout = admin.get_rollout(claimed.id)
     assert (rollout.state, rollout.failure_kind, rollout.attempt) == (RolloutState.FAILED, FailureKind.AGENT, 1)

@@ -12,14 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.attempt import Attempt
-from controller.report import report_attempt
-from controller.runners.base import RunResult, RunSpec, Termination
 from gateway.client import GatewayClient
 from gateway.records import FailureKind, RolloutSpec, RolloutState
 from gateway.store import SqlStore
-from tests.controller.support import ScriptRecipe
-from tests.gateway.api_support import new_id, write_config
+from tests.controller.support import report_failed_exit
+from tests.gateway.api_support import claimed_rollout, write_config
 from tests.gateway.support import ADMIN_TOKEN
 from tests.gateway.test_responses_chains import insert_rows, row
 from tests.inprocess import InProcessGateway
@@ -42,12 +39,6 @@ def budgeted(tmp_path_factory, scripted) -> Iterator[GatewayClient]:
         gateway.stop()
 
 
-def _claimed(admin: GatewayClient, prefix: str):
-    rollout_id = new_id(prefix)
-    admin.create_rollouts([RolloutSpec(id=rollout_id, group_id=new_id("g"))])
-    (claimed,) = [r for r in admin.claim("ctl", limit=1000, lease_s=600) if r.id == rollout_id]
-    return claimed
-
 
 def _post(claimed, content_bytes: int, **fields) -> httpx.Response:
     body = {"model": "policy", "messages": [{"role": "user", "content": "x" * content_bytes}], **fields}
@@ -61,7 +52,7 @@ def _stored_bytes(admin: GatewayClient, rollout_id: str) -> int:
 
 
 def test_a_request_past_the_budget_is_refused_on_arrival_and_takes_no_number(budgeted) -> None:
-    claimed = _claimed(budgeted, "req")
+    claimed = claimed_rollout(budgeted, "req")
     answers = [_post(claimed, 40 << 10), _post(claimed, 40 << 10), _post(claimed, 100)]
     assert [a.status_code for a in answers] == [200, 413, 200], [a.text[:300] for a in answers]
     error = answers[1].json()["error"]
@@ -77,7 +68,7 @@ def test_a_request_past_the_budget_is_refused_on_arrival_and_takes_no_number(bud
 def test_an_answer_past_the_budget_is_not_recorded(budgeted, stream, path) -> None:
     """The request fits, the engine's answer (a few KB) does not: refused at its recording (a 413, or a stream's
     closing error event instead of its end), nothing recorded; chat as it is and Messages translated alike."""
-    claimed = _claimed(budgeted, "ans")
+    claimed = claimed_rollout(budgeted, "ans")
     body = {"model": "policy", "max_tokens": 8, "stream": stream,
             "messages": [{"role": "user", "content": "x" * (BUDGET_BYTES - 300)}]}
     answer = httpx.post(claimed.base_url + path, json=body, timeout=WAIT_S,
@@ -92,22 +83,17 @@ def test_an_answer_past_the_budget_is_not_recorded(budgeted, stream, path) -> No
 
 
 def test_a_harness_that_gives_up_after_the_budget_is_the_agents_failure(budgeted, tmp_path: Path) -> None:
-    claimed = _claimed(budgeted, "gaveup")
+    claimed = claimed_rollout(budgeted, "gaveup")
     assert _post(claimed, 100).status_code == 200
     assert _post(claimed, BUDGET_BYTES).status_code == 413
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    spec = RunSpec(rollout_id=claimed.id, attempt=1, command=("true",), base_url="", api_key="", task={},
-                   workdir=workdir, timeout_s=1, stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
-    result = RunResult(claimed.id, 1, Termination.EXITED, 1, "exited with code 1", 0.1)
-    outcome = report_attempt(Attempt(claimed, ScriptRecipe(), spec), result, budgeted, budgeted, "ctl", 600.0)
+    outcome = report_failed_exit(budgeted, claimed, tmp_path)
     assert outcome is not None and (outcome.state, outcome.failure_kind) == (RolloutState.FAILED, FailureKind.AGENT)
     rollout = budgeted.get_rollout(claimed.id)
     assert (rollout.state, rollout.failure_kind, rollout.attempt) == (RolloutState.FAILED, FailureKind.AGENT, 1)
 
 
 def test_the_client_reads_an_attempts_calls_in_pages(budgeted) -> None:
-    claimed = _claimed(budgeted, "pages")
+    claimed = claimed_rollout(budgeted, "pages")
     for _ in range(5):
         assert _post(claimed, 10).status_code == 200
     budgeted.calls_page = 2
@@ -123,7 +109,7 @@ def test_a_page_holds_no_more_bytes_than_asked_but_always_one_call(budgeted) -> 
     """Pages bounded by stored bytes (`max_bytes`): a page stops before the call that would pass the bound, a call
     larger than the bound is a page of its own, the header says whether calls follow, and the client's pages read
     the same calls as one listing."""
-    claimed = _claimed(budgeted, "bytepages")
+    claimed = claimed_rollout(budgeted, "bytepages")
     for size in (10, 6000, 10, 10, 12000, 10):
         assert _post(claimed, size).status_code == 200
     path = f"/v1/admin/rollouts/{claimed.id}/calls"
