@@ -53,6 +53,19 @@ def test_gold_fix_resolves_and_untouched_repo_does_not(tiny_store, tmp_path):
     assert gold.reward == 1.0 and gold.details["resolved"] is True, gold.details
 
 
+def test_a_diff_of_new_files_only_is_an_empty_patch_without_a_test_run(tiny_store, tmp_path):
+    """New files the patch policy does not apply leave nothing to grade: reward 0, `empty_patch`, no pytest run (the
+    buggy checkout fails by construction); the files are named as dropped."""
+    store, instances = tiny_store
+    recipe, task, repo = _attempt(store, instances[0], tmp_path / "new-files")
+    (repo / "notes.txt").write_text("I fixed it\n")
+    (repo / "helper_mod.py").write_text("VALUE = 1\n")
+    grade = _grade(recipe, task, tmp_path / "new-files")
+    assert grade.reward == 0.0 and grade.details["empty_patch"] is True and not grade.details["tamper"], grade.details
+    assert sorted(grade.details["dropped_files"]) == ["helper_mod.py", "notes.txt"]
+    assert "pytest_returncode" not in grade.details
+
+
 def test_tests_the_agent_changed_are_tampering_even_with_the_fix(tiny_store, tmp_path):
     store, instances = tiny_store
     instance = instances[0]
