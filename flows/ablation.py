@@ -20,8 +20,11 @@ A learning experiment with controls is this flow with the arms `learning` (the p
     .venv/bin/python -m flows.ablation --profile calculator-local --arms learning --seeds 0 1 2 --name calc-learning
     .venv/bin/python benchmarks/learning_report.py --ablation calc-learning --experiment harnessrl
 
-Every run validates before its first update (step 0) when the profile's `algorithm.val_every` > 0, on the same
-seeded validation set (`rollout.val_seed`).
+Step 0 (the validation before any update, when the profile's `algorithm.val_every` > 0, on the same seeded validation
+set, `rollout.val_seed`) is measured once for every run that starts from the same weights and validates the same way:
+the first such run records it in the ablation's `step0.json` (`algorithm.step0_file`, `flows/baseline.py`) and the
+others log it from there, tagged `step0_from` (an arm that changes validation, e.g. the model or the temperature,
+validates its own).
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def ablation(profile: str = "ablation-local", arms: list[dict[str, Any]] | None 
     ablation_name = name or time.strftime("ablation-%Y%m%d-%H%M%S", time.gmtime())
     chosen_arms, chosen_seeds = parse_arms(arms), list(seeds if seeds is not None else DEFAULT_SEEDS)
     data = write_seed_tasks(config, ablation_name, chosen_seeds, val_seed)
-    runs = plan_runs(ablation_name, chosen_arms, chosen_seeds, base, data)
+    step0 = {"algorithm.step0_file": str(config.resolve(config.work_dir) / ablation_name / "step0.json")}
+    runs = plan_runs(ablation_name, chosen_arms, chosen_seeds, {**step0, **base}, data)
     for run in runs:  # every run's config must load before the first one spends an hour
         load_run_config(profile, run.overrides)
     experiment = config.tracking.experiment

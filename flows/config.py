@@ -154,6 +154,10 @@ class AlgorithmSection(Section):
                                                     "the batch with groups that have signal "
                                                     "(trainer.dynamic_sampling).")
     val_every: int = Field(default=0, ge=0, description="Validate every this many iterations (0: only at the end).")
+    step0_file: Path | None = Field(default=None, description="A JSON file of step-0 validation metrics shared by "
+                                    "runs with the same weights and validation (relative: project root; the "
+                                    "ablation flow sets it): logged at step 0 when an earlier run recorded them, "
+                                    "else recorded after this run's step-0 validation (flows/baseline.py).")
 
 
 class TracesSection(Section):

@@ -26,6 +26,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm.auto import trange
 
 from engines.model_cache import resolve_model
+from flows.baseline import read_baseline, record_baseline, validation_fingerprint
 from flows.config import RunConfig, load_run_config
 from flows.prefect_tasks.data import SPLITS_PREFIX, load_dataset, load_versioned_splits, split_tasks, validate_tasks
 from flows.prefect_tasks.rollouts import collect_groups, fill_in_flight, run_validation
@@ -169,7 +170,7 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
     total = config.algorithm.iterations
     progress = create_progress_artifact(100.0 * plan.state.iteration / total, description=f"{plan.name}: iterations")
     if plan.state.iteration == 0 and config.algorithm.val_every and val_rows:  # the baseline, before any update
-        tracker.log_metrics(validate(config, plan, processes, tracker, val_rows, 0, backend.policy_version), step=0)
+        tracker.log_metrics(validate_step0(config, plan, processes, tracker, val_rows, backend.policy_version), step=0)
     last_update: UpdateResult | None = None  # an update not uploaded yet
     for index in trange(plan.state.iteration, total, desc=f"train {plan.name}", unit="it"):
         iteration, version, started_s = index + 1, backend.policy_version, time.perf_counter()
@@ -243,6 +244,25 @@ def upload(plan: RunPlan, store: CheckpointStore, tracker: Tracker, feed: Rollou
                       policy_version=update.policy_version, tracking_run_id=tracker.run_id)
     summary["checkpoint_uri"] = publish_checkpoint(store, update.checkpoint, plan.name, state)
     tracker.set_tags({"checkpoint_uri": summary["checkpoint_uri"]})
+
+
+def validate_step0(config: RunConfig, plan: RunPlan, processes: RunProcesses, tracker: Tracker, val_rows: list[dict],
+                   policy_version: int) -> dict[str, float]:
+    """Step 0's validation, or with `algorithm.step0_file` the one an earlier run with the same weights and validation
+    recorded there (flows/baseline.py), tagged `step0_from`."""
+    if config.algorithm.step0_file is None:
+        return validate(config, plan, processes, tracker, val_rows, 0, policy_version)
+    path = config.resolve(config.algorithm.step0_file)
+    fingerprint = validation_fingerprint(config, val_rows, plan.start_model, policy_version)
+    shared = read_baseline(path, fingerprint)
+    if shared is not None:
+        print(f"step 0: the validation run {shared.run} recorded in {path} (the same weights and validation)")
+        tracker.set_tags({"step0_from": shared.run})
+        return shared.metrics
+    metrics = validate(config, plan, processes, tracker, val_rows, 0, policy_version)
+    record_baseline(path, fingerprint, plan.name, metrics)
+    tracker.set_tags({"step0_from": plan.name})
+    return metrics
 
 
 def validate(config: RunConfig, plan: RunPlan, processes: RunProcesses, tracker: Tracker, val_rows: list[dict],

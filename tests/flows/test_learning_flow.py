@@ -1,8 +1,9 @@
 """A learning experiment end to end on the tiny model: flow `ablation` with the arms `learning` (the profile and its
-lr = 0 control) x one seed, validation before the update and after it; every validation call seeded, the two arms'
-step-0 validations the same calls with the same seeds and the same answers (and the control's after its update
-too); the learning report reads the runs back, writes its page and PNGs and logs them to the umbrella run. (Two runs,
-2 min 6 s in all on the loaded 2 cores.)"""
+lr = 0 control) x one seed, validation before the update and after it; every validation call seeded; step 0
+measured once, by the first run, and logged by both (`algorithm.step0_file`); the control's validation after its
+update the same calls with the same seeds and the same answers as that step 0; the learning report reads the runs
+back, writes its page and PNGs and logs them to the umbrella run. (Two runs, 2 min 6 s in all on the loaded 2
+cores.)"""
 
 from __future__ import annotations
 
@@ -50,17 +51,17 @@ def test_a_learning_experiment_runs_both_arms_seeded_and_the_report_reads_it(pre
     assert [(r["arm"], r["error"]) for r in out["runs"]] == [("trained", None), ("lr0", None)]
 
     client = MlflowClient(uri)
-    for outcome in out["runs"]:
-        steps = [point.step for point in client.get_metric_history(outcome["mlflow_run_id"], "val/reward_mean")]
-        assert steps == [0, 1], "validated before the update (step 0) and after it"
+    histories = [client.get_metric_history(o["mlflow_run_id"], "val/reward_mean") for o in out["runs"]]
+    assert [[point.step for point in history] for history in histories] == [[0, 1], [0, 1]], "step 0 and after"
+    assert histories[0][0].value == histories[1][0].value, "one step 0 for both arms"
     trained, lr0 = (tmp_path / "runs" / run_name("learn-test", arm, 3) for arm in parse_arms(arms))
-    step0 = {arm: val_calls(folder, f"{folder.name}-val0-") for arm, folder in (("trained", trained), ("lr0", lr0))}
-    assert step0["trained"].keys() == step0["lr0"].keys() and len(step0["trained"]) == 2
-    for rollout, calls in step0["trained"].items():
-        seeds = [seed for seed, _ in calls]
-        assert None not in seeds and seeds == [seed for seed, _ in step0["lr0"][rollout]], "same seeds per call"
-    assert step0["trained"] == step0["lr0"], "the same weights and seeds: the same answers, call by call"
-    assert val_calls(lr0, f"{lr0.name}-val1-") == step0["lr0"], "lr = 0: the weights and so the answers stay"
+    tags = [client.get_run(o["mlflow_run_id"]).data.tags for o in out["runs"]]
+    assert [t.get("step0_from") for t in tags] == [trained.name, trained.name], "measured once, by the first run"
+    step0 = val_calls(trained, f"{trained.name}-val0-")
+    assert len(step0) == 2 and all(None not in [seed for seed, _ in calls] for calls in step0.values()), "seeded"
+    assert val_calls(lr0, f"{lr0.name}-val0-") == {}, "the control logged the shared step 0, it did not validate"
+    assert val_calls(lr0, f"{lr0.name}-val1-") == step0, ("lr = 0: the base weights again, the same seeds: the same "
+                                                          "answers as the shared step 0, call by call")
 
     page = tmp_path / "learning.md"
     report(["--ablation", "learn-test", "--experiment", "ablation", "--tracking-uri", uri, "--out", str(page),
