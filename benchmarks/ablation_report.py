@@ -1,6 +1,8 @@
-"""The ablation's report: each arm's final validation reward with a 95% t-interval over seeds, and the paired
-differences between arms (per seed: the same training tasks and the same validation set), next to the Agent
-Lightning v1.0 report's 38.2 / 35.0 / 33.1.
+"""The ablation's report: each arm's final validation reward with a 95% t-interval over seeds, the paired
+differences between arms (per seed: the same training tasks and the same validation set) with Holm-adjusted p-values,
+next to the Agent Lightning v1.0 report's 38.2 / 35.0 / 33.1, and how unevenly each arm's rollouts split within a
+group. Whether any arm learned (each arm against its step 0 and the lr = 0 control) is `learning_report.py`'s, on the
+same page (FULL_RUN).
 
     .venv/bin/python benchmarks/ablation_report.py --ablation NAME [--experiment ablation] [--tracking-uri URI]
 
@@ -21,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from flows.ablation_plan import REPORT_ARMS
-from tracking.learning_stats import Interval, t_interval
+from tracking.learning_stats import Interval, holm, t_interval
 
 FINAL_METRIC = "val/reward_mean"
 DEFAULT_OUT = Path(__file__).resolve().parent / "ablation.md"
 START, END = "<!-- ablation-report:start -->", "<!-- ablation-report:end -->"
 """The markers of the generated part of the page."""
-FULL_RUN = (".venv/bin/python -m flows.ablation --name ablation-full   # 3 arms x 5 seeds, profile ablation-local\n"
-            ".venv/bin/python benchmarks/ablation_report.py --ablation ablation-full")
+FULL_RUN = (".venv/bin/python -m flows.ablation --name ablation-full   # 4 arms x 5 seeds, profile ablation-local\n"
+            ".venv/bin/python benchmarks/ablation_report.py --ablation ablation-full\n"
+            ".venv/bin/python benchmarks/learning_report.py --ablation ablation-full --experiment ablation "
+            "--control lr0 --out benchmarks/ablation.md")
 """The commands of the full ablation and its report."""
 REFERENCE = {arm.name: arm.reference for arm in REPORT_ARMS}
 """The report's step-128 SWE numbers (%) by arm name."""
@@ -56,9 +60,11 @@ def interval_text(interval: Interval) -> str:
 
 
 def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, float]],
-           wall_s: Mapping[str, Mapping[int, float]] | None = None, flow_s: Sequence[float] = ()) -> str:
-    """The markdown report from {arm: {seed: final validation reward}} (and {arm: {seed: run wall time in s}}, and
-    the wall time of each invocation of the flow in s)."""
+           wall_s: Mapping[str, Mapping[int, float]] | None = None, flow_s: Sequence[float] = (),
+           spread: Mapping[str, Mapping[int, tuple[float, float]]] | None = None) -> str:
+    """The markdown report from {arm: {seed: final validation reward}} (and {arm: {seed: run wall time in s}}, the
+    wall time of each invocation of the flow in s, and {arm: {seed: (within-group variance of samples per rollout,
+    share of groups split unevenly)}})."""
     arms = arm_order(list(finals))
     seeds = sorted({seed for per_seed in finals.values() for seed in per_seed})
     lines = [f"# Ablation `{ablation}`: final validation reward by arm", "",
@@ -73,27 +79,53 @@ def render(ablation: str, experiment: str, finals: Mapping[str, Mapping[int, flo
         reference = REFERENCE.get(arm)
         lines.append(f"| {arm} | {interval.n} | {fmt(interval.mean)} | {interval_text(interval)} | "
                      f"{'' if reference is None else reference} |")
-    lines += ["", "Paired differences (row arm minus column arm, per seed):", "",
-              "| difference | seeds | mean | 95% CI | report (points) |", "|---|---|---|---|---|"]
-    for first, second in itertools.combinations(arms, 2):
-        diffs = paired_differences(finals[first], finals[second])
-        if not diffs:
-            continue
-        interval = t_interval(diffs)
+    lines += ["", "Paired differences (row arm minus column arm, per seed; p of the paired t-test, Holm-adjusted "
+              "over every difference in the table):", "",
+              "| difference | seeds | mean | 95% CI | p (Holm) | report (points) |", "|---|---|---|---|---|---|"]
+    for (first, second), interval, p_holm in arm_differences(arms, finals):
         ref_a, ref_b = REFERENCE.get(first), REFERENCE.get(second)
         reference = "" if ref_a is None or ref_b is None else f"{ref_a - ref_b:+.1f}"
         lines.append(f"| {first} - {second} | {interval.n} | {fmt(interval.mean)} | {interval_text(interval)} | "
-                     f"{reference} |")
+                     f"{fmt(p_holm)} | {reference} |")
     lines += ["", "Reproduce (the full ablation; MLflow on the profile's SQLite store):", "", "```bash", FULL_RUN,
               "```"]
     lines += ["", "Per seed:", "", "| seed | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
     for seed in seeds:
         lines.append(f"| {seed} | " + " | ".join(fmt(finals[arm].get(seed, math.nan)) for arm in arms) + " |")
+    if spread:
+        lines += split_spread_lines(arms, spread)
     if wall_s:
         lines += wall_time_lines(arms, seeds, wall_s)
     if flow_s:
         lines += ["", flow_time_line(flow_s)]
     return "\n".join(lines) + "\n"
+
+
+def arm_differences(arms: Sequence[str], finals: Mapping[str, Mapping[int, float]]
+                    ) -> list[tuple[tuple[str, str], Interval, float]]:
+    """Every pair of arms with a seed in common: (first, second), the interval of first - second over the seeds, and
+    its p Holm-adjusted over all the pairs (nan with one seed)."""
+    pairs = [(pair, paired_differences(finals[pair[0]], finals[pair[1]])) for pair in itertools.combinations(arms, 2)]
+    intervals = [(pair, t_interval(diffs)) for pair, diffs in pairs if diffs]
+    adjusted = holm([interval.p for _, interval in intervals])
+    return [(pair, interval, p) for (pair, interval), p in zip(intervals, adjusted, strict=True)]
+
+
+def split_spread_lines(arms: Sequence[str], spread: Mapping[str, Mapping[int, tuple[float, float]]]) -> list[str]:
+    """The table of how unevenly each arm's rollouts split within a group: per run, the mean over its training steps
+    of `samples/per_rollout_var_within_group` and `samples/groups_with_varied_splits_share`; per arm, the mean over
+    its runs."""
+    lines = ["", "Samples per rollout within a group (training steps; the arms differ only where rollouts of a group "
+             "split into different numbers of samples):", "",
+             "| arm | runs | within-group variance of samples per rollout | share of groups split unevenly |",
+             "|---|---|---|---|"]
+    for arm in arms:
+        runs = list(spread.get(arm, {}).values())
+        if runs:
+            variance = math.fsum(v for v, _ in runs) / len(runs)
+            share = math.fsum(s for _, s in runs) / len(runs)
+            lines.append(f"| {arm} | {len(runs)} | {fmt(variance)} | {fmt(share, 2)} |")
+    return lines
 
 
 def flow_time_line(flow_s: Sequence[float]) -> str:
@@ -167,6 +199,25 @@ def read_finals(tracking_uri: str, experiment: str,
     return finals, wall_s
 
 
+SPREAD_METRICS = ("samples/per_rollout_var_within_group", "samples/groups_with_varied_splits_share")
+"""What a training step logs of how unevenly its groups split (trainer/split_spread.py)."""
+
+
+def read_split_spread(tracking_uri: str, experiment: str,
+                      ablation: str) -> dict[str, dict[int, tuple[float, float]]]:
+    """{arm: {seed: (mean over training steps of each SPREAD_METRICS)}} of the ablation's runs that logged them."""
+    client, runs = ablation_runs(tracking_uri, experiment, ablation)
+    spread: dict[str, dict[int, tuple[float, float]]] = {}
+    for run in runs:
+        means = []
+        for key in SPREAD_METRICS:
+            values = [point.value for point in client.get_metric_history(run.info.run_id, key)]
+            means.append(math.fsum(values) / len(values) if values else math.nan)
+        if not any(math.isnan(m) for m in means):
+            spread.setdefault(run.data.tags["arm"], {})[int(run.data.tags["seed"])] = (means[0], means[1])
+    return spread
+
+
 def flow_wall_s(tracking_uri: str, experiment: str, ablation: str) -> list[float]:
     """Start-to-end wall time (s) of each finished invocation of the ablation's flow (its umbrella runs), oldest
     first."""
@@ -186,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     uri = args.tracking_uri or load_run_config("ablation-local").tracking_uri()
     finals, wall_s = read_finals(uri, args.experiment, args.ablation)
-    report = render(args.ablation, args.experiment, finals, wall_s, flow_wall_s(uri, args.experiment, args.ablation))
+    report = render(args.ablation, args.experiment, finals, wall_s, flow_wall_s(uri, args.experiment, args.ablation),
+                    read_split_spread(uri, args.experiment, args.ablation))
     args.out.write_text(with_report(args.out.read_text() if args.out.is_file() else None, report))
     print(report)
 

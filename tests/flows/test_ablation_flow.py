@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(prefect_api, tiny_model_dir, tmp_path):
     from mlflow import MlflowClient
 
-    from benchmarks.ablation_report import flow_wall_s, read_finals, render
+    from benchmarks.ablation_report import flow_wall_s, read_finals, read_split_spread, render
     from flows.ablation import ablation
     from flows.ablation_plan import REPORT_ARMS
 
@@ -51,6 +51,9 @@ def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(pre
     finals, wall_s = read_finals(uri, "ablation", "abl-test")
     assert set(finals) == {a.name for a in arms} and all(set(v) == {3} for v in finals.values())
     assert set(wall_s) == set(finals) and all(0 < s < 3600 for v in wall_s.values() for s in v.values())
-    assert "(one seed: no interval)" in render("abl-test", "ablation", finals, wall_s)
+    spread = read_split_spread(uri, "ablation", "abl-test")
+    assert set(spread) == set(finals) and all(set(v) == {3} for v in spread.values()), "every run logged its splits"
+    assert all(variance >= 0 and 0 <= share <= 1 for v in spread.values() for variance, share in v.values())
+    assert "(one seed: no interval)" in render("abl-test", "ablation", finals, wall_s, spread=spread)
     (flow,) = flow_wall_s(uri, "ablation", "abl-test")  # the umbrella run spans both runs and the gap between them
     assert sum(wall_s[a.name][3] for a in arms) < flow < 3600

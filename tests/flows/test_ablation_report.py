@@ -6,7 +6,18 @@ import math
 
 import pytest
 
-from benchmarks.ablation_report import END, START, arm_order, paired_differences, render, t_interval, with_report
+from benchmarks.ablation_report import (
+    END,
+    START,
+    arm_differences,
+    arm_order,
+    paired_differences,
+    render,
+    split_spread_lines,
+    t_interval,
+    with_report,
+)
+from tracking.learning_stats import holm
 
 T_975_DF2 = 4.302652729749462  # Student t quantile 0.975 with 2 degrees of freedom (tables: 4.303)
 T_975_DF4 = 2.7764451051977934  # ... with 4 degrees of freedom (tables: 2.776)
@@ -89,3 +100,27 @@ def test_the_report_replaces_only_the_marked_part_of_the_page():
     assert with_report(updated, "newer\n").count(START) == 1 and "History." in with_report(updated, "newer\n")
     assert with_report("no markers here\n", "table\n") == f"no markers here\n\n{START}\ntable\n{END}\n"
     assert with_report(None, "table\n") == f"{START}\ntable\n{END}\n"
+
+
+def test_the_arm_differences_carry_holm_adjusted_p_values_over_every_pair():
+    finals = {"a": {0: 0.5, 1: 0.6, 2: 0.8, 3: 0.6}, "b": {0: 0.4, 1: 0.5, 2: 0.6, 3: 0.5},
+              "c": {0: 0.5, 1: 0.4, 2: 0.9, 3: 0.5}}
+    rows = arm_differences(["a", "b", "c"], finals)
+    assert [pair for pair, _, _ in rows] == [("a", "b"), ("a", "c"), ("b", "c")]
+    raw = [t_interval(paired_differences(finals[x], finals[y])).p for x, y in (("a", "b"), ("a", "c"), ("b", "c"))]
+    assert [p for _, _, p in rows] == pytest.approx(holm(raw))
+    assert all(p >= r for (_, _, p), r in zip(rows, raw, strict=True)), "an adjusted p is never below its raw p"
+    assert min(raw) < 0.05, "the synthetic numbers make one pair significant alone"
+    text = render("abl", "ablation", finals)
+    assert "| p (Holm) |" in text and "| a - b | 4 | 0.125 |" in text
+    one_seed = arm_differences(["a", "b"], {"a": {0: 0.5}, "b": {0: 0.4}})
+    assert len(one_seed) == 1 and math.isnan(one_seed[0][2]), "one seed: no test, no p"
+
+
+def test_the_split_spread_table_averages_each_arms_runs():
+    spread = {"a": {0: (0.2, 0.5), 1: (0.4, 0.75)}, "b": {0: (0.0, 0.0)}}
+    lines = split_spread_lines(["a", "b", "c"], spread)
+    assert "| a | 2 | 0.300 | 0.62 |" in lines and "| b | 1 | 0.000 | 0.00 |" in lines
+    assert not any(line.startswith("| c |") for line in lines), "an arm without the metrics has no row"
+    assert "share of groups split unevenly" in render("abl", "ablation", {"a": {0: 0.5}}, spread=spread)
+    assert "split unevenly" not in render("abl", "ablation", {"a": {0: 0.5}})
