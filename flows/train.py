@@ -63,7 +63,13 @@ from rollouts.recipe import RecipeHooks, recipe_hooks
 from rollouts.registry import get_recipe
 from storage.checkpoint_store import CheckpointStore
 from tracking.mlflow_tracker import MlflowTracker, ui_command
-from tracking.reports import no_signal_message, summary_lines, throughput_metrics, trajectory_items
+from tracking.reports import (
+    no_signal_message,
+    rollout_phase_metrics,
+    summary_lines,
+    throughput_metrics,
+    trajectory_items,
+)
 from tracking.rollout_traces import train_selection
 from tracking.tracker import Tracker
 from trainer.backends.base import Backend
@@ -197,7 +203,8 @@ def run_iterations(config: RunConfig, plan: RunPlan, processes: RunProcesses, ba
             if upload_due(config, summary["updates"], iteration):
                 upload(plan, store, tracker, feed, update, iteration, summary)
                 last_update = None
-        metrics.update(throughput_metrics(groups, time.perf_counter() - started_s))
+        metrics.update({**throughput_metrics(groups, time.perf_counter() - started_s),
+                        **rollout_phase_metrics(groups)})
         if validation_due(config, iteration):
             metrics.update(validate(config, plan, processes, tracker, val_rows, iteration, backend.policy_version))
         tracker.log_metrics(metrics, step=iteration)

@@ -52,6 +52,29 @@ def throughput_metrics(groups: Sequence[FinishedGroup], iteration_s: float) -> d
             "throughput/response_tokens_per_s": tokens / iteration_s if iteration_s > 0 else 0.0}
 
 
+def rollout_phase_metrics(groups: Sequence[FinishedGroup]) -> dict[str, float]:
+    """Where a rollout's wall time went, mean over the batch's rollouts with a start, an end and a recorded call of
+    their final attempt: `time/rollout_to_first_call_s` (claim to the first call's arrival: the sandbox, the harness's
+    start-up, its work before asking), `time/rollout_in_calls_s` (the sum of its calls' latencies: the engine),
+    `time/rollout_after_calls_s` (the last answer to the end: the harness's last steps, its exit, the grading and
+    the report) and `time/rollout_wall_s`. Nothing when no rollout qualifies (a feed that does not fetch calls)."""
+    phases: list[tuple[float, float, float, float]] = []
+    for g in groups:
+        for r in g.rollouts:
+            calls = [c for c in g.calls.get(r.id, ()) if c.attempt == r.attempt]
+            if not calls or r.started_at is None or r.finished_at is None:
+                continue
+            first_in = min(c.created_at for c in calls)
+            last_out = max(c.created_at + c.latency_ms / 1000.0 for c in calls)
+            phases.append((first_in - r.started_at, sum(c.latency_ms for c in calls) / 1000.0,
+                           r.finished_at - last_out, r.finished_at - r.started_at))
+    if not phases:
+        return {}
+    names = ("time/rollout_to_first_call_s", "time/rollout_in_calls_s", "time/rollout_after_calls_s",
+             "time/rollout_wall_s")
+    return {name: sum(p[i] for p in phases) / len(phases) for i, name in enumerate(names)}
+
+
 def summary_lines(summary: dict[str, Any], ui: str) -> list[str]:
     """The closing lines of a run: what ran, where it is logged, how to look at it."""
     lines = [f"run {summary['run_name']}: {summary['iterations']} iterations, {summary['updates']} updates",

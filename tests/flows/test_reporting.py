@@ -6,7 +6,7 @@ from gateway.records import RolloutState
 from rollouts.recipe import DEFAULT_NO_SIGNAL_HINT, recipe_hooks
 from rollouts.registry import get_recipe
 from tests.trainer.loop_support import call, group, rollout
-from tracking.reports import no_signal_message, summary_lines, throughput_metrics
+from tracking.reports import no_signal_message, rollout_phase_metrics, summary_lines, throughput_metrics
 from trainer.rollout_groups import FinishedGroup, drop_stale
 
 
@@ -50,3 +50,19 @@ def test_throughput_and_summary_lines():
                            "checkpoint_uri": "file:///c", "no_signal_iterations": 2}, "mlflow ui")
     assert lines[0] == "run r: 3 iterations, 1 updates" and "last checkpoint: file:///c" in lines
     assert lines[-1].startswith("2 of 3 iterations trained nothing")
+
+
+def test_rollout_phases_split_each_rollouts_wall_time_at_its_first_and_last_call():
+    # a: claimed at 100, calls arrive at 103 (2 s) and 106 (1 s), ends at 110: 3 s before, 3 s in calls, 3 s after
+    # b: claimed at 200, one call at 201 (4 s), ends at 206: 1, 4, 1; its earlier attempt's call is not counted
+    a = rollout("a", "g", 1.0, started_at=100.0, finished_at=110.0)
+    b = rollout("b", "g", 0.0, started_at=200.0, finished_at=206.0, attempt=2)
+    no_calls = rollout("c", "g", 0.0, started_at=300.0, finished_at=301.0)
+    calls = {"a": (call("a", 0, created_at=103.0, latency_ms=2000.0),
+                   call("a", 1, created_at=106.0, latency_ms=1000.0)),
+             "b": (call("b", 0, created_at=150.0, latency_ms=9000.0, attempt=1),
+                   call("b", 0, created_at=201.0, latency_ms=4000.0, attempt=2)), "c": ()}
+    metrics = rollout_phase_metrics([FinishedGroup("g", {}, (a, b, no_calls), calls, 0)])
+    assert metrics == {"time/rollout_to_first_call_s": 2.0, "time/rollout_in_calls_s": 3.5,
+                       "time/rollout_after_calls_s": 2.0, "time/rollout_wall_s": 8.0}
+    assert rollout_phase_metrics([FinishedGroup("g", {}, (no_calls,), {"c": ()}, 0)]) == {}, "nothing to say"
