@@ -101,13 +101,20 @@ def fmt(value: float, digits: int = 3) -> str:
 def interval_cell(interval: Interval) -> str:
     if math.isnan(interval.low):
         return f"{fmt(interval.mean)} (one seed)"
+    if interval.low == interval.high:
+        return f"{fmt(interval.mean)} (every seed alike)"
     return f"{fmt(interval.mean)} [{fmt(interval.low)}, {fmt(interval.high)}]"
 
 
 def verdict(item: Claim) -> str:
-    """Whether a claim holds: the interval excludes 0 and the Holm-adjusted p is below 0.05."""
+    """Whether a claim holds: the interval excludes 0 and the Holm-adjusted p is below 0.05; every seed with the same
+    non-zero difference has no interval, only the sign test's p (`t_interval`)."""
     if math.isnan(item.interval.low):
         return "one seed: untested"
+    if item.interval.low == item.interval.high and item.interval.mean != 0:
+        shown = not math.isnan(item.p_holm) and item.p_holm < ALPHA
+        return ("holds (sign test: every seed alike)" if shown
+                else "not shown (every seed alike: sign test only, too few seeds)")
     excludes = item.interval.low > 0 or item.interval.high < 0
     if excludes and not math.isnan(item.p_holm) and item.p_holm < ALPHA:
         return "holds" + (" (a decrease)" if item.interval.mean < 0 else "")
@@ -123,7 +130,8 @@ def render(name: str, experiment: str, report: Report, images: Mapping[str, str]
              f"`{report.control or 'none'}`. Metric `{VAL}` (step 0: before any update; the same seeded validation "
              f"set for every run). Claims are compared at step {report.step}, the last every arm validated; "
              "differences are paired by seed (same training tasks, same validation set), 95% Student-t intervals "
-             f"over seeds, p-values two-sided t-tests Holm-corrected over the {len(report.claims)} claims.", "",
+             "over seeds, p-values two-sided t-tests (exact sign tests where every seed gave the same difference) "
+             f"Holm-corrected over the {len(report.claims)} claims.", "",
              f"![validation reward per step]({images['curves']})", "",
              f"![paired differences]({images['claims']})", "", "## Claims", "",
              "| claim | seeds | mean [95% CI] | p | Holm p | verdict |", "|---|---|---|---|---|---|"]

@@ -25,7 +25,8 @@ Curve = Mapping[int, Mapping[int, float]]
 @dataclass(frozen=True)
 class Interval:
     """A mean with its two-sided Student-t confidence interval and the t-test's p-value against 0 (low, high and p
-    are nan with fewer than two values; p is 0 or 1 when every value is the same)."""
+    are nan with fewer than two values; when every value is the same the interval is that value and p the sign
+    test's, `t_interval`)."""
 
     n: int
     mean: float
@@ -35,16 +36,20 @@ class Interval:
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
-    """mean +- t_{(1+c)/2, n-1} s / sqrt(n) (s the sample standard deviation) and the one-sample t-test's p."""
+    """mean +- t_{(1+c)/2, n-1} s / sqrt(n) (s the sample standard deviation) and the one-sample t-test's p. Values
+    with no spread (n equal differences, common with a few seeds and rewards in steps of 1/16) leave the t-test
+    undefined, not certain: p is then the exact two-sided sign test's, 2 x 0.5^n for n values of one sign (1 when
+    they are 0), so three seeds that each gained one task give p 0.25, not 0."""
     if not values:
         raise ValueError("t_interval needs at least one value")
     n = len(values)
     mean = math.fsum(values) / n
     if n < 2:
         return Interval(n, mean, math.nan, math.nan, math.nan)
+    if min(values) == max(values):  # no spread (the mean's rounding must not pass for one)
+        value = values[0]
+        return Interval(n, value, value, value, 1.0 if value == 0.0 else min(1.0, 2.0 * 0.5 ** n))
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    if sd == 0.0:
-        return Interval(n, mean, mean, mean, 1.0 if mean == 0.0 else 0.0)
     se = sd / math.sqrt(n)
     half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * se
     p = 2.0 * float(stats.t.sf(abs(mean / se), n - 1))

@@ -40,13 +40,28 @@ def test_the_page_states_each_claim_its_holm_p_and_the_rerun_spread():
     page = render("calc", "harnessrl", report, {"curves": "images/calc-curves.png", "claims": "images/c.png"})
     assert "![validation reward per step](images/calc-curves.png)" in page
     assert "| trained: step 2 - step 0 | 3 |" in page and "| trained - lr0 at step 2 | 3 |" in page
-    assert "| lr0: step 2 - step 0 | 3 | 0.000 [0.000, 0.000] |" in page  # the control does not move
+    assert "| lr0: step 2 - step 0 | 3 | 0.000 (every seed alike) |" in page  # the control does not move
     assert "| trained vs trained-rerun | 3 |" in page
     assert "trained-rerun: step" not in page, "a rerun arm makes no claims of its own"
     assert [verdict(c) for c in report.claims] == ["holds", "holds", "not shown (interval holds 0)"]
     weak = build_report({**CURVES, "trained": {0: {0: 0.2, 2: 0.5}, 1: {0: 0.3, 2: 0.55}, 2: {0: 0.25, 2: 0.4}}},
                         "lr0")
     assert verdict(weak.claims[0]) == "interval excludes 0, not after Holm"  # p 0.034, Holm (3 claims) 0.10
+
+
+def test_every_seed_alike_is_a_sign_test_not_certainty():
+    """Three seeds that each gained exactly one task of 16: no spread, so no interval; the sign test's p is 0.25."""
+    alike = {"trained": {s: {0: 0.0625, 3: 0.125} for s in range(3)}, "lr0": {s: {0: 0.0625, 3: 0.0625} for s in
+                                                                             range(3)}}
+    report = build_report(alike, "lr0")
+    assert [c.interval.p for c in report.claims] == [0.25, 0.25, 1.0]
+    assert [verdict(c) for c in report.claims] == ["not shown (every seed alike: sign test only, too few seeds)"] * 2 \
+        + ["not shown (interval holds 0)"]
+    page = render("mt", "harnessrl", report, {"curves": "c.png", "claims": "d.png"})
+    assert "| trained - lr0 at step 3 | 3 | 0.062 (every seed alike) | 0.250 | 0.750 |" in page
+    six = {"trained": {s: {0: 0.0, 3: 0.1} for s in range(6)}}
+    (alone,) = build_report(six, None).claims
+    assert alone.interval.p == 0.03125 and verdict(alone) == "holds (sign test: every seed alike)"
 
 
 def test_reruns_are_arms_with_the_same_overrides():

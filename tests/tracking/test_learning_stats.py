@@ -36,7 +36,17 @@ def test_t_interval_known_value_and_edge_cases():
     assert interval.high - interval.mean == pytest.approx(T_975_DF2 * 0.1 / math.sqrt(3))
     one = t_interval([0.4])
     assert (one.n, one.mean) == (1, 0.4) and math.isnan(one.low) and math.isnan(one.p)
-    assert t_interval([0.0, 0.0]).p == 1.0 and t_interval([0.2, 0.2]).p == 0.0
+    assert t_interval([0.0, 0.0]).p == 1.0
+
+
+@pytest.mark.parametrize(("values", "p"), [([0.0625] * 3, 0.25), ([-0.2] * 2, 0.5), ([0.1] * 6, 0.03125),
+                                            ([0.0] * 5, 1.0)])
+def test_values_without_spread_get_the_sign_tests_p_not_certainty(values, p):
+    interval = t_interval(values)
+    assert (interval.low, interval.mean, interval.high) == (values[0], values[0], values[0])
+    assert interval.p == pytest.approx(p), "n equal differences: the exact sign test, 2 x 0.5^n"
+    assert interval.p == pytest.approx(min(1.0, stats.binomtest(len(values), len(values)).pvalue)
+                                       if values[0] else 1.0)
     with pytest.raises(ValueError):
         t_interval([])
 
