@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.ablation_plan import REPORT_ARMS
-from tracking.learning_stats import Interval, holm, t_interval
+from tracking.learning_stats import Interval, holm, paired, t_interval
 
 FINAL_METRIC = "val/reward_mean"
 DEFAULT_OUT = Path(__file__).resolve().parent / "ablation.md"
@@ -39,8 +39,8 @@ REFERENCE = {arm.name: arm.reference for arm in REPORT_ARMS}
 
 
 def paired_differences(first: Mapping[int, float], second: Mapping[int, float]) -> list[float]:
-    """first - second for every seed both have, in seed order."""
-    return [first[seed] - second[seed] for seed in sorted(set(first) & set(second))]
+    """first - second for every seed both have, in seed order (`learning_stats.paired`'s values)."""
+    return list(paired(first, second).values())
 
 
 def arm_order(arms: Sequence[str]) -> list[str]:
