@@ -43,8 +43,10 @@ def _run(admin: GatewayClient, recipe_name: str, task: dict, workdir: Path) -> t
     env = {key: value for key, value in os.environ.items() if not key.startswith("OPENAI_")}
     env |= {"OPENAI_BASE_URL": created.base_url, "OPENAI_API_KEY": created.api_key,
             "HARNESSRL_TASK": str(workdir / TASK_FILE)}
-    done = subprocess.run(recipe.harness_command(), cwd=workdir, env=env, capture_output=True, text=True,
+    done = subprocess.run(recipe.harness_command(), cwd=workdir, env=env, capture_output=True,
                           timeout=HARNESS_TIMEOUT_S)
+    # Decoded without universal newlines: a random model's text may hold a bare "\r", which text=True turns into "\n".
+    done.stdout, done.stderr = done.stdout.decode("utf-8"), done.stderr.decode("utf-8", "replace")
     return done, admin.calls(task["id"])
 
 
