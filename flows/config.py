@@ -114,6 +114,10 @@ class EngineSection(Section):
     prefix_cache_tokens: int = Field(default=embedded.PREFIX_CACHE_TOKENS, ge=0, description="Embedded engine: "
                                      "finished rows' KV kept (in tokens) for later prompts that start with them; 0: "
                                      "off.")
+    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Embedded engine: weights' and "
+                                                  "activations' dtype (bfloat16: faster on a CPU with bf16 units, "
+                                                  "logprobs off a float32 trainer's by bf16 rounding; "
+                                                  "vLLM: engine.vllm.dtype).")
     vllm: VLLMOptions = Field(default_factory=VLLMOptions, description="vLLM engine: VLLMConfig.")
 
 

@@ -156,7 +156,7 @@ class RunProcesses:
         return EmbeddedEngine(s.model_path, host=host, port=port, served_model_name=s.model_name,
                               max_batch_size=e.max_batch_size, startup_timeout_s=e.startup_timeout_s,
                               log_path=self.logs_dir / "engine.log", num_threads=e.num_threads,
-                              prefix_cache_tokens=e.prefix_cache_tokens)
+                              prefix_cache_tokens=e.prefix_cache_tokens, dtype=e.dtype)
 
     def _align_running_engine(self) -> str:
         """Loads the run's start weights and version into an engine this run did not start (it may serve another

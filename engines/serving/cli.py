@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from engines.embedded import PREFIX_CACHE_TOKENS
+from engines.embedded import DTYPES, PREFIX_CACHE_TOKENS
 
 app = typer.Typer(help="The embedded CPU inference engine.", no_args_is_help=True, add_completion=False)
 
@@ -32,8 +32,11 @@ def serve(
                                       "distribution."),
     prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, min=0, help="Tokens of finished rows' KV kept "
                                             "for later prompts that start with them (an agent's next call); 0: off."),
+    dtype: str = typer.Option("float32", help=f"Weights' and activations' dtype, one of {', '.join(DTYPES)} "
+                              "(logprobs are computed in float32 either way)."),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible API with token ids, logprobs and policy versions."""
+    import torch
     import uvicorn
 
     from engines.model_cache import resolve_model
@@ -42,9 +45,11 @@ def serve(
     from engines.serving.scheduler import GenerationScheduler
     from engines.serving.state import EngineState
 
+    if dtype not in DTYPES:
+        raise typer.BadParameter(f"{dtype!r}; use one of {', '.join(DTYPES)}", param_hint="--dtype")
     logging.basicConfig(level=log_level.upper())
     model_dir = resolve_model(model, models_dir)
-    holder = ModelHolder(Path(model_dir))
+    holder = ModelHolder(Path(model_dir), dtype=getattr(torch, dtype))
     state = EngineState(holder, GenerationScheduler(holder, max_batch_size, logprobs_mode,
                                                                   prefix_cache_tokens), served_model_name or model)
     uvicorn.run(create_app(state), host=host, port=port, log_level=log_level)

@@ -19,13 +19,14 @@ router = APIRouter()
 
 
 def health_body(state: EngineState) -> dict[str, object]:
-    """{status, policy_version, asleep, model, running_rows, tool_call_parse_failures, logprobs_mode, prefix_cache}
-    as /health reports it (`logprobs_mode`: processed or raw, which distribution the reported logprobs are of;
+    """{status, policy_version, asleep, model, dtype, running_rows, tool_call_parse_failures, logprobs_mode,
+    prefix_cache} as /health reports it (`dtype`: the served weights'; `logprobs_mode`: processed or raw, which
+    distribution the reported logprobs are of;
     `prefix_cache`: its budget, holdings and counters, engines.serving.prefix_cache)."""
     holder = state.holder
     return {"status": "asleep" if holder.asleep else "ok", "policy_version": holder.policy_version,
             "asleep": holder.asleep, "model": state.served_model_name,
-            "running_rows": state.scheduler.running_rows,
+            "dtype": str(holder.dtype).removeprefix("torch."), "running_rows": state.scheduler.running_rows,
             "tool_call_parse_failures": state.tool_call_parse_failures,
             "logprobs_mode": state.scheduler.logprobs_mode,
             "prefix_cache": prefix_cache_body(state.scheduler.prefix_cache)}

@@ -16,7 +16,8 @@ from tests.engine.support import assert_teacher_forced
 def test_engine_serve_help_lists_the_options() -> None:
     result = CliRunner().invoke(engine_app, ["serve", "--help"])
     assert result.exit_code == 0
-    for option in ("--model", "--host", "--port", "--served-model-name", "--max-batch-size", "--logprobs-mode"):
+    for option in ("--model", "--host", "--port", "--served-model-name", "--max-batch-size", "--logprobs-mode",
+                   "--dtype"):
         assert option in result.output
 
 
@@ -41,6 +42,16 @@ def test_command_line_carries_the_settings(tiny_model_dir: Path) -> None:
     assert off[off.index("--prefix-cache-tokens") + 1] == "0"
     with pytest.raises(ValueError, match="prefix_cache_tokens=-1"):
         EmbeddedEngine(tiny_model_dir, prefix_cache_tokens=-1)
+    assert command[command.index("--dtype") + 1] == "float32"
+    bf16 = EmbeddedEngine(tiny_model_dir, dtype="bfloat16").command()
+    assert bf16[bf16.index("--dtype") + 1] == "bfloat16"
+    with pytest.raises(ValueError, match="dtype='float16'"):
+        EmbeddedEngine(tiny_model_dir, dtype="float16")
+
+
+def test_serve_refuses_an_unknown_dtype_before_loading_anything(tmp_path: Path) -> None:
+    result = CliRunner().invoke(engine_app, ["serve", "--model", str(tmp_path), "--dtype", "float16"])
+    assert result.exit_code != 0 and "bfloat16" in result.output
 
 
 @pytest.mark.slow
@@ -69,3 +80,36 @@ def test_smollm2_batched_logprobs_equal_teacher_forcing() -> None:
             logprobs = [e.logprob for e in choice.logprobs.content]
             assert_teacher_forced(reference, response.model_extra["prompt_token_ids"],
                                   choice.model_extra["token_ids"], logprobs, temperature=0.8)
+
+
+@pytest.mark.slow  # an engine server process
+def test_a_bfloat16_engine_reports_the_logprobs_of_its_bfloat16_weights(tiny_model_dir: Path) -> None:
+    """`dtype=bfloat16` reaches the served weights (/health says so) and the reported logprobs are teacher forcing's
+    through the same weights in bfloat16, to bf16 rounding (padded batches and the KV cache round differently from
+    one unpadded pass: 1.5e-3 at worst here)."""
+    import openai
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.engine.support import teacher_forced_logprobs
+
+    bf16 = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16).eval()
+    with EmbeddedEngine(tiny_model_dir, served_model_name="tiny", dtype="bfloat16") as engine:
+        assert engine.health()["dtype"] == "bfloat16"
+        client = openai.AsyncOpenAI(base_url=f"{engine.base_url}/v1", api_key="unused", max_retries=0)
+
+        async def ask(i: int):
+            return await client.completions.create(model="tiny", prompt="the sea " * (1 + 3 * i), max_tokens=12,
+                                                   temperature=1.0, seed=i, logprobs=1,
+                                                   extra_body={"return_token_ids": True})
+
+        async def together():
+            return await asyncio.gather(*(ask(i) for i in range(4)))
+
+        responses = asyncio.run(together())
+    for response in responses:
+        choice = response.choices[0]
+        extra = choice.model_extra
+        expected = teacher_forced_logprobs(bf16, extra["prompt_token_ids"], extra["token_ids"])
+        gaps = [abs(a - b) for a, b in zip(expected, choice.logprobs.token_logprobs, strict=True)]
+        assert gaps and max(gaps) < 0.02, gaps
