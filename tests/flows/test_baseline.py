@@ -68,3 +68,51 @@ def test_a_file_that_is_not_ours_is_named(tmp_path, text, named):
     with pytest.raises(ValueError, match=named) as raised:
         read_baseline(path, "a")
     assert str(path) in str(raised.value)
+
+
+def test_the_fingerprint_sees_the_project_packages_as_pyproject_lists_them():
+    import tomllib
+
+    from flows.baseline import PACKAGES
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    found = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert sorted(name.removesuffix("*") for name in found) == sorted(PACKAGES)
+
+
+def test_an_edit_to_the_code_is_another_step0(tmp_path):
+    from flows.baseline import source_digest
+
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / ".hidden").mkdir()
+    (tmp_path / "pkg" / "prompt.yaml").write_text("system: be brief")
+    (tmp_path / "pkg" / "weights.bin").write_bytes(b"\0" * 16)
+    before = source_digest([tmp_path / "pkg"])
+    (tmp_path / "pkg" / "__pycache__" / "x.pyc").write_bytes(b"compiled")
+    (tmp_path / "pkg" / ".hidden" / "notes.py").write_text("x = 1")
+    assert source_digest([tmp_path / "pkg"]) == before, "caches and hidden folders are not code"
+    (tmp_path / "pkg" / "prompt.yaml").write_text("system: be verbose")
+    edited = source_digest([tmp_path / "pkg"])
+    assert edited != before
+    (tmp_path / "pkg" / "weights.bin").write_bytes(b"\1" * 32)
+    assert source_digest([tmp_path / "pkg"]) != edited, "a file that is not source counts by its size and time"
+
+
+def test_a_recipe_files_folder_and_the_start_weights_are_part_of_it(tmp_path):
+    from tests.recipes.file_recipe.support import GRADER, recipe_folder
+
+    recipe = recipe_folder(tmp_path / "mine")
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(b"w" * 8)
+
+    def of_recipe() -> str:
+        return fingerprint({"recipe": str(recipe)}, model=weights)
+
+    before = of_recipe()
+    assert of_recipe() == before
+    (recipe.parent / "grade.py").write_text(GRADER.replace("int(numbers[-1])", "abs(int(numbers[-1]))"))
+    graded_otherwise = of_recipe()
+    assert graded_otherwise != before, "another grader: another step 0"
+    (weights / "model.safetensors").write_bytes(b"v" * 9)
+    assert of_recipe() != graded_otherwise, "weights rewritten in place: another start"
