@@ -1,7 +1,11 @@
-"""The ablation flow end to end on the tiny model: two of the report's arms (the advantage levels) x one seed, one
-iteration each, every run in one MLflow experiment tagged and nested under the umbrella run, scored on the same
-validation set; the report generator reads them back. (A run takes about 50 s here; the default arms are the report's
-three, tests/flows/test_ablation_plan.py.)"""
+"""The ablation flow end to end on the tiny model, as `benchmarks/ablation.md` runs it: two of the report's arms (the
+advantage levels) and the lr = 0 control x one seed, validation before the update and after it, every run in one
+MLflow experiment tagged and nested under the umbrella run; every validation call seeded; step 0 measured once, by the
+first run, and logged by the others (`algorithm.step0_file`); the control's validation after its update the same calls
+with the same seeds and the same answers as that step 0; both report generators read the runs back (the arms'
+comparison and spread, and the learning report with its page and PNGs logged to the umbrella run). One test for
+both, since a flow's start and each run cost most of it (the default arms are the report's three and lr0,
+tests/flows/test_ablation_plan.py)."""
 
 from __future__ import annotations
 
@@ -10,32 +14,57 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(prefect_api, tiny_model_dir, tmp_path):
-    from mlflow import MlflowClient
+def val_calls(run_dir, prefix: str) -> dict[str, list[tuple[int | None, str | None]]]:
+    """rollout id (without the run's name) -> its calls' (seed, answer text) in order, from the run's gateway store."""
+    import orjson
+    import sqlalchemy as sa
 
-    from benchmarks.ablation_report import flow_wall_s, read_finals, read_split_spread, render
+    engine = sa.create_engine(f"sqlite:///{run_dir / 'gateway.db'}")
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT rollout_id, seq, sampling, response_text FROM calls "
+                                    "WHERE rollout_id LIKE :prefix ORDER BY rollout_id, attempt, seq"),
+                            {"prefix": f"{prefix}%"}).all()
+    engine.dispose()
+    calls: dict[str, list] = {}
+    for rollout_id, _, sampling, text in rows:
+        seed = orjson.loads(sampling).get("seed") if sampling else None
+        calls.setdefault(rollout_id.removeprefix(prefix), []).append((seed, text))
+    return calls
+
+
+@pytest.fixture(scope="module")
+def experiment(prefect_api, tiny_model_dir, tmp_path_factory):
+    """The ablation `abl-test`: arms rollout-level, sample-level and lr0, seed 3, one iteration, validated at 0, 1."""
     from flows.ablation import ablation
-    from flows.ablation_plan import REPORT_ARMS
+    from flows.ablation_plan import LEARNING_ARMS, REPORT_ARMS
 
+    tmp_path = tmp_path_factory.mktemp("ablation")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     overrides = {
         "work_dir": str(tmp_path / "runs"), "engine.model": str(tiny_model_dir), "engine.max_batch_size": 16,
         "data.train_tasks": 2, "data.val_tasks": 2, "rollout.group_size": 4, "rollout.batch_groups": 1,
         "rollout.max_inflight_groups": 1, "rollout.task_overrides": {"max_tokens": 8}, "rollout.wait_timeout_s": 300,
         "controller.concurrency": 4, "backend.optimizer.lr": 1e-3, "backend.schedule.max_tokens_per_micro_batch": 2048,
-        "algorithm.iterations": 1, "tracking.tracking_uri": uri, "tracking.trajectories_per_step": 0,
-        "checkpoints.store": f"file://{tmp_path / 'store'}",
+        "algorithm.iterations": 1, "algorithm.val_every": 1, "tracking.tracking_uri": uri,
+        "tracking.trajectories_per_step": 0, "checkpoints.store": f"file://{tmp_path / 'store'}",
     }
-    arms = REPORT_ARMS[:2]
+    arms = (*REPORT_ARMS[:2], LEARNING_ARMS[1])
     out = ablation("ablation-local", arms=[{"name": a.name, "overrides": a.overrides, "reference": a.reference}
                                            for a in arms], seeds=[3], overrides=overrides, name="abl-test")
-    assert [(r["arm"], r["seed"], r["error"]) for r in out["runs"]] == [(a.name, 3, None) for a in arms]
+    return {"out": out, "uri": uri, "arms": arms, "tmp": tmp_path}
 
+
+def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(experiment):
+    from mlflow import MlflowClient
+
+    from benchmarks.ablation_report import flow_wall_s, read_finals, read_split_spread, render
+
+    out, uri, arms = experiment["out"], experiment["uri"], experiment["arms"]
+    assert [(r["arm"], r["seed"], r["error"]) for r in out["runs"]] == [(a.name, 3, None) for a in arms]
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("ablation")
-    runs = client.search_runs([experiment.experiment_id], "tags.ablation = 'abl-test'")
+    runs = client.search_runs([client.get_experiment_by_name("ablation").experiment_id], "tags.ablation = 'abl-test'")
     children = [r for r in runs if r.data.tags.get("ablation_role") == "arm-run"]
-    assert len(runs) == 3 and len(children) == 2
+    assert len(runs) == 4 and len(children) == 3
     for run in children:
         assert run.info.status == "FINISHED" and run.data.tags["seed"] == "3"
         assert run.data.tags["mlflow.parentRunId"] == out["umbrella_run_id"]
@@ -43,8 +72,9 @@ def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(pre
         assert run.data.metrics["val/rollouts"] == 2.0
         assert "samples/samples_per_rollout_mean" in run.data.metrics
     levels = {r.data.tags["arm"]: r.data.params["algorithm.advantage.level"] for r in children}
-    assert levels == {a.name: a.overrides["algorithm.advantage.level"] for a in arms} == {
-        "rollout-adv+rollout-token-mean": "rollout", "sample-adv+token-mean": "sample"}
+    assert levels == {"rollout-adv+rollout-token-mean": "rollout", "sample-adv+token-mean": "sample",
+                      "lr0": "rollout"}
+    assert {r.data.tags["arm"]: r.data.params["backend.optimizer.lr"] for r in children}["lr0"] == "0.0"
     sources = {r.data.params["data.source"] for r in children}
     assert len(sources) == 1, "every arm of a seed trains on the same task file"
 
@@ -55,5 +85,42 @@ def test_ablation_runs_every_arm_on_one_experiment_and_the_report_reads_them(pre
     assert set(spread) == set(finals) and all(set(v) == {3} for v in spread.values()), "every run logged its splits"
     assert all(variance >= 0 and 0 <= share <= 1 for v in spread.values() for variance, share in v.values())
     assert "(one seed: no interval)" in render("abl-test", "ablation", finals, wall_s, spread=spread)
-    (flow,) = flow_wall_s(uri, "ablation", "abl-test")  # the umbrella run spans both runs and the gap between them
+    (flow,) = flow_wall_s(uri, "ablation", "abl-test")  # the umbrella run spans every run and the gaps between them
     assert sum(wall_s[a.name][3] for a in arms) < flow < 3600
+
+
+def test_step0_is_measured_once_seeded_and_the_control_reproduces_it(experiment):
+    from mlflow import MlflowClient
+
+    from flows.ablation_plan import run_name
+
+    out, uri, arms, tmp_path = experiment["out"], experiment["uri"], experiment["arms"], experiment["tmp"]
+    client = MlflowClient(uri)
+    histories = [client.get_metric_history(o["mlflow_run_id"], "val/reward_mean") for o in out["runs"]]
+    assert [[point.step for point in history] for history in histories] == [[0, 1]] * 3, "step 0 and after"
+    assert len({history[0].value for history in histories}) == 1, "one step 0 for every arm"
+    first, _, lr0 = (tmp_path / "runs" / run_name("abl-test", arm, 3) for arm in arms)
+    tags = [client.get_run(o["mlflow_run_id"]).data.tags for o in out["runs"]]
+    assert [t.get("step0_from") for t in tags] == [first.name] * 3, "measured once, by the first run"
+    step0 = val_calls(first, f"{first.name}-val0-")
+    assert len(step0) == 2 and all(None not in [seed for seed, _ in calls] for calls in step0.values()), "seeded"
+    assert val_calls(lr0, f"{lr0.name}-val0-") == {}, "the control logged the shared step 0, it did not validate"
+    assert val_calls(lr0, f"{lr0.name}-val1-") == step0, ("lr = 0: the base weights again, the same seeds: the same "
+                                                          "answers as the shared step 0, call by call")
+
+
+def test_the_learning_report_compares_each_arm_with_step0_and_the_control(experiment):
+    from mlflow import MlflowClient
+
+    from benchmarks.learning_report import main as report
+
+    out, uri, tmp_path = experiment["out"], experiment["uri"], experiment["tmp"]
+    page = tmp_path / "learning.md"
+    report(["--ablation", "abl-test", "--experiment", "ablation", "--tracking-uri", uri, "--control", "lr0",
+            "--out", str(page), "--images", str(tmp_path / "images")])
+    text = page.read_text()
+    for arm in ("rollout-adv+rollout-token-mean", "sample-adv+token-mean"):
+        assert f"| {arm}: step 1 - step 0 | 1 |" in text and f"| {arm} - lr0 at step 1 | 1 |" in text
+    logged = {a.path for a in MlflowClient(uri).list_artifacts(out["umbrella_run_id"], "learning-report")}
+    assert logged == {"learning-report/abl-test-curves.png", "learning-report/abl-test-claims.png",
+                      "learning-report/learning.md"}
