@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -53,6 +54,7 @@ from flows.ablation_plan import (
     task_family,
 )
 from flows.config import PROJECT_ROOT, RunConfig, load_run_config
+from flows.setup import run_folder
 from flows.train import train
 from rollouts.task_data import write_task_rows
 from storage.files import write_atomic
@@ -151,6 +153,7 @@ def run_one(profile: str | Path, run: PlannedRun, ablation_name: str, umbrella_i
                            str(summary_path)], cwd=PROJECT_ROOT, env=run_environment(), check=False)
     if done.returncode == 0 and summary_path.is_file():
         summary = json.loads(summary_path.read_text())
+        drop_local_checkpoints(run_folder(config, run.name))
     else:
         error = f"the run's process exited with code {done.returncode} (its output is above)"
         print(f"run {run.name} failed: {error}")
@@ -161,6 +164,16 @@ def run_one(profile: str | Path, run: PlannedRun, ablation_name: str, umbrella_i
         tag_run(tracking_uri, run_id, tags)
     return {"name": run.name, "arm": run.arm.name, "seed": run.seed, "mlflow_run_id": run_id, "error": error,
             "wall_s": round(time.perf_counter() - started_s, 1)}
+
+
+def drop_local_checkpoints(run_dir: Path) -> None:
+    """Deletes a finished run's local checkpoints (`run_dir/checkpoints`: 1.6 GB for SmolLM2-135M with its AdamW
+    state): the checkpoint store holds the same ones, and a resume or an evaluation reads the store's. An ablation's
+    20 runs would otherwise keep 32 GB twice."""
+    local = run_dir / "checkpoints"
+    if local.is_dir():
+        shutil.rmtree(local)
+        print(f"deleted the finished run's local checkpoints {local} (the checkpoint store keeps them)")
 
 
 def run_environment() -> dict[str, str]:
