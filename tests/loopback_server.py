@@ -30,8 +30,19 @@ class LoopbackServer:
         return self
 
     def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        """Cancels the answers still being written (one may pause for an hour), then stops the loop."""
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._cancel_handlers(), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+    @staticmethod
+    async def _cancel_handlers() -> None:
+        current = asyncio.current_task()
+        pending = [task for task in asyncio.all_tasks() if task is not current]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)

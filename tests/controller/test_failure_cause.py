@@ -12,10 +12,15 @@ import pytest
 from gateway.client import GatewayClient
 from gateway.records import EventKind, FailureKind, RolloutState
 from tests.controller.test_reconcile import create, events, reconcile_all
-from tests.gateway.api_support import write_config
-from tests.gateway.hostile_upstream import Answer, HostileUpstream
-from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, free_port
-from tests.inprocess import InProcessGateway
+from tests.gateway.hostile_upstream import (
+    IMPATIENT_TIMEOUT_S,
+    NEVER_S,
+    PATIENT_TIMEOUT_S,
+    Answer,
+    HostileUpstream,
+    hostile_gateway,
+)
+from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN
 
 pytestmark = pytest.mark.slow  # harness processes through the LocalRunner
 
@@ -32,65 +37,62 @@ def unary_tool_call(arguments: str) -> Answer:
 
 
 @pytest.fixture(scope="module")
-def hostile_gateway(tmp_path_factory):
-    """A gateway (one upstream try, a 1 s upstream timeout) with the hostile upstream as `policy`, a closed port as
-    `dead`."""
-    folder = tmp_path_factory.mktemp("cause")
+def upstream():
     upstream = HostileUpstream().start()
-    gateway = InProcessGateway(folder / "store.db", config_path=write_config(
-        folder / "gw.yaml", retry_attempts=1, upstream_timeout_s=1.0)).start()
-    with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
-        admin.register_model("policy", upstream.base_url, version=1)
-        admin.register_model("dead", f"http://127.0.0.1:{free_port()}/v1", version=1)
-    yield gateway, upstream
-    gateway.stop()
+    yield upstream
     upstream.stop()
 
 
-@pytest.fixture
-def hostile_admin(hostile_gateway):
-    with GatewayClient(hostile_gateway[0].url, ADMIN_TOKEN) as client:
-        yield client
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory, upstream):
+    """A gateway that waits for any answer a loopback upstream gives under load (`hostile_gateway`)."""
+    with hostile_gateway(tmp_path_factory.mktemp("cause"), upstream, PATIENT_TIMEOUT_S) as gateway:
+        yield gateway
 
 
-@pytest.fixture
-def hostile_grader(hostile_gateway):
-    with GatewayClient(hostile_gateway[0].url, GRADER_TOKEN) as client:
-        yield client
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory, upstream):
+    """A gateway with a 1 s upstream timeout, for the answer that outlasts it."""
+    with hostile_gateway(tmp_path_factory.mktemp("cause-timeout"), upstream, IMPATIENT_TIMEOUT_S) as gateway:
+        yield gateway
 
 
 AGENT_CASES = {
-    "(b) a Messages tool call whose arguments are cut at max tokens": (unary_tool_call('{"command": "ls'), MESSAGES),
-    "(b) a Messages tool call whose arguments are a list": (unary_tool_call('["ls"]'), MESSAGES),
+    "(b) a Messages tool call whose arguments are cut at max tokens": (
+        unary_tool_call('{"command": "ls'), MESSAGES, "patient"),
+    "(b) a Messages tool call whose arguments are a list": (unary_tool_call('["ls"]'), MESSAGES, "patient"),
     "(c) the context is full: the engine's 400": (
-        Answer((b'{"error": {"message": "maximum context length is 8192 tokens"}}',), status=400), CHAT),
+        Answer((b'{"error": {"message": "maximum context length is 8192 tokens"}}',), status=400), CHAT, "patient"),
     "(c) the engine's context error in a 200 body (502 to a Messages harness)": (
-        Answer((b'{"error": {"message": "maximum context length is 8192 tokens"}}',)), MESSAGES),
-    "(c) an answer longer than the gateway's timeout": (Answer((b'{"id": ', b'"c1"}'), pause_s=2.0), CHAT),
+        Answer((b'{"error": {"message": "maximum context length is 8192 tokens"}}',)), MESSAGES, "patient"),
+    "(c) an answer longer than the gateway's timeout": (
+        Answer((b'{"id": ', b'"c1"}'), pause_s=NEVER_S), CHAT, "impatient"),
 }
 
 
-@pytest.mark.parametrize(("answer", "call"), AGENT_CASES.values(), ids=AGENT_CASES.keys())
+@pytest.mark.parametrize(("answer", "call", "gateway"), AGENT_CASES.values(), ids=AGENT_CASES.keys())
 def test_a_harness_exiting_after_what_the_policy_caused_is_the_agents_failure_on_its_first_attempt(
-        hostile_gateway, hostile_admin, hostile_grader, tmp_path, answer, call) -> None:
-    hostile_gateway[1].answer = answer
-    [rollout_id] = create(hostile_admin, [{"mode": "post_then_fail", **call}], max_attempts=3)
-    reconcile_all(hostile_gateway[0], hostile_grader, tmp_path)
-    rollout = hostile_admin.get_rollout(rollout_id)
-    assert (rollout.state, rollout.failure_kind, rollout.attempt) == (RolloutState.FAILED, FailureKind.AGENT, 1), \
-        rollout.error
-    assert [e["state"] for e in events(hostile_admin, rollout_id, EventKind.STATE)] == ["running", "failed"]
-    [recorded] = hostile_admin.calls(rollout_id)
-    assert recorded.error_code is not None
+        request, upstream, tmp_path, answer, call, gateway) -> None:
+    gateway = request.getfixturevalue(gateway)
+    upstream.answer = answer
+    with GatewayClient(gateway.url, ADMIN_TOKEN) as admin, GatewayClient(gateway.url, GRADER_TOKEN) as grader:
+        [rollout_id] = create(admin, [{"mode": "post_then_fail", **call}], max_attempts=3)
+        reconcile_all(gateway, grader, tmp_path)
+        rollout = admin.get_rollout(rollout_id)
+        assert (rollout.state, rollout.failure_kind, rollout.attempt) == (
+            RolloutState.FAILED, FailureKind.AGENT, 1), rollout.error
+        assert [e["state"] for e in events(admin, rollout_id, EventKind.STATE)] == ["running", "failed"]
+        [recorded] = admin.calls(rollout_id)
+        assert recorded.error_code is not None
 
 
-def test_d_a_harness_exiting_after_the_engine_did_not_answer_is_infra_retried(
-        hostile_gateway, hostile_admin, hostile_grader, tmp_path) -> None:
-    [rollout_id] = create(hostile_admin, [{"mode": "post_then_fail", "path": "/chat/completions",
-                                           "body": {**CHAT["body"], "model": "dead"}}], max_attempts=2)
-    reconcile_all(hostile_gateway[0], hostile_grader, tmp_path)
-    rollout = hostile_admin.get_rollout(rollout_id)
-    assert (rollout.state, rollout.failure_kind, rollout.attempt) == (RolloutState.FAILED, FailureKind.INFRA, 2)
-    assert "502 [upstream_unavailable] (engine unreachable)" in rollout.error
-    assert [e["state"] for e in events(hostile_admin, rollout_id, EventKind.STATE)] == [
-        "running", "queued", "running", "failed"]
+def test_d_a_harness_exiting_after_the_engine_did_not_answer_is_infra_retried(patient, tmp_path) -> None:
+    with GatewayClient(patient.url, ADMIN_TOKEN) as admin, GatewayClient(patient.url, GRADER_TOKEN) as grader:
+        [rollout_id] = create(admin, [{"mode": "post_then_fail", "path": "/chat/completions",
+                                       "body": {**CHAT["body"], "model": "dead"}}], max_attempts=2)
+        reconcile_all(patient, grader, tmp_path)
+        rollout = admin.get_rollout(rollout_id)
+        assert (rollout.state, rollout.failure_kind, rollout.attempt) == (RolloutState.FAILED, FailureKind.INFRA, 2)
+        assert "502 [upstream_unavailable] (engine unreachable)" in rollout.error
+        assert [e["state"] for e in events(admin, rollout_id, EventKind.STATE)] == [
+            "running", "queued", "running", "failed"]

@@ -4,10 +4,24 @@ of answers that break the protocol (issue 12, point 5). Served from a thread of 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from tests.gateway.support import free_port
+from gateway.client import GatewayClient
+from tests.gateway.api_support import write_config
+from tests.gateway.support import ADMIN_TOKEN, free_port
+from tests.inprocess import InProcessGateway
 from tests.loopback_server import LoopbackServer
+
+# A gateway's upstream timeout and the answers around it, so that no machine load turns one into the other: a test of
+# a normal answer runs behind a PATIENT gateway (a loopback answer of a few bytes never takes a minute, however busy
+# the machine), a test of the timeout behind an IMPATIENT one with an answer that pauses for NEVER_S (the timeout
+# fires first however late it fires).
+PATIENT_TIMEOUT_S = 60.0
+IMPATIENT_TIMEOUT_S = 1.0
+NEVER_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -48,3 +62,18 @@ class HostileUpstream(LoopbackServer):
             pass
         finally:
             writer.close()
+
+
+@contextmanager
+def hostile_gateway(folder: Path, upstream: HostileUpstream, upstream_timeout_s: float) -> Iterator[InProcessGateway]:
+    """A gateway (one upstream try, `upstream_timeout_s`) with `upstream` as the model `policy` (version 3) and a
+    closed port as `dead`."""
+    gateway = InProcessGateway(folder / "store.db", config_path=write_config(
+        folder / "gw.yaml", retry_attempts=1, upstream_timeout_s=upstream_timeout_s)).start()
+    try:
+        with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
+            admin.register_model("policy", upstream.base_url, version=3)
+            admin.register_model("dead", f"http://127.0.0.1:{free_port()}/v1", version=3)
+        yield gateway
+    finally:
+        gateway.stop()

@@ -41,9 +41,10 @@ PROXY_BODIES = st.fixed_dictionaries(  # near-valid OpenAI requests: the proxy's
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, scripted):
+    # the scripted model answers at once: a 20 s upstream timeout, so that no machine load turns an answer into a 502
     config = GatewayConfig(db_url=f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'store.db'}",
                            admin_token=ADMIN_TOKEN, grader_token=GRADER_TOKEN, max_body_bytes=64 * 1024,
-                           retry_attempts=1, upstream_timeout_s=5, pause_hold_timeout_s=2, pause_drain_timeout_s=1)
+                           retry_attempts=1, upstream_timeout_s=20, pause_hold_timeout_s=2, pause_drain_timeout_s=1)
     with TestClient(create_app(config), base_url="http://gateway") as client:
         yield client, scripted.base_url
 

@@ -14,10 +14,16 @@ import pytest
 
 from gateway.client import GatewayClient
 from gateway.records import CallErrorCode, CallStatus
-from tests.gateway.api_support import create_rollouts, write_config
-from tests.gateway.hostile_upstream import Answer, HostileUpstream
-from tests.gateway.support import ADMIN_TOKEN, free_port
-from tests.inprocess import InProcessGateway
+from tests.gateway.api_support import create_rollouts
+from tests.gateway.hostile_upstream import (
+    IMPATIENT_TIMEOUT_S,
+    NEVER_S,
+    PATIENT_TIMEOUT_S,
+    Answer,
+    HostileUpstream,
+    hostile_gateway,
+)
+from tests.gateway.support import ADMIN_TOKEN
 
 SSE = (("content-type", "text/event-stream"),)
 PROMPT, RESPONSE = [1, 2, 3], [40, 41, 42, 43]
@@ -27,19 +33,26 @@ UNOBJECT_ARGUMENTS = ['{"command": "ls', '["ls", "-la"]', '"ls"']  # cut at max 
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """A gateway (one upstream try, a 1 s upstream timeout) with the hostile upstream as `policy`, a closed port as
-    `dead`."""
-    folder = tmp_path_factory.mktemp("model-answers")
+def upstream():
     upstream = HostileUpstream().start()
-    gateway = InProcessGateway(folder / "store.db", config_path=write_config(
-        folder / "gw.yaml", retry_attempts=1, upstream_timeout_s=1.0)).start()
-    with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
-        admin.register_model("policy", upstream.base_url, version=3)
-        admin.register_model("dead", f"http://127.0.0.1:{free_port()}/v1")
-        yield upstream, admin
-    gateway.stop()
+    yield upstream
     upstream.stop()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, upstream):
+    """A patient gateway in front of the hostile upstream (`hostile_gateway`), and its admin client."""
+    with (hostile_gateway(tmp_path_factory.mktemp("model-answers"), upstream, PATIENT_TIMEOUT_S) as gateway,
+          GatewayClient(gateway.url, ADMIN_TOKEN) as admin):
+        yield upstream, admin
+
+
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory, upstream):
+    """An impatient gateway in front of the same upstream, for the answers that outlast its timeout."""
+    with (hostile_gateway(tmp_path_factory.mktemp("model-timeouts"), upstream, IMPATIENT_TIMEOUT_S) as gateway,
+          GatewayClient(gateway.url, ADMIN_TOKEN) as admin):
+        yield upstream, admin
 
 
 def tool_call(index: int, name: str, arguments: str, call_id: str | None = None) -> dict:
@@ -159,16 +172,29 @@ MODEL_SIDE = {
                                          status=400), False, 400, CallErrorCode.UPSTREAM_ERROR),
     "the engine's error in a 200 body": (Answer((b'{"error": {"message": "prompt too long"}}',)), False, 200,
                                          CallErrorCode.UPSTREAM_ERROR),
-    "an answer longer than the timeout": (Answer((b'{"id": "c1", ', b'"choices": []}'), pause_s=2.0), False, 502,
+}
+TIMED_OUT = {  # behind the impatient gateway
+    "an answer longer than the timeout": (Answer((b'{"id": "c1", ', b'"choices": []}'), pause_s=NEVER_S), False, 502,
                                           CallErrorCode.UPSTREAM_TIMEOUT),
     "a stream longer than the timeout": (Answer((b'data: {"choices": []}\n\n', b"data: [DONE]\n\n"), headers=SSE,
-                                                pause_s=2.0), True, 200, CallErrorCode.UPSTREAM_TIMEOUT),
+                                                pause_s=NEVER_S), True, 200, CallErrorCode.UPSTREAM_TIMEOUT),
 }
 
 
 @pytest.mark.parametrize(("answer", "streamed", "status", "code"), [*ENGINE_FAILURES.values(), *MODEL_SIDE.values()],
                          ids=[*ENGINE_FAILURES, *MODEL_SIDE])
 def test_a_failed_chat_call_records_who_caused_it(served, answer, streamed, status, code) -> None:
+    chat_fails_as(served, answer, streamed, status, code)
+
+
+@pytest.mark.parametrize(("answer", "streamed", "status", "code"), TIMED_OUT.values(), ids=TIMED_OUT.keys())
+def test_a_chat_answer_longer_than_the_timeout_is_recorded_upstream_timeout(impatient, answer, streamed, status,
+                                                                            code) -> None:
+    chat_fails_as(impatient, answer, streamed, status, code)
+
+
+def chat_fails_as(served, answer: Answer, streamed: bool, status: int, code: CallErrorCode) -> None:
+    """One chat call to `answer`: its HTTP status and the recorded call's status, HTTP status and error code."""
     upstream, admin = served
     upstream.answer = answer
     (created,) = create_rollouts(admin, prefix="chat-code")
@@ -186,9 +212,9 @@ def test_an_engine_that_does_not_answer_is_recorded_upstream_unavailable(served)
     assert (call.http_status, call.error_code) == (502, CallErrorCode.UPSTREAM_UNAVAILABLE)
 
 
-def test_a_messages_answer_longer_than_the_timeout_is_502_upstream_timeout(served) -> None:
-    upstream, admin = served
-    upstream.answer = Answer((b'{"id": "c1", ', b'"choices": []}'), pause_s=2.0)
+def test_a_messages_answer_longer_than_the_timeout_is_502_upstream_timeout(impatient) -> None:
+    upstream, admin = impatient
+    upstream.answer = Answer((b'{"id": "c1", ', b'"choices": []}'), pause_s=NEVER_S)
     (created,) = create_rollouts(admin, prefix="msg-timeout")
     with pytest.raises(anthropic.InternalServerError, match="upstream_timeout"):
         messages_sdk(created).messages.create(model="policy", max_tokens=64, messages=ASK)

@@ -68,7 +68,8 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, scripted) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("schemathesis")
-    config = write_config(folder / "gw.yaml", retry_attempts=1, upstream_timeout_s=5, pause_hold_timeout_s=1,
+    # the scripted model answers at once: a 20 s upstream timeout, so that no machine load turns an answer into a 502
+    config = write_config(folder / "gw.yaml", retry_attempts=1, upstream_timeout_s=20, pause_hold_timeout_s=1,
                           pause_drain_timeout_s=1, max_body_bytes=256 * 1024)
     gateway = InProcessGateway(folder / "store.db", config_path=config).start()
     with requests.Session() as http:
