@@ -96,7 +96,8 @@ def file_stats(folder: Path) -> list[tuple[str, int, int]]:
     they are another start); [] when it is not a folder."""
     if not folder.is_dir():
         return []
-    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file())
+    stats = ((p.name, p.stat()) for p in folder.iterdir() if p.is_file())
+    return sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in stats)
 
 
 def _source_files(root: Path) -> Iterator[Path]:

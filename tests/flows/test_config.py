@@ -219,9 +219,12 @@ def test_run_name_plan_and_services_from_config(tmp_path):
     assert EmbeddedEngine("/m", num_threads=threads).environment()["OMP_NUM_THREADS"] == "1"
     from flows.run_processes import RunProcesses
 
-    for overrides, budget in (({}, "16384"), ({"engine.prefix_cache_tokens": 0}, "0")):
+    for overrides, option, value in (({}, "--prefix-cache-tokens", "16384"),
+                                     ({"engine.prefix_cache_tokens": 0}, "--prefix-cache-tokens", "0"),
+                                     ({}, "--dtype", "float32"),
+                                     ({"engine.dtype": "bfloat16"}, "--dtype", "bfloat16")):
         command = RunProcesses(process_settings(load_run_config("if-local", overrides), plan))._engine().command()
-        assert command[command.index("--prefix-cache-tokens") + 1] == budget
+        assert command[command.index(option) + 1] == value
 
 
 def test_a_flow_names_its_run_and_serves_a_checkpoint_version(tmp_path):
