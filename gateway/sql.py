@@ -15,6 +15,8 @@ SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 LOCK_TIMEOUT_S = 30.0
 """Longest a statement waits for a lock another connection holds before it fails (SQLite's busy timeout,
 PostgreSQL's lock_timeout)."""
+WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+"""The write-ahead log file is cut back to this size when it restarts (`gateway.wal_checkpoint`)."""
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 """PostgreSQL URLs without a driver; SQLAlchemy would pick psycopg2, which the project does not install."""
 
@@ -27,12 +29,15 @@ def with_default_driver(url: str) -> str:
     return url
 
 
-def make_engine(url: str, *, sqlite_synchronous: str = "NORMAL", lock_timeout_s: float = LOCK_TIMEOUT_S) -> sa.Engine:
+def make_engine(url: str, *, sqlite_synchronous: str = "NORMAL", lock_timeout_s: float = LOCK_TIMEOUT_S,
+                commits_checkpoint: bool = True) -> sa.Engine:
     """An engine for `url`; for SQLite: WAL journal, busy timeout, and BEGIN emitted by SQLAlchemy (savepoints work);
     for PostgreSQL: psycopg 3 unless the URL names a driver, and a lock timeout.
 
     `sqlite_synchronous=NORMAL` makes every commit survive a killed process (kill -9); FULL also survives power loss.
     A statement that waits `lock_timeout_s` for another connection's lock fails (instead of hanging the writer).
+    `commits_checkpoint=False`: no commit checkpoints the write-ahead log; the caller runs a
+    `gateway.wal_checkpoint.WalCheckpointer` (the log grows until something does).
     """
     lock_timeout_ms = int(lock_timeout_s * 1000)
     if not url.startswith("sqlite"):
@@ -54,6 +59,9 @@ def make_engine(url: str, *, sqlite_synchronous: str = "NORMAL", lock_timeout_s:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={level}")
         cursor.execute(f"PRAGMA busy_timeout={lock_timeout_ms}")
+        if not commits_checkpoint:
+            cursor.execute("PRAGMA wal_autocheckpoint=0")
+        cursor.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")

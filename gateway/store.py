@@ -52,6 +52,7 @@ from gateway.rollout_ops import (
 from gateway.sql import make_engine
 from gateway.store_roles import RolloutBrief, Store
 from gateway.tokens import call_row_to_record
+from gateway.wal_checkpoint import WalCheckpointer
 
 log = logging.getLogger("harnessrl.gateway")
 
@@ -62,9 +63,11 @@ class SqlStore:
     def __init__(self, url: str, *, sqlite_synchronous: str = "NORMAL", cache_rollouts: bool = True,
                  lock_wait_s: float = 0.75) -> None:
         self.url = url
-        self._engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
+        on_file = url.startswith("sqlite") and sa.engine.make_url(url).database not in (None, "", ":memory:")
+        self._engine = make_engine(url, sqlite_synchronous=sqlite_synchronous, commits_checkpoint=not on_file)
         with self._engine.begin() as conn:
             schema.create_tables(conn)
+        self._checkpointer = WalCheckpointer(self._engine) if on_file else None  # checkpoints off the commit path
         self.dialect = self._engine.dialect.name
         self._lock_wait_s = lock_wait_s
         self._finished = asyncio.Event()
@@ -123,6 +126,8 @@ class SqlStore:
     def close(self) -> None:
         """Flush pending writes and release connections."""
         self._committer.close()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._engine.dispose()
 
     async def close_numbering(self) -> None:
