@@ -30,7 +30,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from gateway.sql import insert_rows
+from gateway.sql import insert_rows, insert_rows_sqlite
 
 
 class StoreBusy(Exception):
@@ -289,8 +289,12 @@ def _settle(future: Future | asyncio.Future, value: Any, error: BaseException | 
 
 def _inserts_only(conn: sa.Connection, groups: list[list]) -> bool:
     """The hot path (only call inserts): one transaction, no savepoints; False (rolled back) if a row failed.
-    A busy lock is raised: retrying row by row would meet it again."""
+    A busy lock is raised: retrying row by row would meet it again. On SQLite straight through the driver
+    (`sql.insert_rows_sqlite`)."""
     try:
+        if conn.dialect.name == "sqlite":
+            insert_rows_sqlite(conn, [(group[0].table, [item.row for item in group]) for group in groups])
+            return True
         with conn.begin():
             for group in groups:
                 insert_rows(conn, group[0].table, [item.row for item in group])

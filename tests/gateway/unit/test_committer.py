@@ -91,3 +91,23 @@ def test_close_commits_what_is_pending(engine) -> None:
     committer.close()
     assert pending.done()
     assert stored(engine) == {3: "late"}
+
+
+def test_the_sqlite_fast_path_commits_all_or_nothing_and_raises_as_sqlalchemy_would(engine) -> None:
+    from gateway.committer import is_busy
+    from gateway.sql import insert_rows_sqlite
+
+    with engine.connect() as conn:
+        insert_rows_sqlite(conn, [(items, [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]), (items, [{"id": 3, "v": "c"}])])
+        with pytest.raises(sa.exc.IntegrityError) as refused:
+            insert_rows_sqlite(conn, [(items, [{"id": 4, "v": "d"}]), (items, [{"id": 1, "v": "again"}])])
+        assert "UNIQUE" in str(refused.value.orig) and not conn.connection.driver_connection.in_transaction
+        with engine.connect() as other:  # another writer holds the lock
+            other.connection.driver_connection.execute("BEGIN IMMEDIATE")
+            conn.connection.driver_connection.execute("PRAGMA busy_timeout=0")
+            with pytest.raises(sa.exc.OperationalError) as locked:
+                insert_rows_sqlite(conn, [(items, [{"id": 5, "v": "e"}])])
+            assert is_busy(locked.value)
+            other.connection.driver_connection.execute("ROLLBACK")
+        insert_rows_sqlite(conn, [(items, [{"id": 5, "v": "e"}])])  # the connection is usable again
+    assert stored(engine) == {1: "a", 2: "b", 3: "c", 5: "e"}
