@@ -1,4 +1,5 @@
-"""The pooled HTTP client to engines, with retries of transient failures (connection errors, 502/503/504, 429)."""
+"""The pooled HTTP clients to engines, with retries of transient failures (connection errors, 502/503/504, 429):
+unary calls to an http:// engine through the lean `gateway.http1` pool, streams and https engines through aiohttp."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from gateway.http1 import Http1Pool, UpstreamConnectionError, UpstreamPayloadError
+
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-TRANSIENT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
+TRANSIENT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError,
+                    UpstreamConnectionError, UpstreamPayloadError)
+CONNECT_TIMEOUT_S = 10.0
 JSON_HEADERS = {"content-type": "application/json"}
 
 
@@ -24,8 +29,9 @@ class RetryPolicy:
 
 def answer_timed_out(error: BaseException) -> bool:
     """Whether `error` is the answer taking longer than the client's total timeout (not a failed connection: a
-    connect timeout is an `aiohttp.ClientConnectionError`)."""
-    return isinstance(error, asyncio.TimeoutError) and not isinstance(error, aiohttp.ClientConnectionError)
+    connect timeout is an `aiohttp.ClientConnectionError` or an `UpstreamConnectionError`)."""
+    return isinstance(error, asyncio.TimeoutError) and not isinstance(error, (aiohttp.ClientConnectionError,
+                                                                              UpstreamConnectionError))
 
 
 class UpstreamFailed(Exception):
@@ -43,22 +49,27 @@ class UpstreamFailed(Exception):
 
 
 class Upstream:
-    """One aiohttp session shared by all calls."""
+    """The clients shared by all calls: the lean pool for unary http calls, one aiohttp session for the rest."""
 
     def __init__(self, timeout_s: float, retry: RetryPolicy) -> None:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=10),
+            timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=CONNECT_TIMEOUT_S),
             skip_auto_headers=("User-Agent",),
         )
+        self._pool = Http1Pool(connect_timeout_s=CONNECT_TIMEOUT_S)
+        self._timeout_s = timeout_s
         self._retry = retry
 
     async def close(self) -> None:
         """Release pooled connections."""
+        self._pool.close()
         await self._session.close()
 
     async def request(self, url: str, body: bytes) -> tuple[int, str | None, bytes]:
         """POST and read the whole answer: (status, X-Policy-Version header, body). Transient failures are retried."""
+        if url.startswith("http://"):
+            return await self._retrying(url, lambda: self._lean_once(url, body))
 
         async def once() -> tuple[int, str | None, bytes]:
             async with self._session.post(url, data=body, headers=JSON_HEADERS) as response:
@@ -68,6 +79,13 @@ class Upstream:
                 return response.status, response.headers.get("x-policy-version"), payload
 
         return await self._retrying(url, once)
+
+    async def _lean_once(self, url: str, body: bytes) -> tuple[int, str | None, bytes]:
+        async with asyncio.timeout(self._timeout_s):
+            answer = await self._pool.post(url, body)
+        if answer.status in RETRY_STATUSES:
+            raise _RetryableStatus(answer.status, answer.body)
+        return answer.status, answer.headers.get("x-policy-version"), answer.body
 
     async def open_stream(self, url: str, body: bytes) -> aiohttp.ClientResponse:
         """POST and return the response once its status is final; the caller reads and releases it. The body of an

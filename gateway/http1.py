@@ -1,0 +1,211 @@
+"""A lean HTTP/1.1 client for the gateway's unary calls to an engine over plain http.
+
+Each call is one POST written in one `write` and one answer read whole, parsed by httptools (llhttp, the parser
+uvicorn serves the harnesses with) on a keep-alive connection taken from a pool per host and port. It does what a
+unary engine call needs and nothing else (no redirects, cookies, proxies, TLS or compression negotiation: it sends
+no Accept-Encoding, and a gzip or deflate answer sent anyway is decoded), at about a quarter of aiohttp's cost a
+request. Streams and https engines stay on aiohttp (`gateway.upstream`).
+
+Errors: the connection could not be made, or broke before the answer's head arrived, is `UpstreamConnectionError`
+(a `ConnectionError`); a head that is not HTTP, or a body cut short or broken, is `UpstreamPayloadError`. The caller
+bounds the whole call with its own timeout; a cancelled call closes its connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httptools
+
+IDLE_KEEPALIVE_S = 60.0
+"""A pooled connection idle for longer than this is closed rather than reused."""
+
+
+class UpstreamConnectionError(ConnectionError):
+    """The engine could not be reached, or closed the connection before its answer's head."""
+
+
+class UpstreamPayloadError(Exception):
+    """The engine's answer broke HTTP: a head that does not parse, or a body cut short or malformed."""
+
+
+@dataclass
+class Answer:
+    """One whole answer."""
+
+    status: int  # the HTTP status
+    headers: dict[str, str] = field(default_factory=dict)  # lower-cased names (the last of repeated ones)
+    body: bytes = b""  # the body, decoded when it was gzip or deflate
+    keep_alive: bool = False  # the connection may carry another request
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = time.monotonic()
+        self._parser: httptools.HttpResponseParser | None = None
+        self._answer: Answer | None = None
+        self._chunks: list[bytes] = []
+        self._head_done = False
+        self._waiter: asyncio.Future | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def request(self, head: bytes, body: bytes) -> asyncio.Future:
+        """Write the request; the future holds its `Answer`."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._parser, self._answer, self._chunks, self._head_done = httptools.HttpResponseParser(self), None, [], False
+        self.transport.write(head + body)
+        return self._waiter
+
+    # -- the parser's callbacks ----------------------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_message_begin(self) -> None:
+        self._headers: dict[str, str] = {}
+
+    def on_headers_complete(self) -> None:
+        self._head_done = True
+        self._answer = Answer(self._parser.get_status_code(), self._headers)
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        answer = self._answer
+        answer.keep_alive = self._parser.should_keep_alive()
+        self._finish(answer, None)
+
+    # -- the transport's -----------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiter is None or self._waiter.done():
+            self.transport.close()  # bytes nobody asked for: this connection cannot be trusted again
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._finish(None, UpstreamPayloadError(f"the engine's answer is not valid HTTP/1.1: {exc}"))
+            self.transport.close()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._waiter is None or self._waiter.done():
+            return
+        if not self._head_done:
+            self._finish(None, UpstreamConnectionError(f"the engine closed the connection before its answer "
+                                                       f"({exc or 'end of stream'})"))
+        elif self._delimited_by_close():
+            self._answer.keep_alive = False
+            self._finish(self._answer, None)
+        else:
+            self._finish(None, UpstreamPayloadError("the engine closed the connection before the end of its answer's "
+                                                    "body (Content-Length or chunks not complete)"))
+
+    def _delimited_by_close(self) -> bool:
+        headers = self._answer.headers
+        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
+
+    def _finish(self, answer: Answer | None, error: Exception | None) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        if error is not None:
+            waiter.set_exception(error)
+            return
+        try:
+            answer.body = _decoded(b"".join(self._chunks), answer.headers.get("content-encoding", ""))
+        except zlib.error as exc:
+            waiter.set_exception(UpstreamPayloadError(f"the engine's compressed answer does not decode: {exc}"))
+            return
+        waiter.set_result(answer)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _decoded(body: bytes, encoding: str) -> bytes:
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:
+            return zlib.decompress(body, 47)  # gzip or zlib, by their headers
+        except zlib.error:
+            if encoding != "deflate":
+                raise
+            return zlib.decompress(body, -15)  # raw deflate, as some servers send it
+    raise zlib.error(f"content-encoding {encoding!r} is not one this client decodes (gzip, deflate)")
+
+
+class Http1Pool:
+    """Keep-alive connections per (host, port); `post` takes an idle one or opens one."""
+
+    def __init__(self, connect_timeout_s: float = 10.0) -> None:
+        self._connect_timeout_s = connect_timeout_s
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+
+    async def post(self, url: str, body: bytes, content_type: str = "application/json") -> Answer:
+        """POST `body` to an http:// `url` and read the whole answer."""
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"{url!r} is not an http:// URL with a host")
+        host, port = parts.hostname, parts.port or 80
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        head = (f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+        connection = self._take(host, port) or await self._connect(host, port)
+        try:
+            answer = await connection.request(head, body)
+        except BaseException:
+            connection.close()  # an error or a cancelled call: whatever is left on the wire is not ours
+            raise
+        if answer.keep_alive and not connection.closed:
+            connection.idle_since = time.monotonic()
+            self._idle.setdefault((host, port), []).append(connection)
+        else:
+            connection.close()
+        return answer
+
+    def _take(self, host: str, port: int) -> _Connection | None:
+        idle, now = self._idle.get((host, port)), time.monotonic()
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and now - connection.idle_since < IDLE_KEEPALIVE_S:
+                return connection
+            connection.close()
+        return None
+
+    async def _connect(self, host: str, port: int) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                _, connection = await loop.create_connection(_Connection, host, port)
+        except TimeoutError:
+            raise UpstreamConnectionError(f"no connection to {host}:{port} within {self._connect_timeout_s} s") \
+                from None
+        except OSError as exc:
+            raise UpstreamConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
+        return connection
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.close()
+        self._idle.clear()

@@ -1,0 +1,154 @@
+"""The lean HTTP/1.1 client of unary engine calls (`gateway.http1`), against raw servers written byte by byte."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+
+import pytest
+
+from gateway.http1 import Http1Pool, UpstreamConnectionError, UpstreamPayloadError
+
+
+class RawServer:
+    """A loopback server answering each request with the next of `answers` (bytes written as they are; None: close
+    without answering); counts connections and keeps what it was sent."""
+
+    def __init__(self, answers: list[bytes | None], close_after_each: bool = False) -> None:
+        self.answers, self.close_after_each = list(answers), close_after_each
+        self.connections, self.requests = 0, []
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1/chat/completions"
+
+    async def __aexit__(self, *exc) -> None:
+        self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.answers:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                self.requests.append(head + await reader.readexactly(length))
+                answer = self.answers.pop(0)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if self.close_after_each:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+def ok(body: bytes, *headers: str) -> bytes:
+    head = "".join(f"{h}\r\n" for h in headers)
+    return f"HTTP/1.1 200 OK\r\ncontent-length: {len(body)}\r\n{head}\r\n".encode() + body
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_a_keep_alive_connection_carries_the_next_call_and_the_request_is_well_formed() -> None:
+    async def go():
+        server = RawServer([ok(b'{"a": 1}', "X-Policy-Version: 7"), ok(b'{"b": 2}')])
+        async with server as url:
+            pool = Http1Pool()
+            first = await pool.post(url, b'{"q": 1}')
+            second = await pool.post(url, b'{"q": 2}')
+            pool.close()
+        return server, first, second
+
+    server, first, second = run(go())
+    assert (first.status, first.body, first.headers["x-policy-version"]) == (200, b'{"a": 1}', "7")
+    assert second.body == b'{"b": 2}' and server.connections == 1
+    assert server.requests[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert server.requests[0].endswith(b"Content-Length: 8\r\n\r\n{\"q\": 1}")
+
+
+@pytest.mark.parametrize(("answer", "body"), [
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", b"abcde"),
+    (b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nuntil the end", b"until the end"),
+    (ok(gzip.compress(b"zipped"), "content-encoding: gzip"), b"zipped"),
+    (ok(zlib.compress(b"deflated"), "content-encoding: deflate"), b"deflated"),
+    (b"HTTP/1.1 204 No Content\r\n\r\n", b""),
+], ids=["chunked", "close-delimited", "gzip", "deflate", "no body"])
+def test_every_way_an_answer_body_may_be_framed_is_read_whole(answer, body) -> None:
+    async def go():
+        async with RawServer([answer], close_after_each=True) as url:
+            pool = Http1Pool()
+            try:
+                return await pool.post(url, b"{}")
+            finally:
+                pool.close()
+
+    assert run(go()).body == body
+
+
+@pytest.mark.parametrize(("answer", "error", "words"), [
+    (None, UpstreamConnectionError, "before its answer"),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort", UpstreamPayloadError, "before the end"),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab", UpstreamPayloadError, "before the end"),
+    (b"SMTP ready\r\n\r\n", UpstreamPayloadError, "not valid HTTP"),
+    (ok(b"not gzip", "content-encoding: gzip"), UpstreamPayloadError, "does not decode"),
+    (ok(b"x", "content-encoding: br"), UpstreamPayloadError, "does not decode"),
+], ids=["closed before the head", "cut body", "cut chunks", "not HTTP", "bad gzip", "unknown encoding"])
+def test_a_broken_answer_is_a_named_error(answer, error, words) -> None:
+    async def go():
+        async with RawServer([answer], close_after_each=True) as url:
+            pool = Http1Pool()
+            try:
+                await pool.post(url, b"{}")
+            finally:
+                pool.close()
+
+    with pytest.raises(error, match=words):
+        run(go())
+
+
+def test_nobody_listening_is_a_connection_error_and_a_bad_url_a_value_error() -> None:
+    async def go(url):
+        await Http1Pool(connect_timeout_s=2).post(url, b"{}")
+
+    with pytest.raises(UpstreamConnectionError, match="cannot connect"):
+        run(go("http://127.0.0.1:9/v1/chat/completions"))
+    for url in ("https://127.0.0.1/v1", "http:///v1", "ftp://x/"):
+        with pytest.raises(ValueError, match="not an http:// URL"):
+            run(go(url))
+
+
+def test_a_connection_the_engine_closed_while_idle_is_not_reused() -> None:
+    async def go():
+        server = RawServer([ok(b"1"), ok(b"2")], close_after_each=True)
+        async with server as url:
+            pool = Http1Pool()
+            await pool.post(url, b"{}")
+            await asyncio.sleep(0.05)  # the server's close reaches the idle connection
+            second = await pool.post(url, b"{}")
+            pool.close()
+        return server, second
+
+    server, second = run(go())
+    assert second.body == b"2" and server.connections == 2
+
+
+def test_a_cancelled_call_closes_its_connection() -> None:
+    async def go():
+        server = RawServer([b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nslow", ok(b"next")])
+        async with server as url:
+            pool = Http1Pool()
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await pool.post(url, b"{}")
+            answer = await pool.post(url, b"{}")  # on a new connection: the old one's leftovers are not read
+            pool.close()
+        return server, answer
+
+    server, answer = run(go())
+    assert answer.body == b"next" and server.connections == 2
