@@ -8,7 +8,8 @@ request. Streams and https engines stay on aiohttp (`gateway.upstream`).
 
 Errors: the connection could not be made, or broke before the answer's head arrived, is `UpstreamConnectionError`
 (a `ConnectionError`); a head that is not HTTP, or a body cut short or broken, is `UpstreamPayloadError`. The caller
-bounds the whole call with its own timeout; a cancelled call closes its connection.
+bounds the whole call with its own timeout; a cancelled call closes its connection. A pooled connection that the
+engine closes before answering (its keep-alive ran out as the call went out) is replaced once, at once.
 """
 
 from __future__ import annotations
@@ -169,18 +170,31 @@ class Http1Pool:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         head = (f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
-        connection = self._take(host, port) or await self._connect(host, port)
+        reused = self._take(host, port)
+        connection = reused or await self._connect(host, port)
         try:
-            answer = await connection.request(head, body)
-        except BaseException:
-            connection.close()  # an error or a cancelled call: whatever is left on the wire is not ours
-            raise
+            answer = await self._exchange(connection, head, body)
+        except UpstreamConnectionError:
+            if reused is None:
+                raise
+            # the engine closed the idle connection as the call went out (its keep-alive ran out): once more, at once,
+            # on a new connection
+            connection = await self._connect(host, port)
+            answer = await self._exchange(connection, head, body)
         if answer.keep_alive and not connection.closed:
             connection.idle_since = time.monotonic()
             self._idle.setdefault((host, port), []).append(connection)
         else:
             connection.close()
         return answer
+
+    @staticmethod
+    async def _exchange(connection: _Connection, head: bytes, body: bytes) -> Answer:
+        try:
+            return await connection.request(head, body)
+        except BaseException:
+            connection.close()  # an error or a cancelled call: whatever is left on the wire is not ours
+            raise
 
     def _take(self, host: str, port: int) -> _Connection | None:
         idle, now = self._idle.get((host, port)), time.monotonic()

@@ -152,3 +152,17 @@ def test_a_cancelled_call_closes_its_connection() -> None:
 
     server, answer = run(go())
     assert answer.body == b"next" and server.connections == 2
+
+
+def test_a_pooled_connection_closed_as_the_call_goes_out_is_replaced_once_at_once() -> None:
+    async def go():
+        server = RawServer([ok(b"1"), None, ok(b"2")])  # the second request's connection closes unanswered
+        async with server as url:
+            pool = Http1Pool()
+            await pool.post(url, b"{}")
+            second = await pool.post(url, b"{}")
+            pool.close()
+        return server, second
+
+    server, second = run(go())
+    assert second.body == b"2" and server.connections == 2 and len(server.requests) == 3
