@@ -8,22 +8,24 @@ request. Streams and https engines stay on aiohttp (`gateway.upstream`).
 
 Errors: the connection could not be made, or broke before the answer's head arrived, is `UpstreamConnectionError`
 (a `ConnectionError`); a head that is not HTTP, or a body cut short or broken, is `UpstreamPayloadError`. The caller
-bounds the whole call with its own timeout; a cancelled call closes its connection. A pooled connection that the
-engine closes before answering (its keep-alive ran out as the call went out) is replaced once, at once.
+bounds the whole call with its own timeout; a cancelled call closes its connection. Interim (1xx) answers are
+skipped; bytes after an answer close its connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 import zlib
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import httptools
 
-IDLE_KEEPALIVE_S = 60.0
-"""A pooled connection idle for longer than this is closed rather than reused."""
+IDLE_KEEPALIVE_S = 4.0
+"""A pooled connection idle for longer than this is closed rather than reused: below the 5 s keep-alive of uvicorn,
+which serves vLLM and the embedded engine, so that the engine never closes a connection as a call goes out on it."""
 
 
 class UpstreamConnectionError(ConnectionError):
@@ -73,6 +75,9 @@ class _Connection(asyncio.Protocol):
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_message_begin(self) -> None:
+        if self._waiter is not None and self._waiter.done():  # bytes after the answer: the connection is not ours
+            self.closed = True
+            self.transport.close()
         self._headers: dict[str, str] = {}
 
     def on_headers_complete(self) -> None:
@@ -84,6 +89,9 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         answer = self._answer
+        if 100 <= answer.status < 200:  # an interim answer (RFC 9110 15.2): the final one follows on the same parser
+            self._head_done, self._answer, self._chunks = False, None, []
+            return
         answer.keep_alive = self._parser.should_keep_alive()
         self._finish(answer, None)
 
@@ -95,7 +103,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # an upgrade (101) is not an answer
             self._finish(None, UpstreamPayloadError(f"the engine's answer is not valid HTTP/1.1: {exc}"))
             self.transport.close()
 
@@ -154,6 +162,22 @@ def _decoded(body: bytes, encoding: str) -> bytes:
     raise zlib.error(f"content-encoding {encoding!r} is not one this client decodes (gzip, deflate)")
 
 
+def _host_header(parts: SplitResult) -> str:
+    """The Host header: the URL's host (an IPv6 address in brackets) and its port when it names one, never its
+    user and password."""
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return host if parts.port is None else f"{host}:{parts.port}"
+
+
+def _authorization(parts: SplitResult) -> str:
+    """A Basic Authorization header line for a URL's user and password (`http://user:secret@host/`), as aiohttp
+    sends them; none otherwise."""
+    if parts.username is None:
+        return ""
+    credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return f"Authorization: Basic {base64.b64encode(credentials).decode()}\r\n"
+
+
 class Http1Pool:
     """Keep-alive connections per (host, port); `post` takes an idle one or opens one."""
 
@@ -168,33 +192,20 @@ class Http1Pool:
             raise ValueError(f"{url!r} is not an http:// URL with a host")
         host, port = parts.hostname, parts.port or 80
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = (f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
-        reused = self._take(host, port)
-        connection = reused or await self._connect(host, port)
+        head = (f"POST {target} HTTP/1.1\r\nHost: {_host_header(parts)}\r\n{_authorization(parts)}"
+                f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n").encode("latin-1")
+        connection = self._take(host, port) or await self._connect(host, port)
         try:
-            answer = await self._exchange(connection, head, body)
-        except UpstreamConnectionError:
-            if reused is None:
-                raise
-            # the engine closed the idle connection as the call went out (its keep-alive ran out): once more, at once,
-            # on a new connection
-            connection = await self._connect(host, port)
-            answer = await self._exchange(connection, head, body)
+            answer = await connection.request(head, body)
+        except BaseException:
+            connection.close()  # an error or a cancelled call: whatever is left on the wire is not ours
+            raise
         if answer.keep_alive and not connection.closed:
             connection.idle_since = time.monotonic()
             self._idle.setdefault((host, port), []).append(connection)
         else:
             connection.close()
         return answer
-
-    @staticmethod
-    async def _exchange(connection: _Connection, head: bytes, body: bytes) -> Answer:
-        try:
-            return await connection.request(head, body)
-        except BaseException:
-            connection.close()  # an error or a cancelled call: whatever is left on the wire is not ours
-            raise
 
     def _take(self, host: str, port: int) -> _Connection | None:
         idle, now = self._idle.get((host, port)), time.monotonic()

@@ -92,6 +92,8 @@ def insert_rows_sqlite(conn: sa.Connection, groups: Sequence[tuple[sa.Table, Seq
     rolls the whole transaction back and is raised as SQLAlchemy would raise it (`sa.exc.OperationalError` for a
     locked database, `sa.exc.IntegrityError` for a refused row, the driver's error as `orig`)."""
     driver, statement = conn.connection.driver_connection, "BEGIN IMMEDIATE"
+    if conn.in_transaction() or driver.in_transaction:
+        raise RuntimeError("insert_rows_sqlite needs a connection with no transaction open")
     try:
         driver.execute(statement)
         for table, rows in groups:
@@ -99,13 +101,11 @@ def insert_rows_sqlite(conn: sa.Connection, groups: Sequence[tuple[sa.Table, Seq
             driver.executemany(statement, list(rows) if parameters is None else [parameters(row) for row in rows])
         statement = "COMMIT"
         driver.execute(statement)
-    except sqlite3.Error as exc:
-        if driver.in_transaction:
+    except BaseException as exc:
+        if driver.in_transaction:  # ours: none was open before the BEGIN
             driver.execute("ROLLBACK")
-        raise sa.exc.DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
-    except BaseException:
-        if driver.in_transaction:
-            driver.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise sa.exc.DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
         raise
 
 

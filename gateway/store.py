@@ -63,17 +63,18 @@ class SqlStore:
     def __init__(self, url: str, *, sqlite_synchronous: str = "NORMAL", cache_rollouts: bool = True,
                  lock_wait_s: float = 0.75) -> None:
         self.url = url
-        on_file = url.startswith("sqlite") and sa.engine.make_url(url).database not in (None, "", ":memory:")
+        database = sa.engine.make_url(url).database if url.startswith("sqlite") else None
+        on_file = database not in (None, "", ":memory:")
         self._engine = make_engine(url, sqlite_synchronous=sqlite_synchronous, commits_checkpoint=not on_file)
         with self._engine.begin() as conn:
             schema.create_tables(conn)
-        self._checkpointer = WalCheckpointer(self._engine) if on_file else None  # checkpoints off the commit path
         self.dialect = self._engine.dialect.name
         self._lock_wait_s = lock_wait_s
         self._finished = asyncio.Event()
         commits_wait_on_io = not url.startswith("sqlite") or sqlite_synchronous.upper() in ("FULL", "EXTRA")
         self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io,
                                          lock_wait_s=lock_wait_s)
+        self._checkpointer = WalCheckpointer(database) if on_file else None  # checkpoints off the commit path
         self._cache_rollouts = cache_rollouts
         self._briefs: dict[str, RolloutBrief] = {}
         self._seqs: dict[tuple[str, int], int] = {}

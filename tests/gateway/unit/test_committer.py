@@ -111,3 +111,15 @@ def test_the_sqlite_fast_path_commits_all_or_nothing_and_raises_as_sqlalchemy_wo
             other.connection.driver_connection.execute("ROLLBACK")
         insert_rows_sqlite(conn, [(items, [{"id": 5, "v": "e"}])])  # the connection is usable again
     assert stored(engine) == {1: "a", 2: "b", 3: "c", 5: "e"}
+
+
+def test_the_sqlite_fast_path_never_touches_a_transaction_it_did_not_open(engine) -> None:
+    from gateway.sql import insert_rows_sqlite
+
+    with engine.connect() as conn:
+        conn.execute(items.insert().values(id=1, v="theirs"))  # SQLAlchemy's transaction, open
+        with pytest.raises(RuntimeError, match="no transaction open"):
+            insert_rows_sqlite(conn, [(items, [{"id": 2, "v": "mine"}])])
+        assert conn.in_transaction() and conn.connection.driver_connection.in_transaction
+        conn.commit()
+    assert stored(engine) == {1: "theirs"}

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import zlib
+from urllib.parse import urlsplit
 
 import pytest
 
+from gateway import http1
 from gateway.http1 import Http1Pool, UpstreamConnectionError, UpstreamPayloadError
 
 
@@ -154,15 +157,64 @@ def test_a_cancelled_call_closes_its_connection() -> None:
     assert answer.body == b"next" and server.connections == 2
 
 
-def test_a_pooled_connection_closed_as_the_call_goes_out_is_replaced_once_at_once() -> None:
+def test_interim_answers_are_skipped_and_an_upgrade_is_not_an_answer() -> None:
+    async def go(answer):
+        async with RawServer([answer], close_after_each=True) as url:
+            pool = Http1Pool()
+            try:
+                return await pool.post(url, b"{}")
+            finally:
+                pool.close()
+
+    for interim in (b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"):
+        answer = run(go(interim + ok(b"final")))
+        assert (answer.status, answer.body) == (200, b"final")
+    with pytest.raises(UpstreamPayloadError, match="not valid HTTP"):
+        run(go(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n"))
+
+
+def test_bytes_after_an_answer_close_its_connection() -> None:
     async def go():
-        server = RawServer([ok(b"1"), None, ok(b"2")])  # the second request's connection closes unanswered
+        server = RawServer([ok(b"1") + ok(b"stray"), ok(b"2")])
+        async with server as url:
+            pool = Http1Pool()
+            first = await pool.post(url, b"{}")
+            second = await pool.post(url, b"{}")
+            pool.close()
+        return server, first, second
+
+    server, first, second = run(go())
+    assert (first.body, second.body, server.connections) == (b"1", b"2", 2)
+
+
+def test_a_connection_idle_past_the_keep_alive_is_not_reused(monkeypatch) -> None:
+    monkeypatch.setattr(http1, "IDLE_KEEPALIVE_S", 0.05)
+
+    async def go():
+        server = RawServer([ok(b"1"), ok(b"2"), ok(b"3")])
         async with server as url:
             pool = Http1Pool()
             await pool.post(url, b"{}")
-            second = await pool.post(url, b"{}")
+            await pool.post(url, b"{}")  # at once: the same connection
+            await asyncio.sleep(0.1)
+            await pool.post(url, b"{}")  # idle too long: a new one
             pool.close()
-        return server, second
+        return server
 
-    server, second = run(go())
-    assert second.body == b"2" and server.connections == 2 and len(server.requests) == 3
+    assert run(go()).connections == 2
+
+
+def test_the_host_header_never_carries_the_urls_credentials() -> None:
+    async def go():
+        server = RawServer([ok(b"1")], close_after_each=True)
+        async with server as url:
+            pool = Http1Pool()
+            await pool.post(url.replace("http://", "http://us%40er:s3cret@"), b"{}")
+            pool.close()
+        return server
+
+    head = run(go()).requests[0].decode()
+    assert "s3cret" not in head.split("Authorization")[0] and "\r\nHost: 127.0.0.1:" in head
+    assert "Authorization: Basic " + base64.b64encode(b"us@er:s3cret").decode() + "\r\n" in head
+    assert http1._host_header(urlsplit("http://[::1]:8000/v1")) == "[::1]:8000"
+    assert http1._host_header(urlsplit("http://engine/v1")) == "engine"
