@@ -54,21 +54,32 @@ def ok(body: bytes, *headers: str) -> bytes:
     return f"HTTP/1.1 200 OK\r\ncontent-length: {len(body)}\r\n{head}\r\n".encode() + body
 
 
-def run(coroutine):
-    return asyncio.run(coroutine)
+def posts(server: RawServer, bodies: list[bytes], pause_s: float = 0.0, url_of=lambda url: url) -> list:
+    """Each body posted in turn through one pool (`pause_s` apart) to `server`; the answers."""
+    async def go():
+        async with server as url:
+            pool = Http1Pool()
+            answers = []
+            try:
+                for i, body in enumerate(bodies):
+                    if i:
+                        await asyncio.sleep(pause_s)
+                    answers.append(await pool.post(url_of(url), body))
+            finally:
+                pool.close()
+            return answers
+
+    return asyncio.run(go())
+
+
+def one(answer: bytes | None):
+    """The answer to one call whose connection closes after `answer`."""
+    return posts(RawServer([answer], close_after_each=True), [b"{}"])[0]
 
 
 def test_a_keep_alive_connection_carries_the_next_call_and_the_request_is_well_formed() -> None:
-    async def go():
-        server = RawServer([ok(b'{"a": 1}', "X-Policy-Version: 7"), ok(b'{"b": 2}')])
-        async with server as url:
-            pool = Http1Pool()
-            first = await pool.post(url, b'{"q": 1}')
-            second = await pool.post(url, b'{"q": 2}')
-            pool.close()
-        return server, first, second
-
-    server, first, second = run(go())
+    server = RawServer([ok(b'{"a": 1}', "X-Policy-Version: 7"), ok(b'{"b": 2}')])
+    first, second = posts(server, [b'{"q": 1}', b'{"q": 2}'])
     assert (first.status, first.body, first.headers["x-policy-version"]) == (200, b'{"a": 1}', "7")
     assert second.body == b'{"b": 2}' and server.connections == 1
     assert server.requests[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:")
@@ -83,15 +94,7 @@ def test_a_keep_alive_connection_carries_the_next_call_and_the_request_is_well_f
     (b"HTTP/1.1 204 No Content\r\n\r\n", b""),
 ], ids=["chunked", "close-delimited", "gzip", "deflate", "no body"])
 def test_every_way_an_answer_body_may_be_framed_is_read_whole(answer, body) -> None:
-    async def go():
-        async with RawServer([answer], close_after_each=True) as url:
-            pool = Http1Pool()
-            try:
-                return await pool.post(url, b"{}")
-            finally:
-                pool.close()
-
-    assert run(go()).body == body
+    assert one(answer).body == body
 
 
 @pytest.mark.parametrize(("answer", "error", "words"), [
@@ -103,41 +106,24 @@ def test_every_way_an_answer_body_may_be_framed_is_read_whole(answer, body) -> N
     (ok(b"x", "content-encoding: br"), UpstreamPayloadError, "does not decode"),
 ], ids=["closed before the head", "cut body", "cut chunks", "not HTTP", "bad gzip", "unknown encoding"])
 def test_a_broken_answer_is_a_named_error(answer, error, words) -> None:
-    async def go():
-        async with RawServer([answer], close_after_each=True) as url:
-            pool = Http1Pool()
-            try:
-                await pool.post(url, b"{}")
-            finally:
-                pool.close()
-
     with pytest.raises(error, match=words):
-        run(go())
+        one(answer)
 
 
 def test_nobody_listening_is_a_connection_error_and_a_bad_url_a_value_error() -> None:
-    async def go(url):
-        await Http1Pool(connect_timeout_s=2).post(url, b"{}")
+    def post(url):
+        asyncio.run(Http1Pool(connect_timeout_s=2).post(url, b"{}"))
 
     with pytest.raises(UpstreamConnectionError, match="cannot connect"):
-        run(go("http://127.0.0.1:9/v1/chat/completions"))
+        post("http://127.0.0.1:9/v1/chat/completions")
     for url in ("https://127.0.0.1/v1", "http:///v1", "ftp://x/"):
         with pytest.raises(ValueError, match="not an http:// URL"):
-            run(go(url))
+            post(url)
 
 
 def test_a_connection_the_engine_closed_while_idle_is_not_reused() -> None:
-    async def go():
-        server = RawServer([ok(b"1"), ok(b"2")], close_after_each=True)
-        async with server as url:
-            pool = Http1Pool()
-            await pool.post(url, b"{}")
-            await asyncio.sleep(0.05)  # the server's close reaches the idle connection
-            second = await pool.post(url, b"{}")
-            pool.close()
-        return server, second
-
-    server, second = run(go())
+    server = RawServer([ok(b"1"), ok(b"2")], close_after_each=True)
+    _, second = posts(server, [b"{}", b"{}"], pause_s=0.05)  # the server's close reaches the idle connection
     assert second.body == b"2" and server.connections == 2
 
 
@@ -153,67 +139,38 @@ def test_a_cancelled_call_closes_its_connection() -> None:
             pool.close()
         return server, answer
 
-    server, answer = run(go())
+    server, answer = asyncio.run(go())
     assert answer.body == b"next" and server.connections == 2
 
 
 def test_interim_answers_are_skipped_and_an_upgrade_is_not_an_answer() -> None:
-    async def go(answer):
-        async with RawServer([answer], close_after_each=True) as url:
-            pool = Http1Pool()
-            try:
-                return await pool.post(url, b"{}")
-            finally:
-                pool.close()
-
     for interim in (b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"):
-        answer = run(go(interim + ok(b"final")))
+        answer = one(interim + ok(b"final"))
         assert (answer.status, answer.body) == (200, b"final")
     with pytest.raises(UpstreamPayloadError, match="not valid HTTP"):
-        run(go(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n"))
+        one(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n")
 
 
 def test_bytes_after_an_answer_close_its_connection() -> None:
-    async def go():
-        server = RawServer([ok(b"1") + ok(b"stray"), ok(b"2")])
-        async with server as url:
-            pool = Http1Pool()
-            first = await pool.post(url, b"{}")
-            second = await pool.post(url, b"{}")
-            pool.close()
-        return server, first, second
-
-    server, first, second = run(go())
+    server = RawServer([ok(b"1") + ok(b"stray"), ok(b"2")])
+    first, second = posts(server, [b"{}", b"{}"])
     assert (first.body, second.body, server.connections) == (b"1", b"2", 2)
 
 
 def test_a_connection_idle_past_the_keep_alive_is_not_reused(monkeypatch) -> None:
     monkeypatch.setattr(http1, "IDLE_KEEPALIVE_S", 0.05)
 
-    async def go():
-        server = RawServer([ok(b"1"), ok(b"2"), ok(b"3")])
-        async with server as url:
-            pool = Http1Pool()
-            await pool.post(url, b"{}")
-            await pool.post(url, b"{}")  # at once: the same connection
-            await asyncio.sleep(0.1)
-            await pool.post(url, b"{}")  # idle too long: a new one
-            pool.close()
-        return server
-
-    assert run(go()).connections == 2
+    at_once = RawServer([ok(b"1"), ok(b"2")])
+    posts(at_once, [b"{}", b"{}"])
+    idle = RawServer([ok(b"1"), ok(b"2")])
+    posts(idle, [b"{}", b"{}"], pause_s=0.1)
+    assert (at_once.connections, idle.connections) == (1, 2)
 
 
 def test_the_host_header_never_carries_the_urls_credentials() -> None:
-    async def go():
-        server = RawServer([ok(b"1")], close_after_each=True)
-        async with server as url:
-            pool = Http1Pool()
-            await pool.post(url.replace("http://", "http://us%40er:s3cret@"), b"{}")
-            pool.close()
-        return server
-
-    head = run(go()).requests[0].decode()
+    server = RawServer([ok(b"1")], close_after_each=True)
+    posts(server, [b"{}"], url_of=lambda url: url.replace("http://", "http://us%40er:s3cret@"))
+    head = server.requests[0].decode()
     assert "s3cret" not in head.split("Authorization")[0] and "\r\nHost: 127.0.0.1:" in head
     assert "Authorization: Basic " + base64.b64encode(b"us@er:s3cret").decode() + "\r\n" in head
     assert http1._host_header(urlsplit("http://[::1]:8000/v1")) == "[::1]:8000"
