@@ -85,6 +85,12 @@ def _insert_statement(dialect: sa.Dialect, table: sa.Table, keys: tuple[str, ...
     return compiled.string, itemgetter(*order) if len(order) > 1 else (lambda row: (row[order[0]],))
 
 
+def _insert_parameters(dialect: sa.Dialect, table: sa.Table, rows: Sequence[dict[str, Any]]) -> tuple[str, list]:
+    """The INSERT of `rows` into `table` (`_insert_statement`) and its executemany parameters."""
+    sql, parameters = _insert_statement(dialect, table, tuple(rows[0]))
+    return sql, list(rows) if parameters is None else [parameters(row) for row in rows]
+
+
 def insert_rows_sqlite(conn: sa.Connection, groups: Sequence[tuple[sa.Table, Sequence[dict[str, Any]]]]) -> None:
     """Insert each group's rows (`insert_rows`' rules) into its table in ONE transaction of SQLite's driver connection
     behind `conn`, which must have none open: BEGIN IMMEDIATE, one executemany a group, COMMIT, with none of
@@ -97,8 +103,8 @@ def insert_rows_sqlite(conn: sa.Connection, groups: Sequence[tuple[sa.Table, Seq
     try:
         driver.execute(statement)
         for table, rows in groups:
-            statement, parameters = _insert_statement(conn.dialect, table, tuple(rows[0]))
-            driver.executemany(statement, list(rows) if parameters is None else [parameters(row) for row in rows])
+            statement, parameters = _insert_parameters(conn.dialect, table, rows)
+            driver.executemany(statement, parameters)
         statement = "COMMIT"
         driver.execute(statement)
     except BaseException as exc:
@@ -113,5 +119,4 @@ def insert_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, A
     """Insert `rows` (dicts with the same keys, values the driver takes as they are: str, int, float, bool, bytes,
     None) into `table` in the connection's transaction: one executemany of a statement compiled once per table and
     keys, without SQLAlchemy's per-row parameter processing (the hot path's call rows)."""
-    sql, parameters = _insert_statement(conn.dialect, table, tuple(rows[0]))
-    conn.exec_driver_sql(sql, list(rows) if parameters is None else [parameters(row) for row in rows])
+    conn.exec_driver_sql(*_insert_parameters(conn.dialect, table, rows))
