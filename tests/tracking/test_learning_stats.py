@@ -51,6 +51,20 @@ def test_values_without_spread_get_the_sign_tests_p_not_certainty(values, p):
         t_interval([])
 
 
+def test_floating_point_summation_noise_is_no_spread():
+    """A control's step-4 minus step-0 reward summed in another order: differences of about 1e-17 are exactly 0
+    (p 1, not a t-test on noise), and equal gains that differ only in the last bits are alike (the sign test)."""
+    rewards = [0.1, 0.2, 0.3, 0.05] * 16
+    noise = [sum(rewards) / 64 - sum(reversed(rewards)) / 64, 0.0, -(sum(rewards[::2]) + sum(rewards[1::2])
+                                                                     - sum(rewards)) / 64]
+    assert any(value != 0.0 for value in noise), "the fixture must hold real summation noise"
+    control = t_interval(noise)
+    assert (control.mean, control.low, control.high, control.p) == (0.0, 0.0, 0.0, 1.0)
+    gains = t_interval([1 / 16 + value for value in noise])
+    assert (gains.low, gains.high, gains.p) == (0.0625, 0.0625, 0.25)
+    assert t_interval([0.0625, 0.0625 + 1e-9]).low < 0.0625, "a difference above the rounding is a spread"
+
+
 @pytest.mark.parametrize(("p_values", "adjusted"), [
     ([0.01, 0.04, 0.03], [0.03, 0.06, 0.06]),
     ([0.043, 0.2, 0.5], [0.129, 0.4, 0.5]),  # issue 28: p = 0.043 among three comparisons is 0.13 after Holm
