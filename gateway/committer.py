@@ -4,10 +4,13 @@ Each submitted operation runs inside its own savepoint, so a failing operation i
 rest of the batch commits. Consecutive plain inserts into the same table are sent as one executemany. A caller's
 future resolves only after the transaction holding its write has committed: an acknowledged write is durable.
 
-Two committers share that batch logic: `GroupCommitter` runs it on a writer thread (for commits that wait on the
-disk or the network: Postgres, SQLite with synchronous=FULL); `LoopCommitter` runs it in the event loop itself,
-once per loop iteration (SQLite in WAL with synchronous=NORMAL, whose commits do not wait on the disk), which
-saves the thread hand-off and its GIL contention on the proxy's hot path.
+Two committers share that batch logic: `GroupCommitter` runs it on a writer thread; `LoopCommitter` runs it in the
+event loop itself, once per loop iteration, which saves the thread hand-off (about 60 us a round trip) and its GIL
+contention on the proxy's hot path. Which one commits follows what a commit waits on (`CommitWait`): SQLite in WAL
+with synchronous=NORMAL waits on nothing and always commits in the loop; SQLite with synchronous=FULL waits on the
+local disk's flush and commits in the loop only while a predicate says nothing else waits on the loop (the gateway's:
+at most one call in flight), on the writer thread otherwise; PostgreSQL waits on the network, always on the thread
+(a hung database server must not freeze the loop).
 
 Neither lets a caller, nor the event loop, wait on a locked or busy database: every write carries a deadline
 (`lock_wait_s` after it was submitted). The writer thread waits for SQLite's lock at most until the earliest deadline of
@@ -26,6 +29,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -168,16 +172,36 @@ class GroupCommitter:
         return False
 
 
-class LoopCommitter:
-    """Commits in the event loop: writes made during one loop iteration share one transaction."""
+class CommitWait(StrEnum):
+    """What a commit of the store waits on, which decides where it runs (`make_committer`)."""
 
-    def __init__(self, engine: sa.Engine, *, max_batch: int = 1024, lock_wait_s: float = math.inf) -> None:
+    NOTHING = "nothing"  # SQLite WAL, synchronous=NORMAL: no flush at commit; in the event loop
+    DISK = "disk"  # SQLite, synchronous=FULL or EXTRA: the local disk's flush; in the loop while it holds up nothing
+    NETWORK = "network"  # PostgreSQL: a round trip to the server; on the writer thread
+
+
+def _always() -> bool:
+    return True
+
+
+def _never() -> bool:
+    return False
+
+
+class LoopCommitter:
+    """Commits in the event loop: writes made during one loop iteration share one transaction. `in_loop_while` is
+    read at every flush: while it is false (or earlier batches wait on the thread, so order is kept) the batch goes to
+    the writer thread instead."""
+
+    def __init__(self, engine: sa.Engine, *, max_batch: int = 1024, lock_wait_s: float = math.inf,
+                 in_loop_while: Callable[[], bool] = _always) -> None:
         self._engine = engine
         self._conn = engine.connect()
         self._conn.info["writer"] = True
         _set_busy_timeout(self._conn, 0)  # never wait for the lock on the event loop
         self._max_batch = max_batch
         self._lock_wait_s = lock_wait_s
+        self.in_loop_while = in_loop_while
         self._pending: list = []
         self._scheduled = False
         self._fallback: GroupCommitter | None = None  # where batches go while the lock is taken
@@ -208,7 +232,7 @@ class LoopCommitter:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        if self._handed_off:
+        if self._handed_off or not self.in_loop_while():
             self._hand_off(batch)
         else:
             commit_batch(self._conn, batch, on_busy=self._hand_off)
@@ -232,11 +256,15 @@ class LoopCommitter:
         self._conn.close()
 
 
-def make_committer(engine: sa.Engine, *, commits_wait_on_io: bool,
+def make_committer(engine: sa.Engine, *, waits_on: CommitWait,
                    lock_wait_s: float = math.inf) -> GroupCommitter | LoopCommitter:
-    """The writer thread when a commit waits on the disk or the network, the in-loop committer otherwise."""
-    kind = GroupCommitter if commits_wait_on_io else LoopCommitter
-    return kind(engine, lock_wait_s=lock_wait_s)
+    """The writer thread when a commit waits on the network; the in-loop committer otherwise, committing in the loop
+    always when a commit waits on nothing, and only once given a predicate (`LoopCommitter.in_loop_while`) when it
+    waits on the disk."""
+    if waits_on == CommitWait.NETWORK:
+        return GroupCommitter(engine, lock_wait_s=lock_wait_s)
+    return LoopCommitter(engine, lock_wait_s=lock_wait_s,
+                         in_loop_while=_always if waits_on == CommitWait.NOTHING else _never)
 
 
 def commit_batch(conn: sa.Connection, batch: list, *, on_busy: Callable[[list], None] | None = None) -> None:

@@ -15,7 +15,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from gateway import artifacts, call_fence, schema
 from gateway.artifacts import ArtifactInfo
-from gateway.committer import StoreBusy, make_committer
+from gateway.committer import CommitWait, LoopCommitter, StoreBusy, make_committer
 from gateway.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StoreUnavailable
 from gateway.nul_text import escape_columns, to_column
 from gateway.numbering import StoreNumbers
@@ -71,9 +71,9 @@ class SqlStore:
         self.dialect = self._engine.dialect.name
         self._lock_wait_s = lock_wait_s
         self._finished = asyncio.Event()
-        commits_wait_on_io = not url.startswith("sqlite") or sqlite_synchronous.upper() in ("FULL", "EXTRA")
-        self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io,
-                                         lock_wait_s=lock_wait_s)
+        self.commit_waits_on = (CommitWait.NETWORK if not url.startswith("sqlite") else CommitWait.DISK
+                                if sqlite_synchronous.upper() in ("FULL", "EXTRA") else CommitWait.NOTHING)
+        self._committer = make_committer(self._engine, waits_on=self.commit_waits_on, lock_wait_s=lock_wait_s)
         self._checkpointer = WalCheckpointer(database) if on_file else None  # checkpoints off the commit path
         self._cache_rollouts = cache_rollouts
         self._briefs: dict[str, RolloutBrief] = {}
@@ -123,6 +123,13 @@ class SqlStore:
             with unavailable_as_503(), self._engine.begin() as conn:
                 return fn(conn)
         return await asyncio.to_thread(run)
+
+    def commit_in_loop_while(self, predicate: Callable[[], bool]) -> None:
+        """When a commit waits on the local disk (SQLite, synchronous=FULL), commit in the event loop while
+        `predicate()` holds (nothing else waits on the loop: a thread round trip saved at one call), on the writer
+        thread otherwise; no effect when commits never wait (always in the loop) or wait on the network (never)."""
+        if self.commit_waits_on == CommitWait.DISK and isinstance(self._committer, LoopCommitter):
+            self._committer.in_loop_while = predicate
 
     def close(self) -> None:
         """Flush pending writes and release connections."""

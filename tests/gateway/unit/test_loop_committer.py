@@ -11,7 +11,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from gateway.committer import GroupCommitter, LoopCommitter, StoreBusy, is_busy, make_committer
+from gateway.committer import CommitWait, GroupCommitter, LoopCommitter, StoreBusy, is_busy, make_committer
 from tests.gateway.unit.test_committer import engine, insert_then_fail, items, stored  # noqa: F401
 
 
@@ -62,11 +62,50 @@ def test_a_cancelled_waiter_does_not_break_the_batch(engine) -> None:  # noqa: F
     assert stored(engine) == {1: "x", 2: "y"}
 
 
-@pytest.mark.parametrize(("waits", "expected"), [(True, GroupCommitter), (False, LoopCommitter)])
-def test_the_committer_follows_whether_commits_wait_on_io(engine, waits, expected) -> None:  # noqa: F811
-    committer = make_committer(engine, commits_wait_on_io=waits)
+@pytest.mark.parametrize(("waits_on", "expected", "in_loop"), [
+    (CommitWait.NETWORK, GroupCommitter, None), (CommitWait.DISK, LoopCommitter, False),
+    (CommitWait.NOTHING, LoopCommitter, True)])
+def test_the_committer_follows_what_a_commit_waits_on(engine, waits_on, expected, in_loop) -> None:  # noqa: F811
+    committer = make_committer(engine, waits_on=waits_on)
     assert isinstance(committer, expected)
+    if in_loop is not None:
+        assert committer.in_loop_while() is in_loop, "a disk's flush is on the thread until a predicate is given"
     committer.close()
+
+
+def _thread_name(conn: sa.Connection) -> str:
+    return threading.current_thread().name
+
+
+def test_the_predicate_picks_loop_or_thread_at_each_flush_and_order_is_kept(engine) -> None:  # noqa: F811
+    """While the predicate holds a batch commits on the loop's thread; otherwise on the writer thread; and once a
+    batch waits on the thread, later ones follow it there even when the predicate holds again (order is kept)."""
+    alone = True
+    committer = LoopCommitter(engine, in_loop_while=lambda: alone)
+    loop_thread = threading.current_thread().name
+
+    def slow_insert(conn: sa.Connection) -> str:
+        time.sleep(0.3)
+        conn.execute(items.insert().values(id=1, v="first"))
+        return _thread_name(conn)
+
+    async def main():
+        nonlocal alone
+        in_loop = await committer.run(_thread_name)
+        alone = False
+        first = asyncio.ensure_future(committer.run(slow_insert))
+        await asyncio.sleep(0.05)  # handed to the thread, still committing
+        alone = True
+        later = await committer.run(lambda conn: (conn.execute(items.update().values(v="second")).rowcount,
+                                                  _thread_name(conn)))
+        return in_loop, await first, later, await committer.run(_thread_name)
+
+    in_loop, first, (updated, later), afterwards = asyncio.run(main())
+    committer.close()
+    assert in_loop == loop_thread and first == "harnessrl-committer"
+    assert (updated, later) == (1, "harnessrl-committer"), "queued behind the thread's batch, not run before it"
+    assert afterwards == loop_thread, "back in the loop once the thread's batches settled"
+    assert stored(engine) == {1: "second"}
 
 
 class _HeldLock:
