@@ -8,9 +8,11 @@ Two committers share that batch logic: `GroupCommitter` runs it on a writer thre
 event loop itself, once per loop iteration, which saves the thread hand-off (about 60 us a round trip) and its GIL
 contention on the proxy's hot path. Which one commits follows what a commit waits on (`CommitWait`): SQLite in WAL
 with synchronous=NORMAL waits on nothing and always commits in the loop; SQLite with synchronous=FULL waits on the
-local disk's flush and commits in the loop only while a predicate says nothing else waits on the loop (the gateway's:
-at most one call in flight), on the writer thread otherwise; PostgreSQL waits on the network, always on the thread
-(a hung database server must not freeze the loop).
+local disk's flush and commits in the loop only a batch a predicate allows (the gateway's: the record of the one call
+in flight, when it is small; `lone_insert`), on the writer thread otherwise; PostgreSQL waits on the network, always
+on the thread (a hung database server must not freeze the loop). Order is kept across the two paths: a batch commits in
+the loop only once everything handed to the thread has committed (`GroupCommitter.idle`, counted by the committer, not
+by the writes' waiters, which may be cancelled).
 
 Neither lets a caller, nor the event loop, wait on a locked or busy database: every write carries a deadline
 (`lock_wait_s` after it was submitted). The writer thread waits for SQLite's lock at most until the earliest deadline of
@@ -100,25 +102,38 @@ class GroupCommitter:
         self._max_batch = max_batch
         self._lock_wait_s = lock_wait_s
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._unsettled = 0  # items queued or committing: counted by this committer, not by their waiters
+        self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="harnessrl-committer", daemon=True)
         self._thread.start()
+
+    @property
+    def idle(self) -> bool:
+        """Whether everything put on the queue has committed (or failed): nothing of it can land after a write
+        committed elsewhere now. A cancelled waiter does not change it (its write is still committed)."""
+        return self._unsettled == 0
+
+    def _put(self, item: _Insert | _Op) -> None:
+        with self._count_lock:
+            self._unsettled += 1
+        self._queue.put(item)
 
     def submit(self, fn: Callable[[sa.Connection], Any]) -> Future:
         """Run `fn(conn)` in the next transaction; the future holds its return value."""
         future: Future = Future()
-        self._queue.put(_Op(fn, future, time.monotonic() + self._lock_wait_s))
+        self._put(_Op(fn, future, time.monotonic() + self._lock_wait_s))
         return future
 
     def insert(self, table: sa.Table, row: dict[str, Any]) -> Future:
         """Insert one row in the next transaction."""
         future: Future = Future()
-        self._queue.put(_Insert(table, row, future, time.monotonic() + self._lock_wait_s))
+        self._put(_Insert(table, row, future, time.monotonic() + self._lock_wait_s))
         return future
 
     def put_items(self, batch: list) -> None:
         """Take over already-built items (the in-loop committer's hand-off); their deadlines are kept."""
         for item in batch:
-            self._queue.put(item)
+            self._put(item)
 
     async def run(self, fn: Callable[[sa.Connection], Any]) -> Any:
         """Await `submit(fn)` from an event loop."""
@@ -146,6 +161,12 @@ class GroupCommitter:
                 if stop:
                     return
 
+    def _ended(self, count: int) -> None:
+        """`count` items are committed or failed: called before their futures resolve, so that a waiter woken by
+        one already sees the committer idle."""
+        with self._count_lock:
+            self._unsettled -= count
+
     def _commit_within_deadlines(self, conn: sa.Connection, batch: list) -> None:
         """Fail what is past its deadline; wait for the lock no longer than the earliest deadline left."""
         now = time.monotonic()
@@ -154,11 +175,22 @@ class GroupCommitter:
             if item.deadline_s <= now:
                 _resolve(item.future, None, StoreBusy(f"the database stayed locked for longer than the write's "
                                                       f"{self._lock_wait_s} s budget"))
+        self._ended(len(batch) - len(live))
         if live:
-            earliest = min(item.deadline_s for item in live)
-            if earliest != math.inf:
-                _set_busy_timeout(conn, earliest - now)
-            commit_batch(conn, live)
+            ended = False
+
+            def end() -> None:
+                nonlocal ended
+                if not ended:
+                    ended = True
+                    self._ended(len(live))
+            try:
+                earliest = min(item.deadline_s for item in live)
+                if earliest != math.inf:
+                    _set_busy_timeout(conn, earliest - now)
+                commit_batch(conn, live, ended=end)
+            finally:
+                end()
 
     def _drain_into(self, batch: list) -> bool:
         while len(batch) < self._max_batch:
@@ -180,32 +212,39 @@ class CommitWait(StrEnum):
     NETWORK = "network"  # PostgreSQL: a round trip to the server; on the writer thread
 
 
-def _always() -> bool:
+def _always(_batch: list) -> bool:
     return True
 
 
-def _never() -> bool:
+def _never(_batch: list) -> bool:
     return False
 
 
+def lone_insert(batch: list, table: sa.Table, max_bytes: int) -> bool:
+    """Whether `batch` is one row inserted into `table` whose bytes and text come to at most `max_bytes` (a call's
+    record, not an artifact or a control-plane write)."""
+    if len(batch) != 1 or not isinstance(batch[0], _Insert) or batch[0].table is not table:
+        return False
+    return sum(len(value) for value in batch[0].row.values() if isinstance(value, (bytes, str))) <= max_bytes
+
+
 class LoopCommitter:
-    """Commits in the event loop: writes made during one loop iteration share one transaction. `in_loop_while` is
-    read at every flush: while it is false (or earlier batches wait on the thread, so order is kept) the batch goes to
-    the writer thread instead."""
+    """Commits in the event loop: writes made during one loop iteration share one transaction. `in_loop(batch)` is
+    asked at every flush: when it says no (or what was handed to the writer thread before has not all committed, so
+    order is kept) the batch goes to the writer thread instead."""
 
     def __init__(self, engine: sa.Engine, *, max_batch: int = 1024, lock_wait_s: float = math.inf,
-                 in_loop_while: Callable[[], bool] = _always) -> None:
+                 in_loop: Callable[[list], bool] = _always) -> None:
         self._engine = engine
         self._conn = engine.connect()
         self._conn.info["writer"] = True
         _set_busy_timeout(self._conn, 0)  # never wait for the lock on the event loop
         self._max_batch = max_batch
         self._lock_wait_s = lock_wait_s
-        self.in_loop_while = in_loop_while
+        self.in_loop = in_loop
         self._pending: list = []
         self._scheduled = False
         self._fallback: GroupCommitter | None = None  # where batches go while the lock is taken
-        self._handed_off = 0  # items handed to the fallback and not settled yet
 
     def _enqueue(self, item_type, *args) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -232,7 +271,7 @@ class LoopCommitter:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        if self._handed_off or not self.in_loop_while():
+        if (self._fallback is not None and not self._fallback.idle) or not self.in_loop(batch):
             self._hand_off(batch)
         else:
             commit_batch(self._conn, batch, on_busy=self._hand_off)
@@ -240,13 +279,7 @@ class LoopCommitter:
     def _hand_off(self, batch: list) -> None:
         if self._fallback is None:
             self._fallback = GroupCommitter(self._engine, lock_wait_s=self._lock_wait_s)
-        self._handed_off += len(batch)
-        for item in batch:
-            item.future.add_done_callback(self._settled)
         self._fallback.put_items(batch)
-
-    def _settled(self, _future: asyncio.Future) -> None:
-        self._handed_off -= 1
 
     def close(self) -> None:
         """Commit what is pending and release the connection."""
@@ -259,20 +292,27 @@ class LoopCommitter:
 def make_committer(engine: sa.Engine, *, waits_on: CommitWait,
                    lock_wait_s: float = math.inf) -> GroupCommitter | LoopCommitter:
     """The writer thread when a commit waits on the network; the in-loop committer otherwise, committing in the loop
-    always when a commit waits on nothing, and only once given a predicate (`LoopCommitter.in_loop_while`) when it
+    always when a commit waits on nothing, and only what a predicate later allows (`LoopCommitter.in_loop`) when it
     waits on the disk."""
     if waits_on == CommitWait.NETWORK:
         return GroupCommitter(engine, lock_wait_s=lock_wait_s)
     return LoopCommitter(engine, lock_wait_s=lock_wait_s,
-                         in_loop_while=_always if waits_on == CommitWait.NOTHING else _never)
+                         in_loop=_always if waits_on == CommitWait.NOTHING else _never)
 
 
-def commit_batch(conn: sa.Connection, batch: list, *, on_busy: Callable[[list], None] | None = None) -> None:
+def _nothing() -> None:
+    return None
+
+
+def commit_batch(conn: sa.Connection, batch: list, *, on_busy: Callable[[list], None] | None = None,
+                 ended: Callable[[], None] = _nothing) -> None:
     """Run one batch in one transaction and resolve each item's future (after the commit). With `on_busy`, a batch
-    whose transaction could not take the lock is passed to it untouched instead of being failed."""
+    whose transaction could not take the lock is passed to it untouched instead of being failed. `ended` is called
+    once the transaction has committed or rolled back, before any future resolves."""
     groups = _group_inserts(batch)
     try:
         if all(isinstance(group[0], _Insert) for group in groups) and _inserts_only(conn, groups):
+            ended()
             for item in batch:
                 _resolve(item.future, None, None)
             return
@@ -284,9 +324,11 @@ def commit_batch(conn: sa.Connection, batch: list, *, on_busy: Callable[[list], 
         if on_busy is not None and is_busy(exc):
             on_busy(batch)
             return
+        ended()
         for item in batch:
             _resolve(item.future, None, exc)
         return
+    ended()
     for future, value, error in results:
         _resolve(future, value, error)
 

@@ -1,8 +1,8 @@
 """Everything the gateway acknowledged survives a SIGKILL under load: harness calls from concurrent clients through a
 real gateway process, the process killed while they keep coming, restarted on the same store, and every call that got
-its answer is recorded. On SQLite (the default NORMAL: commits in the event loop; FULL: in the loop while one call is
-in flight, on the writer thread under this load, so both paths and the switch between them) and on a real PostgreSQL
-server (commits on the writer thread)."""
+its answer is recorded. On SQLite (the default NORMAL: commits in the event loop; FULL: a call's record in the loop
+while it is the only call in flight, every other commit on the writer thread) and on a real PostgreSQL server (commits
+on the writer thread). A kill tests what was acknowledged, not the disk's flush (a power cut is not simulated)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,17 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from gateway.committer import CommitWait, GroupCommitter, LoopCommitter, StoreBusy, is_busy, make_committer
+from gateway.committer import (
+    CommitWait,
+    GroupCommitter,
+    LoopCommitter,
+    StoreBusy,
+    _Insert,
+    _Op,
+    is_busy,
+    lone_insert,
+    make_committer,
+)
 from tests.gateway.unit.test_committer import engine, insert_then_fail, items, stored  # noqa: F401
 
 
@@ -69,7 +79,7 @@ def test_the_committer_follows_what_a_commit_waits_on(engine, waits_on, expected
     committer = make_committer(engine, waits_on=waits_on)
     assert isinstance(committer, expected)
     if in_loop is not None:
-        assert committer.in_loop_while() is in_loop, "a disk's flush is on the thread until a predicate is given"
+        assert committer.in_loop([]) is in_loop, "a disk's flush is on the thread until a predicate is given"
     committer.close()
 
 
@@ -77,35 +87,66 @@ def _thread_name(conn: sa.Connection) -> str:
     return threading.current_thread().name
 
 
-def test_the_predicate_picks_loop_or_thread_at_each_flush_and_order_is_kept(engine) -> None:  # noqa: F811
-    """While the predicate holds a batch commits on the loop's thread; otherwise on the writer thread; and once a
-    batch waits on the thread, later ones follow it there even when the predicate holds again (order is kept)."""
+def test_the_predicate_picks_loop_or_thread_for_each_batch(engine) -> None:  # noqa: F811
     alone = True
-    committer = LoopCommitter(engine, in_loop_while=lambda: alone)
+    committer = LoopCommitter(engine, in_loop=lambda batch: alone)
     loop_thread = threading.current_thread().name
-
-    def slow_insert(conn: sa.Connection) -> str:
-        time.sleep(0.3)
-        conn.execute(items.insert().values(id=1, v="first"))
-        return _thread_name(conn)
 
     async def main():
         nonlocal alone
         in_loop = await committer.run(_thread_name)
         alone = False
-        first = asyncio.ensure_future(committer.run(slow_insert))
-        await asyncio.sleep(0.05)  # handed to the thread, still committing
+        on_thread = await committer.run(_thread_name)
         alone = True
-        later = await committer.run(lambda conn: (conn.execute(items.update().values(v="second")).rowcount,
-                                                  _thread_name(conn)))
-        return in_loop, await first, later, await committer.run(_thread_name)
+        return in_loop, on_thread, await committer.run(_thread_name)
 
-    in_loop, first, (updated, later), afterwards = asyncio.run(main())
+    in_loop, on_thread, again = asyncio.run(main())
     committer.close()
-    assert in_loop == loop_thread and first == "harnessrl-committer"
-    assert (updated, later) == (1, "harnessrl-committer"), "queued behind the thread's batch, not run before it"
-    assert afterwards == loop_thread, "back in the loop once the thread's batches settled"
-    assert stored(engine) == {1: "second"}
+    assert (in_loop, on_thread, again) == (loop_thread, "harnessrl-committer", loop_thread)
+
+
+@pytest.mark.parametrize("cancel_the_first_waiter", [False, True])
+def test_a_batch_never_overtakes_one_still_on_the_thread(engine, cancel_the_first_waiter) -> None:  # noqa: F811
+    """The first write goes to the thread, which waits for a lock held elsewhere; the predicate then allows the loop
+    and the lock goes: the second write must still commit after the first, whether or not the first's waiter was
+    cancelled meanwhile (its write is committed all the same)."""
+    alone = False
+    committer = LoopCommitter(engine, lock_wait_s=5.0, in_loop=lambda batch: alone)
+    held = _HeldLock(engine, 5.0)
+    loop_thread = threading.current_thread().name
+
+    async def main():
+        nonlocal alone
+        first = asyncio.ensure_future(committer.run_insert(items, {"id": 1, "v": "first"}))
+        await asyncio.sleep(0.05)  # on the thread, waiting for the lock
+        if cancel_the_first_waiter:
+            first.cancel()
+            await asyncio.sleep(0)
+        alone = True
+        held.release()  # the thread's busy handler is asleep for a few ms: the loop would win a race
+        second = await committer.run(lambda conn: (conn.execute(items.update().values(v="second")).rowcount,
+                                                   _thread_name(conn)))
+        await asyncio.gather(first, return_exceptions=True)
+        return second
+
+    updated, where = asyncio.run(main())
+    committer.close()
+    assert (updated, where, stored(engine)) == (1, "harnessrl-committer", {1: "second"})
+    assert where != loop_thread
+
+
+def test_a_lone_insert_is_one_small_row_of_one_table(engine) -> None:  # noqa: F811
+    def batch(*rows, table=items):
+        return [_Insert(table, row, None) for row in rows]
+
+    other = sa.Table("other", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
+    assert lone_insert(batch({"id": 1, "v": "x" * 100}), items, 100 + 0)
+    assert not lone_insert(batch({"id": 1, "v": "x" * 101}), items, 100), "past the byte cap"
+    assert lone_insert(batch({"id": 1, "v": b"y" * 60, "w": "z" * 40}), items, 100), "bytes and text both count"
+    assert not lone_insert(batch({"id": 1}, {"id": 2}), items, 100), "two rows"
+    assert not lone_insert(batch({"id": 1}, table=other), items, 100), "another table"
+    assert not lone_insert([_Op(_thread_name, None)], items, 100), "an operation"
+    assert not lone_insert([], items, 100)
 
 
 class _HeldLock:
