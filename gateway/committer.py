@@ -4,15 +4,10 @@ Each submitted operation runs inside its own savepoint, so a failing operation i
 rest of the batch commits. Consecutive plain inserts into the same table are sent as one executemany. A caller's
 future resolves only after the transaction holding its write has committed: an acknowledged write is durable.
 
-Two committers share that batch logic: `GroupCommitter` runs it on a writer thread; `LoopCommitter` runs it in the
-event loop itself, once per loop iteration, which saves the thread hand-off (about 60 us a round trip) and its GIL
-contention on the proxy's hot path. Which one commits follows what a commit waits on (`CommitWait`): SQLite in WAL
-with synchronous=NORMAL waits on nothing and always commits in the loop; SQLite with synchronous=FULL waits on the
-local disk's flush and commits in the loop only a batch a predicate allows (the gateway's: the record of the one call
-in flight, when it is small; `lone_insert`), on the writer thread otherwise; PostgreSQL waits on the network, always
-on the thread (a hung database server must not freeze the loop). Order is kept across the two paths: a batch commits in
-the loop only once everything handed to the thread has committed (`GroupCommitter.idle`, counted by the committer, not
-by the writes' waiters, which may be cancelled).
+Two committers share that batch logic: `GroupCommitter` runs it on a writer thread (for commits that wait on the
+disk or the network: Postgres, SQLite with synchronous=FULL); `LoopCommitter` runs it in the event loop itself,
+once per loop iteration (SQLite in WAL with synchronous=NORMAL, whose commits do not wait on the disk), which
+saves the thread hand-off and its GIL contention on the proxy's hot path.
 
 Neither lets a caller, nor the event loop, wait on a locked or busy database: every write carries a deadline
 (`lock_wait_s` after it was submitted). The writer thread waits for SQLite's lock at most until the earliest deadline of
@@ -31,7 +26,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -204,44 +198,17 @@ class GroupCommitter:
         return False
 
 
-class CommitWait(StrEnum):
-    """What a commit of the store waits on, which decides where it runs (`make_committer`)."""
-
-    NOTHING = "nothing"  # SQLite WAL, synchronous=NORMAL: no flush at commit; in the event loop
-    DISK = "disk"  # SQLite, synchronous=FULL or EXTRA: the local disk's flush; in the loop while it holds up nothing
-    NETWORK = "network"  # PostgreSQL: a round trip to the server; on the writer thread
-
-
-def _always(_batch: list) -> bool:
-    return True
-
-
-def _never(_batch: list) -> bool:
-    return False
-
-
-def lone_insert(batch: list, table: sa.Table, max_bytes: int) -> bool:
-    """Whether `batch` is one row inserted into `table` whose bytes and text come to at most `max_bytes` (a call's
-    record, not an artifact or a control-plane write)."""
-    if len(batch) != 1 or not isinstance(batch[0], _Insert) or batch[0].table is not table:
-        return False
-    return sum(len(value) for value in batch[0].row.values() if isinstance(value, (bytes, str))) <= max_bytes
-
-
 class LoopCommitter:
-    """Commits in the event loop: writes made during one loop iteration share one transaction. `in_loop(batch)` is
-    asked at every flush: when it says no (or what was handed to the writer thread before has not all committed, so
-    order is kept) the batch goes to the writer thread instead."""
+    """Commits in the event loop: writes made during one loop iteration share one transaction. While what was handed
+    to the writer thread (the lock was taken) has not all committed, later batches follow it there: order is kept."""
 
-    def __init__(self, engine: sa.Engine, *, max_batch: int = 1024, lock_wait_s: float = math.inf,
-                 in_loop: Callable[[list], bool] = _always) -> None:
+    def __init__(self, engine: sa.Engine, *, max_batch: int = 1024, lock_wait_s: float = math.inf) -> None:
         self._engine = engine
         self._conn = engine.connect()
         self._conn.info["writer"] = True
         _set_busy_timeout(self._conn, 0)  # never wait for the lock on the event loop
         self._max_batch = max_batch
         self._lock_wait_s = lock_wait_s
-        self.in_loop = in_loop
         self._pending: list = []
         self._scheduled = False
         self._fallback: GroupCommitter | None = None  # where batches go while the lock is taken
@@ -271,8 +238,8 @@ class LoopCommitter:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        if (self._fallback is not None and not self._fallback.idle) or not self.in_loop(batch):
-            self._hand_off(batch)
+        if self._fallback is not None and not self._fallback.idle:  # counted by the committer: a cancelled
+            self._hand_off(batch)  # waiter's write is still committed, and nothing may overtake it
         else:
             commit_batch(self._conn, batch, on_busy=self._hand_off)
 
@@ -289,15 +256,11 @@ class LoopCommitter:
         self._conn.close()
 
 
-def make_committer(engine: sa.Engine, *, waits_on: CommitWait,
+def make_committer(engine: sa.Engine, *, commits_wait_on_io: bool,
                    lock_wait_s: float = math.inf) -> GroupCommitter | LoopCommitter:
-    """The writer thread when a commit waits on the network; the in-loop committer otherwise, committing in the loop
-    always when a commit waits on nothing, and only what a predicate later allows (`LoopCommitter.in_loop`) when it
-    waits on the disk."""
-    if waits_on == CommitWait.NETWORK:
-        return GroupCommitter(engine, lock_wait_s=lock_wait_s)
-    return LoopCommitter(engine, lock_wait_s=lock_wait_s,
-                         in_loop=_always if waits_on == CommitWait.NOTHING else _never)
+    """The writer thread when a commit waits on the disk or the network, the in-loop committer otherwise."""
+    kind = GroupCommitter if commits_wait_on_io else LoopCommitter
+    return kind(engine, lock_wait_s=lock_wait_s)
 
 
 def _nothing() -> None:

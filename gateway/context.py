@@ -86,7 +86,6 @@ async def open_context(config: GatewayConfig) -> GatewayContext:
         aliases=config.model_aliases, default_model=config.default_model), gate=PauseGate(
         config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry),
         telemetry=from_environment())
-    store.commit_in_loop_while(lambda: context.gate.in_flight <= 1)  # no other call's answer waits behind the flush
     await context.reload_models()
     try:
         context.fleet = Fleet(config, store, context.gate, context.router)

@@ -1,8 +1,7 @@
 """The durable store: `SqlStore`, the one implementation of the store's role protocols (`gateway.store_roles`),
 over SQLite in WAL mode or Postgres.
 
-Every write goes through one group committer (`gateway.committer`: in the event loop or on a writer thread), so an
-operation's result is returned only once it is committed.
+Every write goes through one `GroupCommitter`, so an operation's result is returned only once it is committed.
 Reads use pooled connections in worker threads. The state machine is enforced here: an invalid transition raises
 `InvalidTransition` (HTTP 409).
 """
@@ -16,7 +15,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -24,7 +23,7 @@ import sqlalchemy as sa
 
 from gateway import artifacts, call_fence, schema
 from gateway.artifacts import ArtifactInfo
-from gateway.committer import CommitWait, LoopCommitter, StoreBusy, lone_insert, make_committer
+from gateway.committer import StoreBusy, make_committer
 from gateway.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StoreUnavailable
 from gateway.nul_text import escape_columns, to_column
 from gateway.numbering import StoreNumbers
@@ -58,11 +57,6 @@ from gateway.wal_checkpoint import WalCheckpointer
 log = logging.getLogger("harnessrl.gateway")
 
 
-IN_LOOP_MAX_BYTES = 256 * 1024
-"""The largest call record committed in the event loop when commits wait on the disk (`commit_in_loop_while`): its
-flush blocks the loop, so a bigger one goes to the writer thread."""
-
-
 class SqlStore:
     """`Store` (every role's protocol, `gateway.store_roles`) over SQLAlchemy; one process owns the writer."""
 
@@ -77,9 +71,9 @@ class SqlStore:
         self.dialect = self._engine.dialect.name
         self._lock_wait_s = lock_wait_s
         self._finished = asyncio.Event()
-        self.commit_waits_on = (CommitWait.NETWORK if not url.startswith("sqlite") else CommitWait.DISK
-                                if sqlite_synchronous.upper() in ("FULL", "EXTRA") else CommitWait.NOTHING)
-        self._committer = make_committer(self._engine, waits_on=self.commit_waits_on, lock_wait_s=lock_wait_s)
+        commits_wait_on_io = not url.startswith("sqlite") or sqlite_synchronous.upper() in ("FULL", "EXTRA")
+        self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io,
+                                         lock_wait_s=lock_wait_s)
         self._checkpointer = WalCheckpointer(database) if on_file else None  # checkpoints off the commit path
         self._cache_rollouts = cache_rollouts
         self._briefs: dict[str, RolloutBrief] = {}
@@ -129,14 +123,6 @@ class SqlStore:
             with unavailable_as_503(), self._engine.begin() as conn:
                 return fn(conn)
         return await asyncio.to_thread(run)
-
-    def commit_in_loop_while(self, predicate: Callable[[], bool]) -> None:
-        """When a commit waits on the local disk (SQLite, synchronous=FULL): commit a call's record in the event
-        loop while `predicate()` holds (nothing else waits on the loop: a thread round trip saved at one call) and it
-        is at most `IN_LOOP_MAX_BYTES`; every other write on the writer thread. No effect when commits never wait
-        (always in the loop) or wait on the network (never)."""
-        if self.commit_waits_on == CommitWait.DISK and isinstance(self._committer, LoopCommitter):
-            self._committer.in_loop = lambda batch: lone_insert(batch, schema.calls, IN_LOOP_MAX_BYTES) and predicate()
 
     def close(self) -> None:
         """Flush pending writes and release connections."""

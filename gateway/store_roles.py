@@ -18,7 +18,7 @@ A gateway module reaches the store through the context's view of its role (`Gate
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -119,9 +119,7 @@ class FeedStore(Protocol):
 
 
 class Store(RecorderStore, HistoryStore, AdminStore, LeaseStore, FeedStore, Protocol):
-    """Everything the gateway persists: every role's protocol, where commits run, and closing."""
-
-    def commit_in_loop_while(self, predicate: Callable[[], bool]) -> None: ...
+    """Everything the gateway persists: every role's protocol, and closing."""
 
     def close(self) -> None: ...
 

@@ -11,17 +11,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from gateway.committer import (
-    CommitWait,
-    GroupCommitter,
-    LoopCommitter,
-    StoreBusy,
-    _Insert,
-    _Op,
-    is_busy,
-    lone_insert,
-    make_committer,
-)
+from gateway.committer import GroupCommitter, LoopCommitter, StoreBusy, is_busy, make_committer
 from tests.gateway.unit.test_committer import engine, insert_then_fail, items, stored  # noqa: F401
 
 
@@ -72,81 +62,11 @@ def test_a_cancelled_waiter_does_not_break_the_batch(engine) -> None:  # noqa: F
     assert stored(engine) == {1: "x", 2: "y"}
 
 
-@pytest.mark.parametrize(("waits_on", "expected", "in_loop"), [
-    (CommitWait.NETWORK, GroupCommitter, None), (CommitWait.DISK, LoopCommitter, False),
-    (CommitWait.NOTHING, LoopCommitter, True)])
-def test_the_committer_follows_what_a_commit_waits_on(engine, waits_on, expected, in_loop) -> None:  # noqa: F811
-    committer = make_committer(engine, waits_on=waits_on)
+@pytest.mark.parametrize(("waits", "expected"), [(True, GroupCommitter), (False, LoopCommitter)])
+def test_the_committer_follows_whether_commits_wait_on_io(engine, waits, expected) -> None:  # noqa: F811
+    committer = make_committer(engine, commits_wait_on_io=waits)
     assert isinstance(committer, expected)
-    if in_loop is not None:
-        assert committer.in_loop([]) is in_loop, "a disk's flush is on the thread until a predicate is given"
     committer.close()
-
-
-def _thread_name(conn: sa.Connection) -> str:
-    return threading.current_thread().name
-
-
-def test_the_predicate_picks_loop_or_thread_for_each_batch(engine) -> None:  # noqa: F811
-    alone = True
-    committer = LoopCommitter(engine, in_loop=lambda batch: alone)
-    loop_thread = threading.current_thread().name
-
-    async def main():
-        nonlocal alone
-        in_loop = await committer.run(_thread_name)
-        alone = False
-        on_thread = await committer.run(_thread_name)
-        alone = True
-        return in_loop, on_thread, await committer.run(_thread_name)
-
-    in_loop, on_thread, again = asyncio.run(main())
-    committer.close()
-    assert (in_loop, on_thread, again) == (loop_thread, "harnessrl-committer", loop_thread)
-
-
-@pytest.mark.parametrize("cancel_the_first_waiter", [False, True])
-def test_a_batch_never_overtakes_one_still_on_the_thread(engine, cancel_the_first_waiter) -> None:  # noqa: F811
-    """The first write goes to the thread, which waits for a lock held elsewhere; the predicate then allows the loop
-    and the lock goes: the second write must still commit after the first, whether or not the first's waiter was
-    cancelled meanwhile (its write is committed all the same)."""
-    alone = False
-    committer = LoopCommitter(engine, lock_wait_s=5.0, in_loop=lambda batch: alone)
-    held = _HeldLock(engine, 5.0)
-    loop_thread = threading.current_thread().name
-
-    async def main():
-        nonlocal alone
-        first = asyncio.ensure_future(committer.run_insert(items, {"id": 1, "v": "first"}))
-        await asyncio.sleep(0.05)  # on the thread, waiting for the lock
-        if cancel_the_first_waiter:
-            first.cancel()
-            await asyncio.sleep(0)
-        alone = True
-        held.release()  # the thread's busy handler is asleep for a few ms: the loop would win a race
-        second = await committer.run(lambda conn: (conn.execute(items.update().values(v="second")).rowcount,
-                                                   _thread_name(conn)))
-        await asyncio.gather(first, return_exceptions=True)
-        return second
-
-    updated, where = asyncio.run(main())
-    committer.close()
-    assert (updated, where, stored(engine)) == (1, "harnessrl-committer", {1: "second"})
-    assert where != loop_thread
-
-
-def test_a_lone_insert_is_one_small_row_of_one_table(engine) -> None:  # noqa: F811
-    def batch(*rows, table=items):
-        return [_Insert(table, row, None) for row in rows]
-
-    other = sa.Table("other", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
-    assert lone_insert(batch({"id": 1, "v": "x" * 100}), items, 100 + 0)
-    assert not lone_insert(batch({"id": 1, "v": "x" * 101}), items, 100), "past the byte cap"
-    assert lone_insert(batch({"id": 1, "v": b"y" * 60, "w": "z" * 40}), items, 100), "bytes and text both count"
-    assert not lone_insert(batch({"id": 1}, {"id": 2}), items, 100), "two rows"
-    assert not lone_insert(batch({"id": 1}, table=other), items, 100), "another table"
-    assert not lone_insert([_Op(_thread_name, None)], items, 100), "an operation"
-    assert not lone_insert([], items, 100)
 
 
 class _HeldLock:
@@ -199,6 +119,31 @@ def test_a_locked_database_never_blocks_the_loop_and_order_is_kept(engine) -> No
     committer.close()
     assert (inserted, updated, stored(engine)) == (None, 1, {1: "second"})
     assert 0.3 < seconds < 1.5 and ticks > 20  # the loop kept running while the lock was held
+
+
+@pytest.mark.parametrize("cancel_the_first_waiter", [False, True])
+def test_a_batch_never_overtakes_one_still_on_the_thread(engine, cancel_the_first_waiter) -> None:  # noqa: F811
+    """The first write finds the lock taken and goes to the thread, which waits for it; the lock then goes: the
+    second write must still commit after the first (the loop would win the race: the thread's busy handler is
+    asleep), whether or not the first's waiter was cancelled meanwhile (its write is committed all the same)."""
+    committer = LoopCommitter(engine, lock_wait_s=5.0)
+    held = _HeldLock(engine, 5.0)
+
+    async def main():
+        first = asyncio.ensure_future(committer.run_insert(items, {"id": 1, "v": "first"}))
+        await asyncio.sleep(0.05)  # handed to the thread, waiting for the lock
+        if cancel_the_first_waiter:
+            first.cancel()
+            await asyncio.sleep(0)
+        held.release()
+        second = await committer.run(lambda conn: (conn.execute(items.update().values(v="second")).rowcount,
+                                                   threading.current_thread().name))
+        await asyncio.gather(first, return_exceptions=True)
+        return second
+
+    updated, where = asyncio.run(main())
+    committer.close()
+    assert (updated, where, stored(engine)) == (1, "harnessrl-committer", {1: "second"})
 
 
 @pytest.mark.parametrize("kind", [LoopCommitter, GroupCommitter])

@@ -67,9 +67,9 @@ def test_each_role_is_small(protocol) -> None:
     assert len(members(protocol)) <= MAX_METHODS, sorted(members(protocol))
 
 
-def test_the_store_is_every_role_where_commits_run_and_closing() -> None:
+def test_the_store_is_every_role_and_closing() -> None:
     every = set().union(*(members(p) for p in store_roles.ROLES.values()))
-    assert members(store_roles.Store) == every | {"commit_in_loop_while", "close"}
+    assert members(store_roles.Store) == every | {"close"}
 
 
 # -- who calls what ---------------------------------------------------------------------------------------------
