@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from engines.cpu_bf16 import warn_if_emulated_bf16
 from engines.server_process import ProcessEngine, ServerProcess, free_port, with_repo_on_path
 
 MAX_BATCH_SIZE = 16
@@ -18,7 +19,8 @@ PREFIX_CACHE_TOKENS = 16384
 DTYPES = ("float32", "bfloat16")
 """Weight and activation dtypes of the embedded engine; float32 (the default) matches the torch backend's default,
 bfloat16 runs the matrix products on a CPU's bf16 units (AVX512-BF16, AMX: about 2-4x faster on this project's
-2-core machine) and differs from a float32 trainer's logprobs by bf16 rounding."""
+2-core machine) and differs from a float32 trainer's logprobs by bf16 rounding; on a CPU without them torch emulates
+the products, 20x and more slower than float32 (`cpu_bf16`: warned at start)."""
 STARTUP_TIMEOUT_S = 300.0
 """Default longest start-up, model load included (the run config's `engine.startup_timeout_s` takes it)."""
 
@@ -53,6 +55,7 @@ class EmbeddedEngine(ProcessEngine):
         if dtype not in DTYPES:
             raise ValueError(f"dtype={dtype!r}; use one of {DTYPES} (float32: the trainer's default precision)")
         self.dtype = dtype  # the served weights' and activations' dtype; logprobs are computed in float32
+        warn_if_emulated_bf16(dtype, "the embedded engine (engine.dtype)")
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="harnessrl-engine-", suffix=".log")[1])
         self._server = ServerProcess("engine", self.base_url, self.log_path)
 

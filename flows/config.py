@@ -116,6 +116,7 @@ class EngineSection(Section):
                                      "off.")
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Embedded engine: weights' and "
                                                   "activations' dtype (bfloat16: faster on a CPU with bf16 units, "
+                                                  "20x and more slower without them, warned at start; "
                                                   "logprobs off a float32 trainer's by bf16 rounding; "
                                                   "vLLM: engine.vllm.dtype).")
     vllm: VLLMOptions = Field(default_factory=VLLMOptions, description="vLLM engine: VLLMConfig.")

@@ -253,3 +253,16 @@ def test_batch_gradient_is_the_update_s_gradient_and_changes_nothing(tiny_model_
     assert backend.policy_version == 0 and all(p.grad is None for p in backend.model.parameters())
     flipped = TrainBatch.of(mixed_batch.samples, -mixed_batch.advantages_S)  # on-policy: linear in the advantages
     assert torch.allclose(backend.batch_gradient(flipped), -gradient, atol=1e-6)
+
+
+def test_bf16_on_a_cpu_without_bf16_units_is_warned_about_naming_the_setting(tiny_model_dir, monkeypatch, caplog):
+    import logging
+
+    from engines import cpu_bf16
+
+    monkeypatch.setattr(cpu_bf16, "this_cpu_native_bf16", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="harnessrl.engines"):
+        make_backend(tiny_model_dir, lr=1e-5, dtype="float32")
+        assert not caplog.records
+        make_backend(tiny_model_dir, lr=1e-5, dtype="bfloat16")
+    assert ["backend.torch.dtype" in r.getMessage() for r in caplog.records] == [True]

@@ -26,6 +26,7 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM
 
+from engines.cpu_bf16 import warn_if_emulated_bf16
 from trainer import checkpoints
 from trainer.backends.base import TrainBatch
 from trainer.backends.master_weights import MasterWeights
@@ -134,6 +135,7 @@ class TorchBackend:
         self._pad_token_id = int(config.pad_token_id if config.pad_token_id is not None else 0)
         opt = self.config.optimizer
         self.master = MasterWeights(self.model) if self.config.dtype != "float32" else None
+        warn_if_emulated_bf16(self.config.dtype, "the torch backend (backend.torch.dtype)")
         stepped = self.master.params if self.master is not None else self.model.parameters()
         self.optimizer = torch.optim.AdamW(
             stepped, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
