@@ -165,11 +165,11 @@ class GroupCommitter:
         """Fail what is past its deadline; wait for the lock no longer than the earliest deadline left."""
         now = time.monotonic()
         live = [item for item in batch if item.deadline_s > now]
+        self._ended(len(batch) - len(live))
         for item in batch:
             if item.deadline_s <= now:
                 _resolve(item.future, None, StoreBusy(f"the database stayed locked for longer than the write's "
                                                       f"{self._lock_wait_s} s budget"))
-        self._ended(len(batch) - len(live))
         if live:
             ended = False
 
