@@ -48,9 +48,9 @@ def emulated_bf16_warning(dtype: str, where: str, native: bool | None) -> str | 
     """The warning for `dtype` on a CPU whose native bf16 support is `native`, or None when there is nothing to say."""
     if dtype != "bfloat16" or native is not False:
         return None
-    return (f"{where} runs in bfloat16 on a CPU without bf16 units (no {' / '.join(sorted(X86_BF16_FLAGS))} in "
-            f"/proc/cpuinfo): torch emulates its matrix products, many times slower than float32. Set {where}'s "
-            "dtype to float32 on this machine")
+    return (f"{where} runs in bfloat16 on a CPU without bf16 units (/proc/cpuinfo has no "
+            f"{' / '.join(sorted(X86_BF16_FLAGS))} on x86, no {ARM_BF16_FEATURE} on Arm): torch emulates its matrix "
+            f"products, many times slower than float32. Set {where}'s dtype to float32 on this machine")
 
 
 def warn_if_emulated_bf16(dtype: str, where: str) -> None:

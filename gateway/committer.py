@@ -171,20 +171,10 @@ class GroupCommitter:
                 _resolve(item.future, None, StoreBusy(f"the database stayed locked for longer than the write's "
                                                       f"{self._lock_wait_s} s budget"))
         if live:
-            ended = False
-
-            def end() -> None:
-                nonlocal ended
-                if not ended:
-                    ended = True
-                    self._ended(len(live))
-            try:
-                earliest = min(item.deadline_s for item in live)
-                if earliest != math.inf:
-                    _set_busy_timeout(conn, earliest - now)
-                commit_batch(conn, live, ended=end)
-            finally:
-                end()
+            earliest = min(item.deadline_s for item in live)
+            if earliest != math.inf:
+                _set_busy_timeout(conn, earliest - now)
+            commit_batch(conn, live, ended=lambda: self._ended(len(live)))  # once: no on_busy here
 
     def _drain_into(self, batch: list) -> bool:
         while len(batch) < self._max_batch:
