@@ -53,6 +53,7 @@ from recipes.swe.canaries import (
     unguarded,
 )
 from recipes.swe.outcome_check import SENTINEL_PREFIX, SENTINEL_SOURCE, disagreement, parse_document, split_sentinel
+from recipes.swe.process_boundary import repository_modules
 from recipes.swe.verdict_guard import TAMPER_EXIT
 from sandbox import Limits, Network, SandboxError, SandboxSpec, build_argv, ensure_available, kill
 from sandbox.paths import interpreter_paths
@@ -62,25 +63,34 @@ PLUGIN_SOURCE = Path(__file__).with_name("pytest_outcomes.py")  # copied next to
 PLUGIN_MODULE = "harnessrl_pytest_outcomes"  # the name the launcher registers the plugin under
 GUARD_SOURCE = Path(__file__).with_name("verdict_guard.py")  # the audit hook, copied next to the plugin
 GUARD_MODULE = "harnessrl_verdict_guard"
+BOUNDARY_SOURCE = Path(__file__).with_name("process_boundary.py")  # the tested code's own process, copied likewise
+BOUNDARY_MODULE = "harnessrl_process_boundary"
 # Run by `python -I -B -c`: argv = [-c, plugin path, outcomes fd, wanted ids file ("" for all), pytest args...].
+# With `remote.json` in the runner directory the repository's modules run in a process of their own
+# (`process_boundary`, which then installs the verdict guard there); without it the guard is installed here.
 LAUNCHER = (
     "import importlib.util, json, os, sys\n"
     "import pytest\n"  # resolved from the interpreter's site-packages before the repository is on sys.path
-    f"spec = importlib.util.spec_from_file_location({PLUGIN_MODULE!r}, sys.argv[1])\n"
-    "plugin = importlib.util.module_from_spec(spec)\n"
-    "spec.loader.exec_module(plugin)\n"
+    "runner = os.path.dirname(os.path.abspath(sys.argv[1]))\n"
+    "def load(name, file):\n"
+    "    spec = importlib.util.spec_from_file_location(name, os.path.join(runner, file))\n"
+    "    module = importlib.util.module_from_spec(spec)\n"
+    "    spec.loader.exec_module(module)\n"
+    "    return module\n"
+    f"plugin = load({PLUGIN_MODULE!r}, 'plugin.py')\n"
     "plugin.OUTPUT_FD = int(sys.argv[2])\n"
     "plugin.WANTED = frozenset(json.load(open(sys.argv[3]))) if sys.argv[3] else None\n"
-    "watched = os.path.join(os.path.dirname(sys.argv[1]), 'watched.json')\n"
-    "if os.path.exists(watched):\n"  # the verdict guard, for the files the agent's diff changed
-    f"    spec = importlib.util.spec_from_file_location({GUARD_MODULE!r}, os.path.join(os.path.dirname(sys.argv[1]), "
-    "'guard.py'))\n"
-    "    guard = importlib.util.module_from_spec(spec)\n"
-    "    spec.loader.exec_module(guard)\n"
-    "    guard.install(json.load(open(watched)), os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[1])))\n"
-    "    del guard, spec\n"
+    "plugins, boundary = [plugin], None\n"
+    "if os.path.exists(os.path.join(runner, 'remote.json')):\n"
+    f"    boundary = load({BOUNDARY_MODULE!r}, 'boundary.py')\n"
+    "    boundary.start(json.load(open(os.path.join(runner, 'remote.json'))), runner)\n"
+    "    plugins.append(boundary)\n"
+    "elif os.path.exists(os.path.join(runner, 'watched.json')):\n"  # the verdict guard, for the changed files
+    f"    load({GUARD_MODULE!r}, 'guard.py').install(json.load(open(os.path.join(runner, 'watched.json'))), "
+    "os.getcwd(), runner)\n"
     "sys.path.insert(0, os.getcwd())\n"  # what `python -m pytest` does, now that the runner is loaded
-    "sys.exit(int(pytest.main(sys.argv[4:], plugins=[plugin])))\n"
+    "status = int(pytest.main(sys.argv[4:], plugins=plugins))\n"
+    "sys.exit(boundary.finish(status) if boundary is not None else status)\n"
 )
 # The repository's own pytest configuration, in pytest's order of precedence: file name -> section that must exist.
 CONFIG_FILES = (("pytest.ini", None), (".pytest.ini", None), ("pyproject.toml", "tool.pytest.ini_options"),
@@ -153,12 +163,18 @@ def pytest_args(repo: Path, runner: Path, test_ids: list[str] | None, sentinel: 
             *([str(sentinel)] if sentinel is not None else [])]
 
 
-def prepare_runner(runner: Path, test_ids: list[str] | None, watched: Sequence[str] = ()) -> Path | None:
+def prepare_runner(runner: Path, test_ids: list[str] | None, watched: Sequence[str] = (),
+                   remote: Sequence[str] | None = None) -> Path | None:
     """The grader's directory of a run: the plugin, an empty ini, the verdict guard and the files it watches (the
-    ones the agent's diff changed, when any), the wanted ids and the sentinel (returned) when tests are named."""
+    ones the agent's diff changed, when any), the process boundary and the repository's modules it keeps out of the
+    test process (`remote`: top-level names; None runs them in the test process), the wanted ids and the sentinel
+    (returned) when tests are named."""
     runner.mkdir(parents=True)
     shutil.copyfile(PLUGIN_SOURCE, runner / "plugin.py")
     (runner / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    if remote is not None:
+        shutil.copyfile(BOUNDARY_SOURCE, runner / "boundary.py")
+        (runner / "remote.json").write_text(json.dumps(sorted(remote)), encoding="utf-8")
     if watched:
         shutil.copyfile(GUARD_SOURCE, runner / "guard.py")
         (runner / "watched.json").write_text(json.dumps(list(watched)), encoding="utf-8")
@@ -182,14 +198,17 @@ def grading_spec(repo: Path, runner: Path, allow_network: bool = False) -> Sandb
 
 
 def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float = 300.0,
-              allow_network: bool = False, rounds: int = VERDICT_ROUNDS, watched: Sequence[str] = ()) -> TestRun:
+              allow_network: bool = False, rounds: int = VERDICT_ROUNDS, watched: Sequence[str] = (),
+              boundary: bool = True) -> TestRun:
     """Run `test_ids` (all tests when None) in `repo`, sandboxed: with named tests, in `rounds` canary rounds
     (`canaries`; side by side as root, else one after the other; 1: one plain run, no canaries); `watched`: the
-    repository files the agent's diff changed, which the verdict guard watches (`verdict_guard`). Raises
-    SandboxError when no sandbox can be built."""
+    repository files the agent's diff changed, which the verdict guard watches (`verdict_guard`); `boundary`: the
+    repository's modules run in a process of their own (`process_boundary`; False: in pytest's, as before it).
+    Raises SandboxError when no sandbox can be built."""
     ensure_available()
+    remote = repository_modules(repo) if boundary else None
     if test_ids is None or rounds == 1:
-        return _run_once(repo, test_ids, timeout_s, allow_network, watched)
+        return _run_once(repo, test_ids, timeout_s, allow_network, watched, remote)
     plans = plan_rounds(test_ids, rounds, random.SystemRandom())
     with tempfile.TemporaryDirectory(prefix="harnessrl-rounds-") as scratch:
         copies = [Path(scratch) / secrets.token_hex(6) / repo.name for _ in plans]
@@ -197,7 +216,8 @@ def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float
         # Side by side only as root (each round its own uid and /proc); unprivileged, the rounds share the caller's
         # uid and the host's /proc view, so they run one after the other and cannot meet.
         with ThreadPoolExecutor(max_workers=len(plans) if os.geteuid() == 0 else 1) as pool:
-            runs = list(pool.map(lambda copy: _run_once(copy, test_ids, timeout_s, allow_network, watched), copies))
+            runs = list(pool.map(lambda copy: _run_once(copy, test_ids, timeout_s, allow_network, watched, remote),
+                                 copies))
     roles = [{test_id: role_of(plan, test_id, unguarded(plan, sites)) for test_id in test_ids}
              for plan, sites in zip(plans, placed, strict=True)]
     return merge_rounds(roles, runs)
@@ -244,11 +264,11 @@ def merge_rounds(roles: list[dict[str, Role]], runs: list[TestRun]) -> TestRun:
 
 
 def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_network: bool,
-              watched: Sequence[str] = ()) -> TestRun:
+              watched: Sequence[str] = (), remote: Sequence[str] | None = None) -> TestRun:
     """One pytest run of `test_ids` in `repo` in a sandbox of its own (a fresh uid, runner directory and sentinel)."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-pytest-") as scratch:
         runner = Path(scratch) / "runner"
-        sentinel = prepare_runner(runner, test_ids, watched)
+        sentinel = prepare_runner(runner, test_ids, watched, remote)
         wanted = str(runner / "wanted.json") if test_ids is not None else ""
         read_fd, write_fd = os.pipe()
         argv = [sys.executable, "-I", "-B", "-c", LAUNCHER, str(runner / "plugin.py"), str(write_fd), wanted,

@@ -172,7 +172,10 @@ def test_tested_code_that_rewrites_results_is_caught_by_the_policy_and_by_the_ru
     grade = grade_workdir(store, instance, repo)
     assert grade.reward == 0.0 and grade.details["tamper"] is True, grade.details
     assert "added code uses" in grade.details["tamper_reasons"][0]
-    run = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s=120)  # the policy bypassed
+    tests = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]  # the policy bypassed: the runner alone
+    run = run_tests(repo, tests, timeout_s=120)  # across the process boundary the forgery reaches nothing
+    assert "passed" not in {run.outcomes.get(test) for test in instance["FAIL_TO_PASS"]}, run.outcomes
+    run = run_tests(repo, tests, timeout_s=120, boundary=False)  # in pytest's process the runner sees it
     assert run.problem is not None, run.outcomes
 
 
@@ -235,8 +238,9 @@ def test_a_run_past_its_time_limit_is_killed_and_not_tampering(tiny_store, tmp_p
      "        _os._exit(0)\n", False),
     # 1 GiB of output: the file-size limit stops the writer; the grader reads back only a tail
     ("\nimport os as _os\nfor _ in range(1024):\n    _os.write(1, b'x' * (1 << 20))\n", True),
-    # kill -9 -1: nothing else to signal in the run's own PID namespace (ESRCH); the grader survives to assert
-    ("\nimport os as _os, signal as _signal\n_os.kill(-1, _signal.SIGKILL)\n", False),
+    # kill -9 -1: across the process boundary it reaches the test process (the same uid in the run's own PID
+    # namespace), which ends with no outcomes document: tamper; the grader, outside, survives to assert
+    ("\nimport os as _os, signal as _signal\n_os.kill(-1, _signal.SIGKILL)\n", True),
 ])
 @pytest.mark.slow
 def test_a_fork_bomb_a_flood_of_output_or_kill_all_ends_in_zero_quickly(tiny_store, tmp_path, appended, tampered):

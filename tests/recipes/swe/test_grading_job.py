@@ -155,6 +155,7 @@ def test_the_pod_run_as_nobody_is_not_fooled(tiny_store, tmp_path, nobody_python
         refused = (pod_dir / "tmp" / "attack.txt").read_text()
         assert refused.count("REFUSED") == 2 and "PermissionError" in refused, refused
         assert len(log.splitlines()) == 1 and NONCE not in run.output_tail
+    if attack != "all-pass plugin":  # the module under test runs behind the process boundary: it reaches nothing
         assert run.problem is None, run.output_tail  # an honest failing run
         assert {run.outcomes.get(test) for test in instance["FAIL_TO_PASS"]} == {"failed"}
     else:

@@ -189,9 +189,9 @@ def test_an_input_the_agents_diff_made_too_large_is_the_agents_zero_not_infra(ku
     """Attack review: megabytes of comments appended to the module passed every cap until the Secret's, which made the
     grade infra (no reward 0, no retry counted): now the agent's failure when its checkout alone fits."""
     instance, task, repo = _attempt(tiny_store, tmp_path / "r1.a1")
-    alone = len(grading_job.pack_grading_input(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], 60.0)[
-        grading_job.REPO_ARCHIVE])
-    monkeypatch.setattr(grading_job, "MAX_SECRET_BYTES", alone + 20_000)
+    alone = sum(len(data) for data in grading_job.pack_grading_input(
+        repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], 60.0).values())
+    monkeypatch.setattr(grading_job, "MAX_SECRET_BYTES", alone + 8_000)  # the runner files counted in `alone`
     changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
     with (repo / changed).open("a") as handle:
         handle.write("".join(f"# {index:064x}\n" for index in range(4_000)))  # incompressible enough

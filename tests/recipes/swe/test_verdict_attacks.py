@@ -1,11 +1,14 @@
 """A verdict the tested code cannot rewrite (issue 27, point 2): edits the patch policy lets through (to the module
 under test, names assembled from pieces so that no `FORBIDDEN_CODE` pattern matches) that, once pytest imports them,
 turn the targeted FAIL_TO_PASS tests green while sparing the grader's sentinel, so that pytest's exit status still
-agrees. Each ends in reward 0 with `tamper` through the real grader: the canary rounds (`canaries`) run the same
-tests, under the same ids, with a failing line appended, and the forgery cannot tell them from the real ones.
+agrees.
 
-Each attack is checked to be a real one: the policy allows it, and a single run without canaries (`rounds=1`, the
-runner as it was before the canaries) reports the targeted tests passed while the bug is still there."""
+Through the real grader each earns nothing: the repository's modules run in a process of their own
+(`process_boundary`), where pytest, its reports, the test functions and the outcomes pipe are not, so the forgery
+reaches nothing (the targeted tests fail on the bug). Each is checked to be a real attack: run in pytest's own
+process (`boundary=False`) without canaries (`rounds=1`), it reports the targeted tests passed while the bug is still
+there; in pytest's process the canary rounds (`canaries`) are the layer that catches it, as `tamper`.
+"""
 
 from __future__ import annotations
 
@@ -111,48 +114,62 @@ def _attack_patch(store: Path, instance: dict, workdir: Path, attack: str, fixed
 
 
 @pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
-def test_a_targeted_forgery_the_policy_allows_is_tamper(tiny_store, tmp_path, attack):
+def test_a_targeted_forgery_the_policy_allows_earns_nothing(tiny_store, tmp_path, attack):
     store, instances = tiny_store
     instance = instances[0]
     patch = _attack_patch(store, instance, tmp_path, attack)
     base_files = frozenset(tree_files(checkout(store, instance, tmp_path / "files")))
     assert review_patch(patch, base_files).violations == ()  # no pattern of the screen matches
     grade = grade_patch(store, instance, patch, timeout_s=120)
-    assert grade.reward == 0.0 and grade.details["tamper"] is True, grade.details
-    assert any("canary" in reason or "verdict guard" in reason for reason in grade.details["tamper_reasons"])
+    assert grade.reward == 0.0 and grade.details["resolved"] is False, grade.details
 
 
 @pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
-def test_the_canary_rounds_alone_catch_each_forgery(tiny_store, tmp_path, attack):
-    """Each layer on its own: without the verdict guard (nothing watched), the canary rounds still see the forgery."""
-    store, instances = tiny_store
-    instance = instances[0]
-    repo = checkout(store, instance, tmp_path / "graded")
-    apply_patch(repo, _attack_patch(store, instance, tmp_path, attack))
-    run = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s=120)
-    assert run.problem is not None and "canary" in run.problem, run.problem
-
-
-@pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
-def test_each_forgery_is_real_without_the_canaries(tiny_store, tmp_path, attack):
-    """The control: one run, no canaries (the runner before them): the bug is still there, yet the targeted tests
-    are reported passed and nothing disagrees."""
+def test_across_the_boundary_each_forgery_reaches_nothing(tiny_store, tmp_path, attack):
+    """One plain run (no canaries) with the boundary: the targeted tests fail on the bug, as they would without
+    the forgery."""
     store, instances = tiny_store
     instance = instances[0]
     repo = checkout(store, instance, tmp_path / "graded")
     apply_patch(repo, _attack_patch(store, instance, tmp_path, attack))
     run = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s=120, rounds=1)
+    assert "passed" not in {run.outcomes.get(test) for test in instance["FAIL_TO_PASS"]}, run.output_tail
+
+
+@pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
+def test_in_pytests_process_the_canary_rounds_catch_each_forgery(tiny_store, tmp_path, attack):
+    """The layer under the boundary: in pytest's own process (no verdict guard), the canary rounds see the forgery."""
+    store, instances = tiny_store
+    instance = instances[0]
+    repo = checkout(store, instance, tmp_path / "graded")
+    apply_patch(repo, _attack_patch(store, instance, tmp_path, attack))
+    run = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s=120, boundary=False)
+    assert run.problem is not None and "canary" in run.problem, run.problem
+
+
+@pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
+def test_each_forgery_is_real_in_pytests_process_without_the_canaries(tiny_store, tmp_path, attack):
+    """The control: one run in pytest's process, no canaries (the runner before both): the bug is still there, yet
+    the targeted tests are reported passed and nothing disagrees."""
+    store, instances = tiny_store
+    instance = instances[0]
+    repo = checkout(store, instance, tmp_path / "graded")
+    apply_patch(repo, _attack_patch(store, instance, tmp_path, attack))
+    run = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s=120, rounds=1,
+                    boundary=False)
     assert run.problem is None, run.problem
     assert {run.outcomes.get(test) for test in instance["FAIL_TO_PASS"]} == {"passed"}, run.outcomes
 
 
 @pytest.mark.parametrize("attack", [TARGETED_REPORTS, REPLACED_FUNCTIONS], ids=["reports", "functions"])
-def test_a_forgery_beside_a_real_fix_is_still_tamper(tiny_store, tmp_path, attack):
+def test_in_pytests_process_a_forgery_beside_a_real_fix_is_still_tamper(tiny_store, tmp_path, attack):
     """The canaries do not depend on the bug being there: with the fix applied, the forged canaries still pass."""
     store, instances = tiny_store
     instance = instances[0]
-    grade = grade_patch(store, instance, _attack_patch(store, instance, tmp_path, attack, fixed=True), timeout_s=120)
-    assert grade.reward == 0.0 and grade.details["tamper"] is True, grade.details
+    repo = checkout(store, instance, tmp_path / "graded")
+    apply_patch(repo, _attack_patch(store, instance, tmp_path, attack, fixed=True))
+    run = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s=120, boundary=False)
+    assert run.problem is not None and "canary" in run.problem, run.problem
 
 
 @pytest.mark.slow
@@ -167,16 +184,17 @@ def test_real_fixes_still_resolve_with_the_canaries(tiny_store):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", [TARGETED_REPORTS, FORGED_DOCUMENT], ids=["reports", "document"])
-def test_the_grading_pod_runs_the_canary_rounds_too(tiny_store, tmp_path, nobody_python, pod_dir, attack):
-    """The Kubernetes path: the pod (run as nobody, no bubblewrap) runs the rounds one after the other and the
-    controller's `read_verdict` finds the forged canary; the same pod passes the real fix."""
+def test_the_grading_pod_keeps_the_tested_code_out_of_pytests_process_too(tiny_store, tmp_path, nobody_python,
+                                                                          pod_dir, attack):
+    """The Kubernetes path: the pod (run as nobody, no bubblewrap) runs the repository behind the same boundary, so
+    the forgery reaches nothing and the targeted tests fail; the same pod passes the real fix."""
     store, instances = tiny_store
     instance = instances[0]
     tests = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]
     repo = checkout(store, instance, tmp_path / "graded")
     apply_patch(repo, _attack_patch(store, instance, tmp_path, attack))
     run = read_verdict(run_pod(pack_grading_input(repo, tests, 60.0), pod_dir / "attack", nobody_python, NONCE), NONCE)
-    assert run.problem is not None and "canary" in run.problem, (run.problem, run.outcomes)
+    assert "passed" not in {run.outcomes.get(test) for test in instance["FAIL_TO_PASS"]}, run.output_tail
     fixed = checkout(store, instance, tmp_path / "fixed")
     apply_patch(fixed, instance["patch"], reverse=True)
     run = read_verdict(run_pod(pack_grading_input(fixed, tests, 60.0), pod_dir / "fixed", nobody_python, NONCE), NONCE)

@@ -125,7 +125,7 @@ def test_what_a_forger_reaches_for_ends_the_test_process_as_tamper(tiny_store, t
     instance = next(i for i in instances if "tinymath.py" in i["patch"])
     repo, changed = _graded(store, instance, tmp_path, code, fixed=True)
     tests = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]
-    run = run_tests(repo, tests, timeout_s=120, rounds=1, watched=[changed])
+    run = run_tests(repo, tests, timeout_s=120, rounds=1, watched=[changed], boundary=False)
     assert run.problem is not None and "verdict guard" in run.problem, (run.problem, run.output_tail)
 
 
@@ -139,5 +139,5 @@ def test_library_code_that_logs_inspects_and_builds_types_is_not_flagged(tiny_st
     (repo / "tinyhelper.py").write_text("def same(value):\n    return value\n")
     tests = [*instance["FAIL_TO_PASS"], *instance["PASS_TO_PASS"], "tests/test_tinymath.py::test_library_features"]
     for rounds in (1, 2):
-        run = run_tests(repo, tests, timeout_s=120, rounds=rounds, watched=[changed])
+        run = run_tests(repo, tests, timeout_s=120, rounds=rounds, watched=[changed], boundary=False)
         assert run.problem is None and run.with_outcome("passed") == set(tests), (run.problem, run.output_tail)

@@ -1,0 +1,209 @@
+"""The process boundary attacked from the tested code's side (issue 27, point 2): code appended to the module under
+test, run in its own process (U) by the real sandboxed runner, reaching for the test process (T) by the ways a process
+of the same uid has: its memory, file descriptors and environment through /proc, ptrace, signals; and objects built
+to make a test's comparison true. None of them turns a failing graded test green; honest library code still passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recipes.swe.diffs import apply_patch
+from recipes.swe.grader import checkout
+from recipes.swe.testrun import run_tests
+
+# Each way into T is tried at import, and what happened is what `total` returns: a test's failure message shows it.
+REACH_FOR_THE_RUNNER = '''
+import ctypes as _ctypes, os as _os
+_parent = _os.getppid()
+def _ptrace():
+    libc = _ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, _parent, 0, 0) != 0:  # PTRACE_ATTACH
+        raise OSError(_ctypes.get_errno(), "ptrace")
+_TRIES = {"mem": lambda: open(f"/proc/{_parent}/mem", "r+b").close(),
+          "fd": lambda: _os.listdir(f"/proc/{_parent}/fd"),
+          "environ": lambda: open(f"/proc/{_parent}/environ", "rb").read(),
+          "ptrace": _ptrace}
+_SEEN = []
+for _name, _try in _TRIES.items():
+    try:
+        _try()
+        _SEEN.append(_name + ":reached")
+    except OSError as _error:
+        _SEEN.append(_name + ":refused")
+def total(items):
+    return " ".join(_SEEN)
+'''
+# Results that compare equal to anything: in pytest's own process `clamp(12, 0, 10) == 10` holds with the bug in.
+EQUAL_TO_ANYTHING = '''
+class _Anything:
+    def __eq__(self, other):
+        return True
+    __hash__ = object.__hash__
+def _anything(function):
+    def forged(*args, **kwargs):
+        return _Anything()
+    return forged
+clamp, total = _anything(clamp), _anything(total)
+'''
+KILL_THE_RUNNER = '''
+import os as _os, signal as _signal
+_os.kill(_os.getppid(), _signal.SIGKILL)
+'''
+HONEST_LIBRARY = '''
+import collections, dataclasses, logging, warnings
+Pair = collections.namedtuple("Pair", "low high")
+@dataclasses.dataclass
+class Range:
+    low: int
+    high: int
+class OutOfRange(ValueError):
+    pass
+def checked(value, low, high):
+    if not low <= value <= high:
+        raise OutOfRange(f"{value} is outside [{low}, {high}]")
+    return value
+def read_fixture(path):
+    with open(path) as handle:
+        return handle.read()
+def each(items, callback):
+    return [callback(item) for item in items]
+def noted(value):
+    logging.getLogger("tinymath").warning("value %s", value)
+    warnings.warn("noted is deprecated", DeprecationWarning)
+    return value
+'''
+HONEST_TESTS = '''
+
+def test_library_features():
+    import os
+    import pytest
+    import tinymath
+    from tinymath import OutOfRange, Pair, Range, checked, each, noted, read_fixture
+    assert Pair(1, 2).high == 2 and Range(1, 2) == Range(1, 2) and Range(1, 2).low == 1
+    assert read_fixture(os.path.join("tests", "data.txt")) == "fixture"
+    assert each([1, 2], lambda item: item * 10) == [10, 20]
+    with pytest.raises(OutOfRange, match="outside"):
+        checked(5, 0, 1)
+    with pytest.raises(ValueError):
+        checked(-1, 0, 1)
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        assert noted(3) == 3
+    tinymath.LIMIT = 7
+    assert tinymath.LIMIT == 7
+'''
+
+
+def _graded(store: Path, instance: dict, workdir: Path, appended: str, fixed: bool = False) -> Path:
+    repo = checkout(store, instance, workdir / "repo")
+    if fixed:
+        apply_patch(repo, instance["patch"], reverse=True)
+    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    with (repo / changed).open("a") as handle:
+        handle.write(appended)
+    return repo
+
+
+def _tests(instance: dict) -> list[str]:
+    return instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]
+
+
+def test_the_runner_is_out_of_reach_through_proc_and_ptrace(tiny_store, tmp_path):
+    store, instances = tiny_store
+    instance = instances[0]
+    repo = _graded(store, instance, tmp_path, REACH_FOR_THE_RUNNER)
+    run = run_tests(repo, _tests(instance), timeout_s=120, rounds=1)
+    message = run.messages.get("tests/test_tinymath.py::test_total", "")
+    assert "mem:refused" in message and "fd:refused" in message and "environ:refused" in message, message
+    assert "ptrace:refused" in message and ":reached" not in message, message
+
+
+def test_objects_equal_to_anything_forge_a_pass_only_in_pytests_process(tiny_store, tmp_path):
+    store, instances = tiny_store
+    instance = next(i for i in instances if not any("is_even" in test for test in i["FAIL_TO_PASS"]))
+    repo = _graded(store, instance, tmp_path, EQUAL_TO_ANYTHING)
+    inside = run_tests(repo, _tests(instance), timeout_s=120, boundary=False)  # the canary rounds included
+    assert inside.problem is None and {inside.outcomes.get(t) for t in instance["FAIL_TO_PASS"]} == {"passed"}
+    across = run_tests(repo, _tests(instance), timeout_s=120)
+    assert {across.outcomes.get(t) for t in instance["FAIL_TO_PASS"]} == {"failed"}, across.output_tail
+
+
+def test_killing_the_runner_is_no_verdict(tiny_store, tmp_path):
+    store, instances = tiny_store
+    instance = instances[0]
+    run = run_tests(_graded(store, instance, tmp_path, KILL_THE_RUNNER, fixed=True), _tests(instance), timeout_s=120,
+                    rounds=1)
+    assert run.problem is not None and "passed" not in set(run.outcomes.values()), (run.problem, run.outcomes)
+
+
+def test_across_the_boundary_the_verdict_guard_watches_the_tested_codes_process(tiny_store, tmp_path):
+    """A profiler set by the changed file ends U, and the run names the guard (its exit status passed on by T)."""
+    store, instances = tiny_store
+    instance = next(i for i in instances if "tinymath.py" in i["patch"])
+    code = "\nimport sys as _sys\ngetattr(_sys, 'set' + 'profile')(lambda *args: None)\n"
+    repo = _graded(store, instance, tmp_path, code, fixed=True)
+    run = run_tests(repo, _tests(instance), timeout_s=120, rounds=1, watched=["tinymath.py"])
+    assert run.problem is not None and "verdict guard" in run.problem, (run.problem, run.output_tail)
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_honest_library_code_passes_across_the_boundary(tiny_store, tmp_path, rounds):
+    """Library classes, exceptions raised and caught by class, a test's callback, a fixture file read by the library,
+    a warning caught by pytest.warns and a module attribute set by the test all work through the boundary."""
+    store, instances = tiny_store
+    instance = next(i for i in instances if "tinymath.py" in i["patch"])
+    repo = _graded(store, instance, tmp_path, HONEST_LIBRARY, fixed=True)
+    with (repo / "tests" / "test_tinymath.py").open("a") as handle:
+        handle.write(HONEST_TESTS)
+    (repo / "tests" / "data.txt").write_text("fixture")
+    tests = [*_tests(instance), "tests/test_tinymath.py::test_library_features"]
+    run = run_tests(repo, tests, timeout_s=120, rounds=rounds, watched=["tinymath.py"])
+    assert run.problem is None and run.with_outcome("passed") == set(tests), (run.problem, run.output_tail)
+
+
+# Tests inside the package (`pkgmath/tests/`): the tested code, imported first through the package's __init__, points
+# its package's __path__ at a folder of its own in the shared /tmp holding a `tests` package that would empty every
+# test's run if the test process loaded it from there (and then finds the real test modules: with `__path__` taken from
+# the tested code's process, as the first version of the boundary did, every graded test passed with the bug in).
+PACKAGE_INIT = "from pkgmath.core import clamp, is_even, total\n"
+PLANT_TESTS = '''
+import os as _os
+_planted = "/tmp/.planted"
+_os.makedirs(_planted + "/tests", exist_ok=True)
+with open(_planted + "/tests/__init__.py", "w") as _handle:
+    _handle.write("import os, _py" + "test.python as _p\\n__path__[:] = [os.path.join(os.getcwd(), 'pkgmath', "
+                  "'tests')]\\n_p.Function.runtest = lambda self: None\\n")
+import pkgmath as _package
+_package.__path__.insert(0, _planted)
+'''
+
+
+@pytest.fixture(scope="module")
+def package_store(tmp_path_factory) -> tuple[Path, dict]:
+    """A task generated from the tiny project laid out as a package with its tests inside it."""
+    from recipes.swe.generator import generate
+    from tests.recipes.swe.conftest import TINY_SOURCE, TINY_TESTS
+
+    root = tmp_path_factory.mktemp("pkgsrc") / "pkgmath"
+    (root / "pkgmath" / "tests").mkdir(parents=True)
+    (root / "pkgmath" / "__init__.py").write_text(PACKAGE_INIT)
+    (root / "pkgmath" / "core.py").write_text(TINY_SOURCE)
+    (root / "pkgmath" / "tests" / "__init__.py").write_text("")
+    (root / "pkgmath" / "tests" / "test_core.py").write_text(TINY_TESTS.replace("from tinymath", "from pkgmath.core"))
+    store = tmp_path_factory.mktemp("pkgstore")
+    return store, generate(str(root), store, count=1, seed=0)[0]
+
+
+def test_tests_inside_the_package_are_loaded_from_the_checkout_only(package_store, tmp_path):
+    store, instance = package_store
+    repo = checkout(store, instance, tmp_path / "attack")
+    with (repo / "pkgmath" / "core.py").open("a") as handle:
+        handle.write(PLANT_TESTS)
+    run = run_tests(repo, _tests(instance), timeout_s=120, rounds=1)
+    assert {run.outcomes.get(test) for test in instance["FAIL_TO_PASS"]} == {"failed"}, run.output_tail
+    fixed = checkout(store, instance, tmp_path / "fixed")
+    apply_patch(fixed, instance["patch"], reverse=True)
+    run = run_tests(fixed, _tests(instance), timeout_s=120)
+    assert run.problem is None and run.with_outcome("passed") == set(_tests(instance)), run.output_tail

@@ -1,0 +1,295 @@
+"""The process boundary's wire and rules, in one process: T's end (guarded) and U's end (a thread) over a socket pair.
+What crosses by value comes back with exact built-in types; what U may do with the tests' objects is limited; a name
+U sends resolves in T only to plain data types and exception classes."""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import decimal
+import fractions
+import math
+import os
+import pathlib
+import socket
+import sys
+import threading
+import types
+import uuid
+
+import pytest
+
+from recipes.swe import patch_policy
+from recipes.swe.process_boundary import (
+    TEST_DIRS,
+    TEST_FILES,
+    BoundaryError,
+    Peer,
+    Remote,
+    is_test_module,
+    repository_modules,
+)
+
+
+@pytest.fixture
+def pair():
+    """(T's peer, a function that lends U-side callables and returns T's proxies of them); U serves in a thread."""
+    ours, theirs = socket.socketpair()
+    t_peer, u_peer = Peer(ours, guarded=True), Peer(theirs, guarded=False)
+    thread = threading.Thread(target=u_peer.serve_forever, daemon=True)
+    thread.start()
+
+    def lend(function):
+        return t_peer.decode({"r": u_peer._lend(function)})
+
+    yield t_peer, lend
+    ours.close()
+    thread.join(timeout=5)
+    theirs.close()
+
+
+VALUES = [None, True, 0, -(2**70), 1.5, float("inf"), "text \udcff \u2028", b"\x00\xff", bytearray(b"ab"), 2 + 3j,
+          [1, [2, (3, 4)]], (1,), {"a": {1: (2, 3)}, (1, "k"): None}, {1, 2}, frozenset({"x"}),
+          collections.OrderedDict([("b", 1), ("a", 2)]), {"nested": [{"deep": ({"set"},)}]},
+          datetime.date(2020, 1, 2), datetime.datetime(2020, 1, 2, 3, 4, 5, 6), datetime.time(1, 2, 3),
+          datetime.timedelta(days=-1, seconds=5), decimal.Decimal("1.10"), fractions.Fraction(3, 7),
+          uuid.UUID(int=5), pathlib.PurePosixPath("a/b"), pathlib.Path("/tmp/x")]
+
+
+def _same(left, right) -> bool:
+    """Equal and of exactly the same types, all the way down."""
+    if type(left) is not type(right):
+        return False
+    if isinstance(left, dict):
+        return list(left) == list(right) and all(_same(left[key], right[key]) for key in left)
+    if isinstance(left, list | tuple):
+        return len(left) == len(right) and all(_same(a, b) for a, b in zip(left, right, strict=True))
+    return left == right or (isinstance(left, float) and math.isnan(left) and math.isnan(right))
+
+
+@pytest.mark.parametrize("value", VALUES, ids=[type(value).__name__ + str(i) for i, value in enumerate(VALUES)])
+def test_plain_data_crosses_by_value_with_exact_types(pair, value):
+    _, lend = pair
+    echoed = lend(lambda item: item)(value)
+    assert _same(echoed, value), (echoed, value)
+    assert not isinstance(echoed, Remote)
+
+
+def test_subclasses_of_plain_types_cross_by_reference_and_never_compare_by_the_tested_code(pair):
+    _, lend = pair
+
+    class Anything(dict):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = None
+
+    class Magic:
+        def __eq__(self, other):
+            return True
+
+    returned = lend(lambda: Anything(a=1))()
+    assert isinstance(returned, Remote)
+    assert returned == {"a": 1} and returned != {"a": 2}  # its plain value, compared here with dict's own ==
+    magic = lend(lambda: Magic())()
+    expected = {"x": 1}
+    assert magic != expected and magic != "expected" and (expected == magic) is False  # either side first
+    day = datetime.date(2020, 1, 2)
+    assert magic != day and magic != decimal.Decimal("1.10") and magic != Helper()
+
+
+class Helper:
+    pass
+
+
+def test_ordering_with_the_tests_values_is_decided_here(pair):
+    _, lend = pair
+
+    class Huge:
+        def __ge__(self, other):
+            return True
+
+        __gt__ = __le__ = __lt__ = __ge__
+
+    class Number(int):
+        pass
+
+    huge = lend(lambda: Huge())()
+    for compare in (lambda: huge >= 9, lambda: huge < 9, lambda: huge >= 9):
+        with pytest.raises(TypeError):
+            compare()
+    seven = lend(lambda: Number(7))()
+    assert isinstance(seven, Remote) and seven < 9 and seven >= 7 and not seven > 7
+
+
+def test_the_tests_objects_reach_the_tested_code_only_through_their_public_surface(pair):
+    _, lend = pair
+
+    class Helper:  # a test's own class, lent to the tested code
+        secret = "kept"
+
+        def check(self):
+            return False
+
+    def read(obj, name):
+        return getattr(obj, name)
+
+    def write(obj, name, value):
+        setattr(obj, name, value)
+
+    helper = Helper()
+    assert lend(read)(helper, "secret") == "kept"
+    for name in ("_hidden", "__dict__", "__wrapped__"):
+        with pytest.raises(AttributeError, match=f"private attribute '{name}'"):
+            lend(read)(helper, name)
+    with pytest.raises(AttributeError, match="private"):
+        lend(read)(lambda: None, "__globals__")
+    namespace, mapping = types.SimpleNamespace(slot=1), collections.defaultdict(int)
+    for target in (helper, Helper, namespace):
+        with pytest.raises(TypeError, match="may not change the tests'"):
+            lend(write)(target, "check", "forged")
+        with pytest.raises(TypeError, match="may not change the tests'"):
+            lend(lambda obj: delattr(obj, "check"))(target)
+    with pytest.raises(TypeError, match="may not change the tests'"):
+        lend(lambda obj: obj.__setitem__("key", 1))(mapping)
+    assert helper.check() is False and Helper.secret == "kept" and namespace.slot == 1 and not mapping
+
+
+def test_a_test_double_is_used_through_what_it_stands_for_never_its_own_api(pair):
+    from unittest import mock
+
+    _, lend = pair
+    double = mock.Mock()
+    lend(lambda callback: callback(2))(double)
+    assert lend(lambda handle: handle.read())(double) is not None  # a child: the interface the double stands for
+    for name in ("assert_called_with", "reset_mock", "call_count", "configure_mock", "return_value"):
+        with pytest.raises(AttributeError, match="test double's own"):
+            lend(lambda callback, name: getattr(callback, name))(double, name)
+    double.assert_any_call(2)
+    assert double.call_count == 1
+
+
+def test_frames_modules_and_the_runner_never_cross(pair):
+    _, lend = pair
+
+    holder = types.SimpleNamespace(frame=sys._getframe(), code=test_frames_modules_and_the_runner_never_cross.__code__)
+    for name in ("frame", "code"):
+        with pytest.raises(BoundaryError, match="cannot be lent"):
+            lend(lambda obj, name: getattr(obj, name))(holder, name)
+    with pytest.raises(BoundaryError, match="cannot be lent"):
+        lend(lambda item: item)(pytest.MonkeyPatch())
+    with pytest.raises(BoundaryError, match="cannot be lent"):
+        lend(lambda item: item)(types.ModuleType("tests_module"))
+    assert lend(lambda module: module.sep)(os.path) == os.path.sep  # a standard-library module goes by name
+
+
+def test_names_the_tested_code_sends_resolve_only_to_data_types_and_exception_classes(pair):
+    t_peer, _ = pair
+    assert t_peer.decode({"n": "builtins:dict"}) is dict
+    assert t_peer.decode({"x": {"n": "builtins:ValueError"}}) is ValueError
+    for name in ("os:system", "builtins:exec", "builtins:__import__", "_pytest.reports:TestReport", "sys:"):
+        with pytest.raises(BoundaryError):
+            t_peer.decode({"n": name})
+
+
+@pytest.mark.parametrize("data", [{"q": 1}, {"d": 1, "t": 2}, {"y": 99}, {"r": "1"}, {"c": ["1", 2]}, {"b": "***"},
+                                  {"d": [[[1], 2]]}, {"x": []}])
+def test_malformed_values_are_refused(pair, data):
+    t_peer, _ = pair
+    with pytest.raises(BoundaryError):
+        t_peer.decode(data)
+
+
+def test_exceptions_cross_with_their_classes_and_come_back_as_themselves(pair):
+    _, lend = pair
+
+    class LibraryError(ValueError):
+        pass
+
+    def raise_library():
+        raise LibraryError("bad input")
+
+    with pytest.raises(ValueError, match="bad input") as caught:
+        lend(raise_library)()
+    assert type(caught.value).__name__ == "LibraryError" and type(caught.value) is not LibraryError
+    remote_class = lend(lambda: LibraryError)()
+    assert remote_class is type(caught.value)  # one shadow class per class of the other side
+
+    class TestsOwnError(Exception):
+        pass
+
+    def call(callback):
+        callback()
+
+    def failing():
+        raise TestsOwnError("from the test")
+
+    with pytest.raises(TestsOwnError) as caught:  # raised here, through the tested code, and back: the original
+        lend(call)(failing)
+    assert str(caught.value) == "from the test"
+
+
+def test_a_swallowed_assertion_of_a_tests_callback_is_recorded(pair):
+    t_peer, lend = pair
+
+    def swallow(callback):
+        try:
+            callback()
+        except BaseException:  # noqa: BLE001 - what a forger does
+            return "went on"
+
+    def callback():
+        raise AssertionError("the item was wrong")
+
+    assert lend(swallow)(callback) == "went on"
+    assert [str(error) for error in t_peer.escaped] == ["the item was wrong"]
+
+
+def test_generators_reach_the_tested_code_as_generators(pair):
+    _, lend = pair
+    import inspect
+
+    assert lend(lambda gen: (inspect.isgenerator(gen), list(gen)))(iter_chunks()) == (True, ["<a>", "</a>"])
+
+
+def iter_chunks():
+    yield "<a>"
+    yield "</a>"
+
+
+def test_the_boundarys_test_names_are_the_patch_policys():
+    assert TEST_DIRS == patch_policy.TEST_DIRS
+    assert {pattern.removesuffix(".py") for pattern in patch_policy.TEST_FILES} == set(TEST_FILES)
+    assert is_test_module("pkg.tests.helpers") and is_test_module("test_mod") and is_test_module("conftest")
+    assert not is_test_module("pkg.core") and not is_test_module("contest")
+
+
+def test_repository_modules_are_the_checkouts_own(tmp_path):
+    (tmp_path / "lib.py").write_text("")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "src" / "inner").mkdir(parents=True)
+    (tmp_path / "src" / "inner" / "core.py").write_text("")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_lib.py").write_text("")
+    (tmp_path / "conftest.py").write_text("")
+    (tmp_path / "test_top.py").write_text("")
+    (tmp_path / ".hidden.py").write_text("")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "linked.py").symlink_to(tmp_path / "lib.py")
+    assert repository_modules(tmp_path) == ["inner", "lib", "pkg"]
+
+
+def test_the_tested_code_cannot_skip_a_test(pair):
+    """unittest's SkipTest, which pytest counts as skipped (and a skipped PASS_TO_PASS test as fine), arrives from
+    the tested code as a look-alike that fails the test."""
+    import unittest
+
+    _, lend = pair
+
+    def skip():
+        raise unittest.SkipTest("not today")
+
+    with pytest.raises(Exception, match="not today") as caught:
+        lend(skip)()
+    assert type(caught.value).__name__ == "SkipTest" and not isinstance(caught.value, unittest.SkipTest)
