@@ -2,6 +2,9 @@
 nothing of the host but the interpreter, the checkout and the grader's runner files), isolated from what the tested
 code could plant, and read back each test's outcome with the evidence that it can be believed.
 
+- The repository's own modules run in a process of their own (`process_boundary`, `boundary=True`, the default):
+  pytest, the tests, the plugin and the outcomes pipe are in the test process, which the tested code reaches only by
+  answering the tests' calls through proxies; the layers below are what stands in pytest's process without it.
 - The interpreter runs isolated (`python -I -B`: no PYTHON* variables, no script directory or cwd on sys.path, no
   bytecode written). The grader's launcher imports pytest and the outcomes plugin (copied from this package into a
   directory of the grader's, bound read-only) BEFORE it puts the repository on sys.path: a `pytest.py`, `_pytest/` or
