@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from recipes.swe import bugs, ladder, process_boundary, testrun
+from recipes.swe import boundary_wire, bugs, ladder, process_boundary, testrun
 from recipes.swe.bugs import Mutation, apply_mutation, candidate_mutations
 from recipes.swe.diffs import copy_tree, matches_any
 from recipes.swe.ladder import (
@@ -264,7 +264,7 @@ def generation_key(source: str, count: int, seed: int, mix: LadderMix) -> str:
     """What fixes a generation's outcome: the source, count, seed, mix and the code of the generator and of the test
     runs that decide which tests pass (the process boundary decides which tests can be graded at all)."""
     code = hashlib.sha256()
-    for module in (sys.modules[__name__], bugs, ladder, testrun, process_boundary):
+    for module in (sys.modules[__name__], bugs, ladder, testrun, process_boundary, boundary_wire):
         code.update(Path(module.__file__ or "").read_bytes())
     payload = {"source": source, "count": count, "seed": seed, "levels": sorted(mix.levels.items()),
                "code": code.hexdigest()}

@@ -67,6 +67,7 @@ PLUGIN_MODULE = "harnessrl_pytest_outcomes"  # the name the launcher registers t
 GUARD_SOURCE = Path(__file__).with_name("verdict_guard.py")  # the audit hook, copied next to the plugin
 GUARD_MODULE = "harnessrl_verdict_guard"
 BOUNDARY_SOURCE = Path(__file__).with_name("process_boundary.py")  # the tested code's own process, copied likewise
+BOUNDARY_WIRE_SOURCE = Path(__file__).with_name("boundary_wire.py")  # copied beside it, under the same name
 BOUNDARY_MODULE = "harnessrl_process_boundary"
 # Run by `python -I -B -c`: argv = [-c, plugin path, outcomes fd, wanted ids file ("" for all), pytest args...].
 # With `remote.json` in the runner directory the repository's modules run in a process of their own
@@ -177,6 +178,7 @@ def prepare_runner(runner: Path, test_ids: list[str] | None, watched: Sequence[s
     (runner / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     if remote is not None:
         shutil.copyfile(BOUNDARY_SOURCE, runner / "boundary.py")
+        shutil.copyfile(BOUNDARY_WIRE_SOURCE, runner / BOUNDARY_WIRE_SOURCE.name)
         (runner / "remote.json").write_text(json.dumps(sorted(remote)), encoding="utf-8")
     if watched:
         shutil.copyfile(GUARD_SOURCE, runner / "guard.py")

@@ -20,15 +20,8 @@ import uuid
 import pytest
 
 from recipes.swe import patch_policy
-from recipes.swe.process_boundary import (
-    TEST_DIRS,
-    TEST_FILES,
-    BoundaryError,
-    Peer,
-    Remote,
-    is_test_module,
-    repository_modules,
-)
+from recipes.swe.boundary_wire import BoundaryError, Peer, Remote
+from recipes.swe.process_boundary import TEST_DIRS, TEST_FILES, is_test_module, repository_modules
 
 
 @pytest.fixture
