@@ -28,7 +28,6 @@ from typing import Any
 
 from controller.config import KubernetesSettings
 from controller.runners.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL, label_value
-from recipes.swe.process_boundary import repository_modules
 from recipes.swe.testrun import prepare_runner, pytest_args
 
 GRADER_COMPONENT = "grader"  # the component label of grading pods (the grader NetworkPolicy selects it)
@@ -97,7 +96,7 @@ def pack_grading_input(repo: Path, test_ids: list[str], timeout_s: float,
     agent's diff changed) and run.json; GradingInputTooLarge past the limit."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-grade-input-") as scratch:
         runner = Path(scratch) / "runner"
-        sentinel = prepare_runner(runner, test_ids, watched, repository_modules(repo))
+        sentinel = prepare_runner(runner, test_ids, watched)
         assert sentinel is not None  # explicit test ids always get a sentinel
         files = {path.name: path.read_bytes() for path in sorted(runner.iterdir())}
     run = {"pytest_args": pod_pytest_args(repo, test_ids, sentinel.name), "timeout_s": timeout_s}

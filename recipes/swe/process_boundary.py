@@ -32,7 +32,7 @@ import warnings
 
 TAMPER_EXIT = 86  # the verdict guard's exit status (`verdict_guard.TAMPER_EXIT`), passed on by `finish`
 TEST_DIRS = frozenset({"tests", "test", "testing"})  # the patch policy's (`patch_policy.TEST_DIRS`)
-TEST_FILES = ("test_*", "*_test", "conftest")  # module stems of `patch_policy.TEST_FILES`
+TEST_FILES = ("test_*.py", "*_test.py", "conftest.py")  # the patch policy's (`patch_policy.TEST_FILES`)
 WIRE_MODULE = "harnessrl_boundary_wire"  # under the test runner's prefix: T never lends its own objects
 
 
@@ -50,25 +50,61 @@ def _load_wire() -> types.ModuleType:
 wire = _load_wire()
 
 
-def is_test_module(name: str) -> bool:
-    """Whether a dotted module name is a test module or inside a test folder (the patch policy's test files)."""
-    parts = name.split(".")
-    return bool(TEST_DIRS & {part.lower() for part in parts}) or \
+def protected(relative: str) -> bool:
+    """Whether a checkout path is one the agent's diff cannot change because it is a test: under a test folder, or a
+    test file or conftest by name (`patch_policy.protected_reason`'s first two rules). These load in T, pristine."""
+    parts = relative.split("/")
+    return bool(TEST_DIRS & {part.lower() for part in parts[:-1]}) or \
         any(fnmatch.fnmatch(parts[-1], pattern) for pattern in TEST_FILES)
 
 
 class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports the repository's modules (top-level names `tops`, not test-like) as `RemoteModule`s of U's. A package's
-    `__path__` is read from the checkout on disk here (`roots`), never from U: a test-like submodule (`pkg.tests`) is
-    loaded by T from the checkout, and U cannot point T's imports anywhere else."""
+    """Every module the import system would load from inside the checkout (`root`: any sys.path entry, `src/`, a
+    configured `pythonpath`, namespace folders, editable installs) is imported from U as a `RemoteModule`, unless it
+    is a protected test file, which T loads from the checkout. Where it would load from is asked of the other finders
+    (never of U), and a package's `__path__` is the one found on disk here, so U cannot point T's imports elsewhere."""
 
-    def __init__(self, peer: wire.Peer, tops: frozenset[str], roots: tuple[str, ...]) -> None:
-        self.peer, self.tops, self.roots = peer, tops, roots
+    def __init__(self, peer: wire.Peer, root: str) -> None:
+        self.peer, self.roots = peer, {os.path.abspath(root), os.path.realpath(root)}
+        self._finding = False
 
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] not in self.tops or is_test_module(name):
+        if self._finding:
             return None
-        return importlib.machinery.ModuleSpec(name, self)
+        self._finding = True
+        try:
+            spec = self._found_elsewhere(name, path, target)
+        finally:
+            self._finding = False
+        inside = self._inside(spec) if spec is not None else None
+        if inside is None or protected(inside):
+            return None
+        locations = spec.submodule_search_locations
+        return importlib.machinery.ModuleSpec(name, self, loader_state=None if locations is None else list(locations),
+                                              is_package=locations is not None)
+
+    def _found_elsewhere(self, name, path, target):
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+    def _inside(self, spec) -> str | None:
+        """The checkout-relative path the spec would load (a package's `__init__` or a namespace folder's stand-in);
+        None when it loads from outside the checkout."""
+        origin = spec.origin if spec.has_location and spec.origin else None
+        places = [origin] if origin else [os.path.join(place, "__init__.py")
+                                          for place in (spec.submodule_search_locations or [])]
+        for place in places:
+            for variant in (os.path.abspath(place), os.path.realpath(place)):
+                for root in self.roots:
+                    if variant.startswith(root + os.sep):
+                        return os.path.relpath(variant, root).replace(os.sep, "/")
+        return None
 
     def create_module(self, spec):
         remote = self.peer.request("import", name=spec.name, path=list(sys.path))
@@ -77,26 +113,18 @@ class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return module
 
     def exec_module(self, module) -> None:
-        folders = [folder for root in self.roots if _inside(folder := os.path.join(root, *module.__name__.split(".")),
-                                                             root)]
-        if folders:
-            module.__path__ = folders
-
-
-def _inside(folder: str, root: str) -> bool:
-    """Whether `folder` is a real directory under `root` (no link on the way)."""
-    return os.path.isdir(folder) and \
-        os.path.realpath(folder) == os.path.join(os.path.realpath(root), os.path.relpath(folder, root))
+        if module.__spec__.loader_state is not None:
+            module.__path__ = module.__spec__.loader_state
 
 
 PEER: wire.Peer | None = None  # T's end, once `start` ran
 PROCESS: subprocess.Popen | None = None  # U
 
 
-def start(tops: list[str], runner: str) -> wire.Peer:
+def start(runner: str) -> wire.Peer:
     """In T, before the repository is importable: become non-dumpable, start U in the cwd (the repository) with only
-    its socket (and the grader's `runner` directory, for the verdict guard), and import the repository's modules
-    `tops` from it from now on."""
+    its socket (and the grader's `runner` directory, for the verdict guard), and import the checkout's modules from
+    it from now on (`RemoteFinder`)."""
     global PEER
     if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed: the tested code could reach the runner")
@@ -106,8 +134,7 @@ def start(tops: list[str], runner: str) -> wire.Peer:
                      pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd=os.getcwd())
     theirs.close()
     PEER = wire.Peer(ours, guarded=True)
-    here = os.getcwd()
-    sys.meta_path.insert(0, RemoteFinder(PEER, frozenset(tops), (here, os.path.join(here, "src"))))
+    sys.meta_path.insert(0, RemoteFinder(PEER, os.getcwd()))
     return PEER
 
 
@@ -123,28 +150,6 @@ def finish(status: int, wait_s: float = 10.0) -> int:
         PROCESS.kill()
         PROCESS.wait()
     return TAMPER_EXIT if PROCESS.returncode == TAMPER_EXIT else status
-
-
-def repository_modules(repo) -> list[str]:
-    """The top-level module names a checkout provides (its root and `src/`; not tests, links or hidden entries): the
-    modules the boundary keeps out of the test process."""
-    names = set()
-    suffixes = tuple(importlib.machinery.all_suffixes())
-    for root in (repo, os.path.join(repo, "src")):
-        if os.path.islink(root) or not os.path.isdir(root):
-            continue
-        for entry in os.scandir(root):
-            if entry.is_symlink() or entry.name.startswith("."):
-                continue
-            if entry.is_file() and entry.name.endswith(suffixes):
-                name = entry.name.partition(".")[0]
-            elif entry.is_dir() and any(child.name.endswith(suffixes) for child in os.scandir(entry.path)):
-                name = entry.name
-            else:
-                continue
-            if name.isidentifier() and not is_test_module(name):
-                names.add(name)
-    return sorted(names)
 
 
 def _first_finder() -> None:

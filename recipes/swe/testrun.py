@@ -56,7 +56,6 @@ from recipes.swe.canaries import (
     unguarded,
 )
 from recipes.swe.outcome_check import SENTINEL_PREFIX, SENTINEL_SOURCE, disagreement, parse_document, split_sentinel
-from recipes.swe.process_boundary import repository_modules
 from recipes.swe.verdict_guard import TAMPER_EXIT
 from sandbox import Limits, Network, SandboxError, SandboxSpec, build_argv, ensure_available, kill
 from sandbox.paths import interpreter_paths
@@ -70,7 +69,7 @@ BOUNDARY_SOURCE = Path(__file__).with_name("process_boundary.py")  # the tested 
 BOUNDARY_WIRE_SOURCE = Path(__file__).with_name("boundary_wire.py")  # copied beside it, under the same name
 BOUNDARY_MODULE = "harnessrl_process_boundary"
 # Run by `python -I -B -c`: argv = [-c, plugin path, outcomes fd, wanted ids file ("" for all), pytest args...].
-# With `remote.json` in the runner directory the repository's modules run in a process of their own
+# With `boundary.py` in the runner directory the repository's modules run in a process of their own
 # (`process_boundary`, which then installs the verdict guard there); without it the guard is installed here.
 LAUNCHER = (
     "import importlib.util, json, os, sys\n"
@@ -85,9 +84,9 @@ LAUNCHER = (
     "plugin.OUTPUT_FD = int(sys.argv[2])\n"
     "plugin.WANTED = frozenset(json.load(open(sys.argv[3]))) if sys.argv[3] else None\n"
     "plugins, boundary = [plugin], None\n"
-    "if os.path.exists(os.path.join(runner, 'remote.json')):\n"
+    "if os.path.exists(os.path.join(runner, 'boundary.py')):\n"
     f"    boundary = load({BOUNDARY_MODULE!r}, 'boundary.py')\n"
-    "    boundary.start(json.load(open(os.path.join(runner, 'remote.json'))), runner)\n"
+    "    boundary.start(runner)\n"
     "    plugins.append(boundary)\n"
     "elif os.path.exists(os.path.join(runner, 'watched.json')):\n"  # the verdict guard, for the changed files
     f"    load({GUARD_MODULE!r}, 'guard.py').install(json.load(open(os.path.join(runner, 'watched.json'))), "
@@ -168,18 +167,16 @@ def pytest_args(repo: Path, runner: Path, test_ids: list[str] | None, sentinel: 
 
 
 def prepare_runner(runner: Path, test_ids: list[str] | None, watched: Sequence[str] = (),
-                   remote: Sequence[str] | None = None) -> Path | None:
+                   boundary: bool = True) -> Path | None:
     """The grader's directory of a run: the plugin, an empty ini, the verdict guard and the files it watches (the
-    ones the agent's diff changed, when any), the process boundary and the repository's modules it keeps out of the
-    test process (`remote`: top-level names; None runs them in the test process), the wanted ids and the sentinel
-    (returned) when tests are named."""
+    ones the agent's diff changed, when any), the process boundary (`boundary`; False runs the repository's modules
+    in the test process), the wanted ids and the sentinel (returned) when tests are named."""
     runner.mkdir(parents=True)
     shutil.copyfile(PLUGIN_SOURCE, runner / "plugin.py")
     (runner / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    if remote is not None:
+    if boundary:
         shutil.copyfile(BOUNDARY_SOURCE, runner / "boundary.py")
         shutil.copyfile(BOUNDARY_WIRE_SOURCE, runner / BOUNDARY_WIRE_SOURCE.name)
-        (runner / "remote.json").write_text(json.dumps(sorted(remote)), encoding="utf-8")
     if watched:
         shutil.copyfile(GUARD_SOURCE, runner / "guard.py")
         (runner / "watched.json").write_text(json.dumps(list(watched)), encoding="utf-8")
@@ -211,9 +208,8 @@ def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float
     repository's modules run in a process of their own (`process_boundary`; False: in pytest's, as before it).
     Raises SandboxError when no sandbox can be built."""
     ensure_available()
-    remote = repository_modules(repo) if boundary else None
     if test_ids is None or rounds == 1:
-        return _run_once(repo, test_ids, timeout_s, allow_network, watched, remote)
+        return _run_once(repo, test_ids, timeout_s, allow_network, watched, boundary)
     plans = plan_rounds(test_ids, rounds, random.SystemRandom())
     with tempfile.TemporaryDirectory(prefix="harnessrl-rounds-") as scratch:
         copies = [Path(scratch) / secrets.token_hex(6) / repo.name for _ in plans]
@@ -221,7 +217,7 @@ def run_tests(repo: Path, test_ids: list[str] | None = None, *, timeout_s: float
         # Side by side only as root (each round its own uid and /proc); unprivileged, the rounds share the caller's
         # uid and the host's /proc view, so they run one after the other and cannot meet.
         with ThreadPoolExecutor(max_workers=len(plans) if os.geteuid() == 0 else 1) as pool:
-            runs = list(pool.map(lambda copy: _run_once(copy, test_ids, timeout_s, allow_network, watched, remote),
+            runs = list(pool.map(lambda copy: _run_once(copy, test_ids, timeout_s, allow_network, watched, boundary),
                                  copies))
     roles = [{test_id: role_of(plan, test_id, unguarded(plan, sites)) for test_id in test_ids}
              for plan, sites in zip(plans, placed, strict=True)]
@@ -269,11 +265,11 @@ def merge_rounds(roles: list[dict[str, Role]], runs: list[TestRun]) -> TestRun:
 
 
 def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_network: bool,
-              watched: Sequence[str] = (), remote: Sequence[str] | None = None) -> TestRun:
+              watched: Sequence[str] = (), boundary: bool = True) -> TestRun:
     """One pytest run of `test_ids` in `repo` in a sandbox of its own (a fresh uid, runner directory and sentinel)."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-pytest-") as scratch:
         runner = Path(scratch) / "runner"
-        sentinel = prepare_runner(runner, test_ids, watched, remote)
+        sentinel = prepare_runner(runner, test_ids, watched, boundary)
         wanted = str(runner / "wanted.json") if test_ids is not None else ""
         read_fd, write_fd = os.pipe()
         argv = [sys.executable, "-I", "-B", "-c", LAUNCHER, str(runner / "plugin.py"), str(write_fd), wanted,

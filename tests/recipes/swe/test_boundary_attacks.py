@@ -207,3 +207,46 @@ def test_tests_inside_the_package_are_loaded_from_the_checkout_only(package_stor
     apply_patch(fixed, instance["patch"], reverse=True)
     run = run_tests(fixed, _tests(instance), timeout_s=120)
     assert run.problem is None and run.with_outcome("passed") == set(_tests(instance)), run.output_tail
+
+
+# Code that empties every test's run if the test process ever runs it (names built from pieces, as a forger would).
+EMPTY_EVERY_TEST = '''
+import sys as _sys
+_python = vars(_sys)["mod" + "ules"].get("_py" + "test.python")
+if _python is not None:
+    _python.Function.runtest = lambda self: None
+'''
+# Layouts where the repository's code is found by other means than a top-level module: each file below is the
+# tested code (not protected by the patch policy), so it must run in its own process. (file -> its import name)
+LAYOUTS = {
+    "namespace package": ({}, "ns/pkgm/core.py", "ns.pkgm.core"),
+    "pytest.ini pythonpath": ({"pytest.ini": "[pytest]\npythonpath = lib\n"}, "lib/tinymath.py", "tinymath"),
+    "a module named testing": ({"pkgm/__init__.py": ""}, "pkgm/testing.py", "pkgm.testing"),
+    "src layout": ({"pytest.ini": "[pytest]\npythonpath = src\n", "src/pkgm/__init__.py": ""}, "src/pkgm/core.py",
+                   "pkgm.core"),
+}
+GRADED = ["tests/test_x.py::test_" + name for name in ("clamp_inside", "clamp_low", "clamp_high", "total", "is_even")]
+
+
+def _layout(root: Path, layout: str, source: str) -> Path:
+    from tests.recipes.swe.conftest import TINY_TESTS
+
+    extra, module_file, module = LAYOUTS[layout]
+    for relative, text in {**extra, module_file: source,
+                           "tests/test_x.py": TINY_TESTS.replace("from tinymath", f"from {module}")}.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_layout_of_the_tested_code_runs_in_its_own_process(tmp_path, layout):
+    """The bug in `is_even` and code that would empty every test's run in pytest's process: the graded test still
+    fails (the code never ran where pytest is); the same layout with the honest module passes every test."""
+    from tests.recipes.swe.conftest import TINY_SOURCE
+
+    buggy = TINY_SOURCE.replace("number % 2 == 0", "number % 2 == 1") + EMPTY_EVERY_TEST
+    run = run_tests(_layout(tmp_path / "attack", layout, buggy), GRADED, timeout_s=120, rounds=1)
+    assert run.outcomes.get("tests/test_x.py::test_is_even") == "failed", run.output_tail
+    honest = run_tests(_layout(tmp_path / "honest", layout, TINY_SOURCE), GRADED, timeout_s=120, rounds=1)
+    assert honest.problem is None and honest.with_outcome("passed") == set(GRADED), honest.output_tail

@@ -21,7 +21,7 @@ import pytest
 
 from recipes.swe import patch_policy
 from recipes.swe.boundary_wire import BoundaryError, Peer, Remote
-from recipes.swe.process_boundary import TEST_DIRS, TEST_FILES, is_test_module, repository_modules
+from recipes.swe.process_boundary import RemoteFinder, protected
 
 
 @pytest.fixture
@@ -250,27 +250,34 @@ def iter_chunks():
     yield "</a>"
 
 
-def test_the_boundarys_test_names_are_the_patch_policys():
-    assert TEST_DIRS == patch_policy.TEST_DIRS
-    assert {pattern.removesuffix(".py") for pattern in patch_policy.TEST_FILES} == set(TEST_FILES)
-    assert is_test_module("pkg.tests.helpers") and is_test_module("test_mod") and is_test_module("conftest")
-    assert not is_test_module("pkg.core") and not is_test_module("contest")
+PATHS = ["lib.py", "pkg/core.py", "pkg/testing.py", "pkg/Tests.py", "pkg/tests/__init__.py", "pkg/tests/helpers.py",
+         "tests/test_a.py", "test_top.py", "pkg/core_test.py", "conftest.py", "pkg/conftest.py", "Testing/x.py",
+         "contest.py", "src/pkg/test/__init__.py", "testing.py", "pkg/test_util/mod.py"]
 
 
-def test_repository_modules_are_the_checkouts_own(tmp_path):
-    (tmp_path / "lib.py").write_text("")
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("")
-    (tmp_path / "src" / "inner").mkdir(parents=True)
-    (tmp_path / "src" / "inner" / "core.py").write_text("")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_lib.py").write_text("")
-    (tmp_path / "conftest.py").write_text("")
-    (tmp_path / "test_top.py").write_text("")
-    (tmp_path / ".hidden.py").write_text("")
-    (tmp_path / "data").mkdir()
-    (tmp_path / "linked.py").symlink_to(tmp_path / "lib.py")
-    assert repository_modules(tmp_path) == ["inner", "lib", "pkg"]
+@pytest.mark.parametrize("path", PATHS)
+def test_what_loads_in_the_test_process_is_what_the_patch_policy_protects_as_tests(path):
+    reason = patch_policy.protected_reason(path)
+    assert protected(path) == (reason is not None and ("test folder" in reason or "test file" in reason)), reason
+
+
+def test_the_finder_sends_every_module_of_the_checkout_to_the_tested_codes_process(tmp_path, monkeypatch):
+    files = ["lib.py", "pkg/__init__.py", "pkg/testing.py", "pkg/tests/__init__.py", "pkg/tests/test_a.py",
+             "ns/inner/core.py", "src/srcpkg/__init__.py", "conftest.py", "tests/helpers.py", "libdir/deep/mod.py"]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    for entry in (tmp_path, tmp_path / "src", tmp_path / "libdir"):  # the root, a src layout, a configured path
+        monkeypatch.syspath_prepend(str(entry))
+    finder = RemoteFinder(peer=None, root=str(tmp_path))
+    ours = {name: finder.find_spec(name, path) for name, path in [
+        ("lib", None), ("pkg", None), ("pkg.testing", [str(tmp_path / "pkg")]), ("ns", None), ("srcpkg", None),
+        ("deep.mod", [str(tmp_path / "libdir" / "deep")])]}
+    assert all(spec is not None and spec.loader is finder for spec in ours.values()), ours
+    assert ours["pkg"].loader_state == [str(tmp_path / "pkg")] and ours["lib"].loader_state is None
+    for name, path in [("pkg.tests", [str(tmp_path / "pkg")]), ("conftest", None), ("tests", None), ("json", None),
+                       ("pytest", None)]:
+        assert finder.find_spec(name, path) is None, name
 
 
 def test_the_tested_code_cannot_skip_a_test(pair):
