@@ -21,6 +21,7 @@ Standard library only: copied into the grader's runner directory beside `process
 from __future__ import annotations
 
 import base64
+import builtins
 import collections
 import datetime
 import decimal
@@ -51,7 +52,8 @@ SPECIALS = {"iter": iter, "next": next, "len": len, "bool": bool, "str": str, "r
             "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
             "index": lambda obj: obj.__index__(), "int": int, "float": float,
             "enter": lambda obj: obj.__enter__(), "exit": lambda obj, *args: obj.__exit__(*args),
-            "instancecheck": isinstance, "plain": lambda obj: _plain(obj), "subclasscheck": issubclass, "dir": dir}
+            "instancecheck": lambda cls, instance: isinstance(instance, cls), "plain": lambda obj: _plain(obj),
+            "subclasscheck": lambda cls, subclass: issubclass(subclass, cls), "dir": dir}
 PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
                          frozenset, collections.OrderedDict})  # what crosses by value
 # Standard-library value types that cross by value too (exact types; a datetime or time with a zone goes by reference):
@@ -212,8 +214,8 @@ class Remote:
     def __enter__(self):
         return self._ask("special", name="enter")
 
-    def __exit__(self, *exc_info):
-        return self._ask("special", *exc_info, name="exit")
+    def __exit__(self, kind, error, traceback):
+        return self._ask("special", kind, error, None, name="exit")  # a traceback never crosses
 
     def __instancecheck__(self, instance) -> bool:
         return self._ask("special", instance, name="instancecheck")
@@ -586,6 +588,19 @@ class Peer:
         return error
 
 
+def _star_names(remote: Remote) -> list[str]:
+    """What `from module import *` binds in a test module: the module's `__all__` (or its public names), less any name
+    of a built-in or of a module loaded here (`pytest`, `os`, ...), which the tested code would otherwise replace in
+    the test's own namespace with objects of its choosing."""
+    try:
+        names = remote.__all__
+    except AttributeError:
+        names = [name for name in dir(remote) if isinstance(name, str) and not name.startswith("_")]
+    loaded = {module.partition(".")[0] for module in sys.modules}
+    return [name for name in names if isinstance(name, str) and name.isidentifier() and name not in loaded and
+            name not in vars(builtins)]
+
+
 def _shadow_str(error: BaseException) -> str:
     return error.__dict__.get("__boundary_str__") or BaseException.__str__(error)
 
@@ -666,6 +681,8 @@ class RemoteModule(types.ModuleType):
         remote = self.__dict__.get(REMOTE_KEY)
         if remote is None:
             raise AttributeError(name)
+        if name == "__all__":
+            return _star_names(remote)
         return getattr(remote, name)
 
     def __setattr__(self, name: str, value) -> None:

@@ -53,6 +53,7 @@ from recipes.swe.grading_job_pod import VERDICT_PREFIX
 from recipes.swe.kube_grading import GradingInfraError, KubeJobRunner
 from recipes.swe.outcome_check import disagreement, parse_document, split_sentinel
 from recipes.swe.patch_policy import DEFAULT_POLICY, PatchPolicy
+from recipes.swe.process_boundary import UNAVAILABLE_EXIT
 from recipes.swe.testrun import TestRun, merge_rounds
 
 CONFIG_ENV = "HARNESSRL_SWE_CONTROLLER_CONFIG"
@@ -96,6 +97,10 @@ def read_verdict(log: str, nonce: str) -> TestRun:
     if not valid_nonce:
         return TestRun({}, returncode=rounds[0][0].returncode, problem="the grading pod's verdict carries the wrong "
                                                                        "nonce: it was not written by the grader")
+    if any(run.returncode == UNAVAILABLE_EXIT for run, _ in rounds):  # only the test process's start exits so
+        raise GradingInfraError("the grading pod could not keep the tested code in a process of its own (the node's "
+                                "kernel offers no Landlock and the checkout is the pod user's): "
+                                f"{rounds[0][0].output_tail[-400:]}")
     if "rounds" not in data:  # one run without canaries (an image from before them)
         return rounds[0][0]
     return merge_rounds([roles for _, roles in rounds], [run for run, _ in rounds])

@@ -25,8 +25,10 @@ import importlib.util
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import types
 import warnings
 
@@ -118,24 +120,94 @@ class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 PEER: wire.Peer | None = None  # T's end, once `start` ran
+PYTEST_ARGS: list[str] = []  # what `start` adds to pytest's arguments (the base temporary folder)
+UNAVAILABLE_EXIT = 87  # T's exit status when the boundary cannot be kept (the grader's infrastructure, not the agent)
+# Landlock (Linux 5.13+): the system calls (the same numbers on x86-64 and arm64) and the write rights per ABI version.
+LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
+WRITE_RIGHTS = {1: 1 << 1 | sum(1 << bit for bit in range(4, 13)),  # write file, remove and make anything
+                2: 1 << 13, 3: 1 << 14}  # link or rename across folders; truncate
+DEV_RIGHTS = {1: 1 << 1, 3: 1 << 14}  # /dev: writing to an existing device file (/dev/null)
 PROCESS: subprocess.Popen | None = None  # U
 
 
 def start(runner: str) -> wire.Peer:
     """In T, before the repository is importable: become non-dumpable, start U in the cwd (the repository) with only
-    its socket (and the grader's `runner` directory, for the verdict guard), and import the checkout's modules from
-    it from now on (`RemoteFinder`)."""
-    global PEER
-    if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
+    its socket (and the grader's `runner` directory, for the verdict guard), confined so that it writes nowhere but
+    its own scratch folder and pytest's temporary folder (`confine_writes`), and import the checkout's modules from it
+    from now on (`RemoteFinder`). Exits UNAVAILABLE_EXIT, naming why, when U could write the checkout."""
+    global PEER, PROCESS
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed: the tested code could reach the runner")
+    abi, here = landlock_abi(), os.getcwd()
+    if abi == 0 and _owned_by_us(here):
+        print("harnessrl process boundary: this kernel offers no Landlock and the checkout belongs to the test's own "
+              "user, so the tested code could rewrite the tests: not graded", file=sys.stderr, flush=True)
+        raise SystemExit(UNAVAILABLE_EXIT)
+    scratch = tempfile.mkdtemp(prefix="harnessrl-tested-")
+    os.mkdir(os.path.join(scratch, "tmp"))
+    PYTEST_ARGS[:] = [f"--basetemp={os.path.join(scratch, 'pytest')}"]  # the tests' tmp_path: U may write there
     ours, theirs = socket.socketpair()
-    global PROCESS
-    PROCESS = subprocess.Popen([sys.executable, "-I", "-B", os.path.abspath(__file__), str(theirs.fileno()), runner],
-                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd=os.getcwd())
+    PROCESS = subprocess.Popen(
+        [sys.executable, "-I", "-B", os.path.abspath(__file__), str(theirs.fileno()), runner],
+        pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd=here,
+        env={**os.environ, "TMPDIR": os.path.join(scratch, "tmp"), "HOME": os.path.join(scratch, "tmp")},
+        preexec_fn=(lambda: confine_writes([scratch], abi)) if abi else None)
     theirs.close()
     PEER = wire.Peer(ours, guarded=True)
     sys.meta_path.insert(0, RemoteFinder(PEER, os.getcwd()))
     return PEER
+
+
+def _syscalls():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none, or refused by a seccomp filter)."""
+    return max(0, _syscalls().syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
+def _rights(table: dict[int, int], abi: int) -> int:
+    return sum(bits for version, bits in table.items() if abi >= version)
+
+
+def confine_writes(writable: list[str], abi: int) -> None:
+    """In U's child before it runs anything (`preexec_fn`): writes, removals and new files only beneath `writable`
+    (and writes to /dev's files), for this process and all it starts; reads are unchanged."""
+    libc, handled = _syscalls(), _rights(WRITE_RIGHTS, abi)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24  # struct landlock_ruleset_attr grew with the ABI
+    attr = ctypes.create_string_buffer(struct.pack("=QQQ", handled, 0, 0), 24)
+    ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    try:
+        for path, rights in [*((place, handled) for place in writable), ("/dev", _rights(DEV_RIGHTS, abi))]:
+            folder = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = ctypes.create_string_buffer(struct.pack("=Qi", rights, folder), 12)  # path_beneath_attr, packed
+                if libc.syscall(LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), rule,
+                                ctypes.c_uint32(0)) != 0:
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+            finally:
+                os.close(folder)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which Landlock requires
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+        if libc.syscall(LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def _owned_by_us(root: str) -> bool:
+    """Whether anything of the checkout belongs to this process's user (who could then change its mode and write)."""
+    uid = os.getuid()
+    for folder, _, files in os.walk(root):
+        if any(os.lstat(os.path.join(folder, name)).st_uid == uid for name in ["", *files]):
+            return True
+    return False
 
 
 def finish(status: int, wait_s: float = 10.0) -> int:

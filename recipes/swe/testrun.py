@@ -56,6 +56,7 @@ from recipes.swe.canaries import (
     unguarded,
 )
 from recipes.swe.outcome_check import SENTINEL_PREFIX, SENTINEL_SOURCE, disagreement, parse_document, split_sentinel
+from recipes.swe.process_boundary import UNAVAILABLE_EXIT
 from recipes.swe.verdict_guard import TAMPER_EXIT
 from sandbox import Limits, Network, SandboxError, SandboxSpec, build_argv, ensure_available, kill
 from sandbox.paths import interpreter_paths
@@ -92,7 +93,7 @@ LAUNCHER = (
     f"    load({GUARD_MODULE!r}, 'guard.py').install(json.load(open(os.path.join(runner, 'watched.json'))), "
     "os.getcwd(), runner)\n"
     "sys.path.insert(0, os.getcwd())\n"  # what `python -m pytest` does, now that the runner is loaded
-    "status = int(pytest.main(sys.argv[4:], plugins=plugins))\n"
+    "status = int(pytest.main(sys.argv[4:] + (boundary.PYTEST_ARGS if boundary else []), plugins=plugins))\n"
     "sys.exit(boundary.finish(status) if boundary is not None else status)\n"
 )
 # The repository's own pytest configuration, in pytest's order of precedence: file name -> section that must exist.
@@ -276,9 +277,11 @@ def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_ne
                 *pytest_args(repo.resolve(), runner, test_ids, sentinel)]
         command = build_argv(grading_spec(repo, runner, allow_network), argv, caller_uid=os.geteuid())
         output, returncode, timed_out, raw = _spawn(command, Path(scratch) / "output", read_fd, write_fd, timeout_s)
+    tail = "\n".join(output.splitlines()[-OUTPUT_TAIL_LINES:])
+    if boundary and returncode == UNAVAILABLE_EXIT:
+        raise SandboxError(f"the test run could not keep the tested code in a process of its own: {tail[-400:]}")
     document = parse_document(raw)
     own, _ = split_sentinel(document.outcomes)
-    tail = "\n".join(output.splitlines()[-OUTPUT_TAIL_LINES:])
     problem = guard_problem(returncode, tail) if watched and returncode == TAMPER_EXIT else \
         None if timed_out else disagreement(document, returncode, sentinel=sentinel is not None)
     return TestRun(outcomes=own, messages=document.messages, output_tail=tail, returncode=returncode,

@@ -164,13 +164,14 @@ def test_honest_library_code_passes_across_the_boundary(tiny_store, tmp_path, ro
 
 
 # Tests inside the package (`pkgmath/tests/`): the tested code, imported first through the package's __init__, points
-# its package's __path__ at a folder of its own in the shared /tmp holding a `tests` package that would empty every
+# its package's __path__ at a folder of its own holding a `tests` package that would empty every
 # test's run if the test process loaded it from there (and then finds the real test modules: with `__path__` taken from
 # the tested code's process, as the first version of the boundary did, every graded test passed with the bug in).
 PACKAGE_INIT = "from pkgmath.core import clamp, is_even, total\n"
 PLANT_TESTS = '''
 import os as _os
-_planted = "/tmp/.planted"
+import tempfile as _tempfile
+_planted = _tempfile.mkdtemp()  # a folder the tested code's process may write
 _os.makedirs(_planted + "/tests", exist_ok=True)
 with open(_planted + "/tests/__init__.py", "w") as _handle:
     _handle.write("import os, _py" + "test.python as _p\\n__path__[:] = [os.path.join(os.getcwd(), 'pkgmath', "
@@ -250,3 +251,74 @@ def test_every_layout_of_the_tested_code_runs_in_its_own_process(tmp_path, layou
     assert run.outcomes.get("tests/test_x.py::test_is_even") == "failed", run.output_tail
     honest = run_tests(_layout(tmp_path / "honest", layout, TINY_SOURCE), GRADED, timeout_s=120, rounds=1)
     assert honest.problem is None and honest.with_outcome("passed") == set(GRADED), honest.output_tail
+
+
+# The checkout belonging to the test's own user (the grading pod's case: the round's copy is the pod user's): the
+# tested code changes the test files' mode and rewrites them, and plants a conftest, before pytest collects them.
+REWRITE_THE_TESTS = '''
+import glob as _glob, os as _os
+_SEEN = []
+for _path in _glob.glob("tests/*.py"):
+    try:
+        _os.chmod(_path, 0o666)
+        with open(_path, "a") as _handle:
+            _handle.write("\\n")
+        _SEEN.append("rewrote")
+    except OSError:
+        _SEEN.append("refused")
+try:
+    open("tests/conftest.py", "w").close()
+    _SEEN.append("planted")
+except OSError:
+    _SEEN.append("refused")
+def total(items):
+    return " ".join(_SEEN)
+'''
+
+
+def test_the_tested_code_cannot_write_a_checkout_its_user_owns(tiny_store, tmp_path):
+    """The launcher run directly (no sandbox; as this suite's user, who owns the copy): Landlock keeps U's writes to
+    its own folders, so the test files stay as the grader packed them."""
+    import os
+
+    from recipes.swe.grading_job_pod import run_launcher_directly
+    from recipes.swe.outcome_check import parse_document
+    from recipes.swe.process_boundary import landlock_abi
+    from recipes.swe.testrun import prepare_runner, pytest_args
+
+    if landlock_abi() == 0:
+        pytest.skip("this kernel offers no Landlock: the boundary refuses such a checkout (tested below)")
+    store, instances = tiny_store
+    instance = instances[0]
+    repo = _graded(store, instance, tmp_path, REWRITE_THE_TESTS)
+    assert os.stat(repo / "tests" / "test_tinymath.py").st_uid == os.getuid()
+    runner, scratch = tmp_path / "runner", tmp_path / "scratch"
+    scratch.mkdir()
+    sentinel = prepare_runner(runner, _tests(instance))
+    _, _, _, raw = run_launcher_directly(repo, runner, scratch, pytest_args(repo, runner, _tests(instance), sentinel),
+                                         120.0)
+    message = parse_document(raw).messages.get("tests/test_tinymath.py::test_total", "")
+    assert "refused" in message and "rewrote" not in message and "planted" not in message, message
+    assert not (repo / "tests" / "conftest.py").exists()
+
+
+def test_without_landlock_a_checkout_its_user_owns_is_not_graded(tiny_store, tmp_path):
+    """The same run on a kernel without Landlock (the launcher's copy told it has none): the test process refuses to
+    start the tested code, names why, and exits with the boundary's own status (the grader's infrastructure)."""
+    from recipes.swe.grading_job_pod import run_launcher_directly
+    from recipes.swe.process_boundary import UNAVAILABLE_EXIT
+    from recipes.swe.testrun import prepare_runner, pytest_args
+
+    store, instances = tiny_store
+    instance = instances[0]
+    repo = _graded(store, instance, tmp_path, REWRITE_THE_TESTS)
+    runner, scratch = tmp_path / "runner", tmp_path / "scratch"
+    scratch.mkdir()
+    sentinel = prepare_runner(runner, _tests(instance))
+    source = (runner / "boundary.py").read_text()
+    assert "abi, here = landlock_abi(), os.getcwd()" in source
+    (runner / "boundary.py").write_text(source.replace("abi, here = landlock_abi(), os.getcwd()",
+                                                       "abi, here = 0, os.getcwd()"))
+    tail, status, _, raw = run_launcher_directly(repo, runner, scratch, pytest_args(repo, runner, _tests(instance),
+                                                                                    sentinel), 120.0)
+    assert status == UNAVAILABLE_EXIT and raw == b"" and "offers no Landlock" in tail, (status, tail)

@@ -67,6 +67,15 @@ def test_an_image_without_pytest_is_an_infra_error_only_with_the_nonce():
     assert read_verdict(line, "0" * 32).problem is not None  # a forged infra claim is no excuse
 
 
+def test_a_pod_that_cannot_keep_the_boundary_is_an_infra_error_only_with_the_nonce():
+    from recipes.swe.process_boundary import UNAVAILABLE_EXIT
+
+    line = verdict_line(NONCE, UNAVAILABLE_EXIT, False, b"", "this kernel offers no Landlock")
+    with pytest.raises(GradingInfraError, match="no Landlock"):
+        read_verdict(line, NONCE)
+    assert read_verdict(line, "0" * 32).problem is not None
+
+
 def test_a_log_without_a_verdict_is_no_verdict():
     with pytest.raises(NoVerdict, match="wrote no verdict"):
         read_verdict("Killed\n", NONCE)

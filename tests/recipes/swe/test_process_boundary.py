@@ -293,3 +293,40 @@ def test_the_tested_code_cannot_skip_a_test(pair):
     with pytest.raises(Exception, match="not today") as caught:
         lend(skip)()
     assert type(caught.value).__name__ == "SkipTest" and not isinstance(caught.value, unittest.SkipTest)
+
+
+def test_class_checks_and_context_managers_of_the_tested_code_work(pair):
+    _, lend = pair
+
+    class Node:
+        pass
+
+    class Guard:
+        def __enter__(self):
+            return "inside"
+
+        def __exit__(self, kind, error, traceback):
+            assert traceback is None  # a traceback never crosses
+            return kind is KeyError  # swallows KeyError only
+
+    node_class = lend(lambda: Node)()
+    assert isinstance(lend(lambda: Node())(), node_class) and not isinstance(5, node_class)
+    with lend(lambda: Guard())() as entered:
+        assert entered == "inside"
+        raise KeyError("swallowed by the library's own context manager")
+    with pytest.raises(ValueError), lend(lambda: Guard())():
+        raise ValueError("not swallowed")
+
+
+def test_a_star_import_cannot_replace_the_tests_own_names(pair):
+    from recipes.swe.boundary_wire import REMOTE_KEY, RemoteModule
+
+    _, lend = pair
+    library = types.ModuleType("library")
+    library.__all__ = ["check", "pytest", "os", "isinstance", "len", "_private_but_listed"]
+    remote = RemoteModule("library")
+    remote.__dict__[REMOTE_KEY] = lend(library)
+    assert remote.__all__ == ["check", "_private_but_listed"]
+    del library.__all__
+    library.check, library._hidden = 1, 2
+    assert remote.__all__ == ["check"]
