@@ -42,7 +42,9 @@ applied to the quiet-ish clean-clone run: train_flow 199 s, deployment ~186, vLL
 flow ~59, e2e recipes ~55). Re-ranked 2026-12-06 from that day's clean-clone CI (`--durations`): the README file
 ~180 s (its own-agent block with dynamic sampling 125 s, the pieces by hand 47 s), the ablation flow ~170 s (the
 learning-flow test merged into it: one flow start and three runs instead of two flows and four runs), deployment
-~135 s, train_flow ~100 s, vLLM ~90 s, sync 73 s, connect 55 s."""
+~135 s, train_flow ~100 s, vLLM ~90 s, sync 73 s, connect 55 s. The ablation flow test ran two runs instead of
+three from 2026-12-06 (its flow phase 128-178 s before, 115-139 s after, measured alone at load 1-3); its place here
+is not re-measured in a CI run."""
 
 
 class HasNodeId(Protocol):
