@@ -215,7 +215,11 @@ class Remote:
         return self._ask("special", name="enter")
 
     def __exit__(self, kind, error, traceback):
-        return self._ask("special", kind, error, None, name="exit")  # a traceback never crosses
+        suppress = self._ask("special", kind, error, None, name="exit")  # a traceback never crosses
+        if self._peer.guarded and error is not None and (_is_assertion(error) or not isinstance(error, Exception) or
+                                                         type(error).__module__.startswith("_pytest")):
+            return False  # the tested code's context manager never swallows a test's failure or outcome
+        return suppress
 
     def __instancecheck__(self, instance) -> bool:
         return self._ask("special", instance, name="instancecheck")
@@ -484,7 +488,7 @@ class Peer:
             if module == "builtins" and qualname in DATA_TYPES:
                 return DATA_TYPES[qualname]
             found = _exception_class(module, qualname)
-            if found is None:
+            if found is None or self._outcome_like(found):
                 raise BoundaryError(f"the tested code named {body!r}, which is not a plain data type here")
             return found
         return _resolve(module, qualname, import_=True)
@@ -559,10 +563,15 @@ class Peer:
         return self._proxies[key]
 
     def _outcome_like(self, cls: type) -> bool:
-        """In T, an exception class the test runner reads as an outcome rather than a failure (unittest's SkipTest:
-        pytest counts it skipped): U's arrive as look-alikes, which fail the test."""
+        """In T, an exception class U may not raise as itself: only ordinary errors are resolved by name (`Exception`
+        subclasses and SystemExit, none private, none that a test runner reads as an outcome rather than a failure,
+        like unittest's SkipTest or its private _ShouldStop); U's others arrive as look-alikes, which fail the test."""
+        if not self.guarded:
+            return False
         skip = getattr(sys.modules.get("unittest"), "SkipTest", None)
-        return self.guarded and isinstance(skip, type) and issubclass(cls, skip)
+        private = any(part.startswith("_") for part in (*cls.__module__.split("."), *cls.__qualname__.split(".")))
+        return private or not (issubclass(cls, Exception) or cls is SystemExit) or \
+            (isinstance(skip, type) and issubclass(cls, skip))
 
     def _decode_exception(self, record) -> BaseException:
         if type(record) is not dict:
@@ -588,17 +597,18 @@ class Peer:
         return error
 
 
-def _star_names(remote: Remote) -> list[str]:
+def _star_names(remote: Remote, importer: dict) -> list[str]:
     """What `from module import *` binds in a test module: the module's `__all__` (or its public names), less any name
-    of a built-in or of a module loaded here (`pytest`, `os`, ...), which the tested code would otherwise replace in
-    the test's own namespace with objects of its choosing."""
+    the importer has bound already (`importer`, its globals: a helper it imported, `pytest`), of a built-in or of a
+    module loaded here, which the tested code would otherwise replace in the test's namespace with objects of its
+    choosing."""
     try:
         names = remote.__all__
     except AttributeError:
         names = [name for name in dir(remote) if isinstance(name, str) and not name.startswith("_")]
     loaded = {module.partition(".")[0] for module in sys.modules}
     return [name for name in names if isinstance(name, str) and name.isidentifier() and name not in loaded and
-            name not in vars(builtins)]
+            name not in vars(builtins) and name not in importer]
 
 
 def _shadow_str(error: BaseException) -> str:
@@ -682,7 +692,7 @@ class RemoteModule(types.ModuleType):
         if remote is None:
             raise AttributeError(name)
         if name == "__all__":
-            return _star_names(remote)
+            return _star_names(remote, sys._getframe(1).f_globals)
         return getattr(remote, name)
 
     def __setattr__(self, name: str, value) -> None:

@@ -76,13 +76,16 @@ class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._finding = True
         try:
             spec = self._found_elsewhere(name, path, target)
+            if spec is None and path:  # pytest's importlib mode asks for a package with the folder it is in as path
+                spec = self._found_elsewhere(name, [os.path.dirname(str(entry)) for entry in path], target)
         finally:
             self._finding = False
         inside = self._inside(spec) if spec is not None else None
         if inside is None or protected(inside):
             return None
         locations = spec.submodule_search_locations
-        return importlib.machinery.ModuleSpec(name, self, loader_state=None if locations is None else list(locations),
+        return importlib.machinery.ModuleSpec(name, self, origin=spec.origin,  # no location: `__file__` stays U's
+                                              loader_state=None if locations is None else list(locations),
                                               is_package=locations is not None)
 
     def _found_elsewhere(self, name, path, target):
@@ -154,9 +157,37 @@ def start(runner: str) -> wire.Peer:
         env={**os.environ, "TMPDIR": os.path.join(scratch, "tmp"), "HOME": os.path.join(scratch, "tmp")},
         preexec_fn=(lambda: confine_writes([scratch], abi)) if abi else None)
     theirs.close()
+    _refuse_the_tested_code(here, scratch)
     PEER = wire.Peer(ours, guarded=True)
     sys.meta_path.insert(0, RemoteFinder(PEER, os.getcwd()))
     return PEER
+
+
+def _refuse_the_tested_code(checkout: str, writable: str) -> None:
+    """An audit hook in T (permanent): no code compiled or run here from a checkout file the patch policy does not
+    protect, or from anywhere U may write (its scratch folder and pytest's, `writable`), and no bytecode read from
+    either: the loaders that bypass `RemoteFinder` (pytest's importlib import mode, doctest modules,
+    `spec_from_file_location`) end in an ImportError instead of running the tested code in the test process."""
+    checkouts = {os.path.abspath(checkout), os.path.realpath(checkout)}
+    zones = {os.path.abspath(writable), os.path.realpath(writable)}
+
+    def refused(filename, bytecode: bool) -> bool:
+        places = {os.path.abspath(filename), os.path.realpath(filename)}
+        if any(place.startswith(zone + os.sep) for place in places for zone in zones):
+            return True
+        inside = [os.path.relpath(place, root) for place in places for root in checkouts
+                  if place.startswith(root + os.sep)]
+        return bool(inside) and (bytecode or not all(protected(path.replace(os.sep, "/")) for path in inside))
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open" and isinstance(args[0], str) and args[0].endswith((".pyc", ".pyo")) and \
+                refused(args[0], True):
+            raise PermissionError(f"the test process reads no bytecode from {args[0]!r}")
+        filename = args[1] if event == "compile" else getattr(args[0], "co_filename", None) if event == "exec" else None
+        if isinstance(filename, str) and os.path.isabs(filename) and refused(filename, False):  # "<string>": not a file
+            raise ImportError(f"the test process does not run the tested code ({filename}); it runs in its own process")
+
+    sys.addaudithook(hook)
 
 
 def _syscalls():

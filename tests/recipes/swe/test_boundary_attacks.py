@@ -219,25 +219,29 @@ if _python is not None:
 '''
 # Layouts where the repository's code is found by other means than a top-level module: each file below is the
 # tested code (not protected by the patch policy), so it must run in its own process. (file -> its import name)
-LAYOUTS = {
-    "namespace package": ({}, "ns/pkgm/core.py", "ns.pkgm.core"),
-    "pytest.ini pythonpath": ({"pytest.ini": "[pytest]\npythonpath = lib\n"}, "lib/tinymath.py", "tinymath"),
-    "a module named testing": ({"pkgm/__init__.py": ""}, "pkgm/testing.py", "pkgm.testing"),
+IMPORTLIB_MODE = {"pytest.ini": "[pytest]\naddopts = --import-mode=importlib\n", "pkgm/tests/__init__.py": ""}
+LAYOUTS = {  # layout -> (other files, the tested module's file, its import name, the test file)
+    "namespace package": ({}, "ns/pkgm/core.py", "ns.pkgm.core", "tests/test_x.py"),
+    "pytest.ini pythonpath": ({"pytest.ini": "[pytest]\npythonpath = lib\n"}, "lib/tinymath.py", "tinymath",
+                              "tests/test_x.py"),
+    "a module named testing": ({"pkgm/__init__.py": ""}, "pkgm/testing.py", "pkgm.testing", "tests/test_x.py"),
     "src layout": ({"pytest.ini": "[pytest]\npythonpath = src\n", "src/pkgm/__init__.py": ""}, "src/pkgm/core.py",
-                   "pkgm.core"),
+                   "pkgm.core", "tests/test_x.py"),
+    # pytest loads a test package's parents itself in importlib mode (spec_from_file_location, past every finder)
+    "importlib mode, tests in the package": (IMPORTLIB_MODE, "pkgm/__init__.py", "pkgm", "pkgm/tests/test_x.py"),
 }
-GRADED = ["tests/test_x.py::test_" + name for name in ("clamp_inside", "clamp_low", "clamp_high", "total", "is_even")]
+NAMES = ("clamp_inside", "clamp_low", "clamp_high", "total", "is_even")
 
 
-def _layout(root: Path, layout: str, source: str) -> Path:
+def _layout(root: Path, layout: str, source: str) -> tuple[Path, list[str]]:
     from tests.recipes.swe.conftest import TINY_TESTS
 
-    extra, module_file, module = LAYOUTS[layout]
+    extra, module_file, module, test_file = LAYOUTS[layout]
     for relative, text in {**extra, module_file: source,
-                           "tests/test_x.py": TINY_TESTS.replace("from tinymath", f"from {module}")}.items():
+                           test_file: TINY_TESTS.replace("from tinymath", f"from {module}")}.items():
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_text(text)
-    return root
+    return root, [f"{test_file}::test_{name}" for name in NAMES]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -247,10 +251,12 @@ def test_every_layout_of_the_tested_code_runs_in_its_own_process(tmp_path, layou
     from tests.recipes.swe.conftest import TINY_SOURCE
 
     buggy = TINY_SOURCE.replace("number % 2 == 0", "number % 2 == 1") + EMPTY_EVERY_TEST
-    run = run_tests(_layout(tmp_path / "attack", layout, buggy), GRADED, timeout_s=120, rounds=1)
-    assert run.outcomes.get("tests/test_x.py::test_is_even") == "failed", run.output_tail
-    honest = run_tests(_layout(tmp_path / "honest", layout, TINY_SOURCE), GRADED, timeout_s=120, rounds=1)
-    assert honest.problem is None and honest.with_outcome("passed") == set(GRADED), honest.output_tail
+    repo, graded = _layout(tmp_path / "attack", layout, buggy)
+    run = run_tests(repo, graded, timeout_s=120, rounds=1)
+    assert run.outcomes.get(graded[-1]) == "failed", run.output_tail
+    repo, graded = _layout(tmp_path / "honest", layout, TINY_SOURCE)
+    honest = run_tests(repo, graded, timeout_s=120, rounds=1)
+    assert honest.problem is None and honest.with_outcome("passed") == set(graded), honest.output_tail
 
 
 # The checkout belonging to the test's own user (the grading pod's case: the round's copy is the pod user's): the

@@ -8,6 +8,7 @@ import collections
 import datetime
 import decimal
 import fractions
+import json
 import math
 import os
 import pathlib
@@ -330,3 +331,62 @@ def test_a_star_import_cannot_replace_the_tests_own_names(pair):
     del library.__all__
     library.check, library._hidden = 1, 2
     assert remote.__all__ == ["check"]
+
+
+def test_only_ordinary_errors_cross_as_themselves(pair):
+    """A name the tested code sends resolves to an exception class only for ordinary errors: unittest's private
+    _ShouldStop (which ends a TestCase method as passed), SkipTest and KeyboardInterrupt arrive as look-alikes."""
+    import unittest
+
+    _, lend = pair
+
+    def raising(error):
+        def throw():
+            raise error
+        return throw
+
+    for error, real in [(unittest.case._ShouldStop(), unittest.case._ShouldStop),
+                        (KeyboardInterrupt(), KeyboardInterrupt), (unittest.SkipTest("x"), unittest.SkipTest)]:
+        with pytest.raises(Exception) as caught:  # a look-alike is an ordinary Exception, whatever it was in U
+            lend(raising(error))()
+        assert not isinstance(caught.value, real) and type(caught.value).__name__ == type(error).__name__
+    with pytest.raises(SystemExit):
+        lend(raising(SystemExit(2)))()
+    with pytest.raises(json.JSONDecodeError):
+        lend(lambda text: json.loads(text))("{")
+
+
+def test_the_tested_codes_context_manager_never_swallows_a_tests_failure(pair):
+    _, lend = pair
+
+    class SwallowAll:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            return True
+
+    with lend(lambda: SwallowAll())():
+        raise KeyError("an ordinary error the library may swallow")
+    with pytest.raises(AssertionError), lend(lambda: SwallowAll())():
+        raise AssertionError("the test's own failure")
+    with pytest.raises(pytest.fail.Exception), lend(lambda: SwallowAll())():
+        pytest.fail("the test's own failure")
+
+
+def test_a_star_import_keeps_the_names_the_test_bound_before(pair):
+    from recipes.swe.boundary_wire import REMOTE_KEY, RemoteModule
+
+    _, lend = pair
+    library = types.ModuleType("library")
+    library.__all__ = ["check", "assert_equal"]
+    library.check = library.assert_equal = lambda *args: None
+    remote = RemoteModule("harnessrl_test_star_library")
+    remote.__dict__[REMOTE_KEY] = lend(library)
+    sys.modules[remote.__name__] = remote
+    try:
+        namespace = {"assert_equal": "the test's own helper"}
+        exec(f"from {remote.__name__} import *", namespace)
+    finally:
+        del sys.modules[remote.__name__]
+    assert namespace["assert_equal"] == "the test's own helper" and isinstance(namespace["check"], Remote)
