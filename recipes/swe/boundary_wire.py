@@ -669,7 +669,9 @@ def _short(value, limit: int = 80) -> str:
 
 
 def _is_assertion(error: BaseException) -> bool:
-    """An assertion failure or pytest's own failure (pytest.fail), raised by the tests' code."""
+    """An assertion failure or pytest's own failure (pytest.fail), raised by the tests' code, alone or in a group."""
+    if isinstance(error, BaseExceptionGroup):
+        return any(_is_assertion(inner) for inner in error.exceptions)
     return isinstance(error, AssertionError) or (type(error).__name__ == "Failed" and
                                                  type(error).__module__.startswith("_pytest"))
 

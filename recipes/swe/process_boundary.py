@@ -66,8 +66,9 @@ class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     is a protected test file, which T loads from the checkout. Where it would load from is asked of the other finders
     (never of U), and a package's `__path__` is the one found on disk here, so U cannot point T's imports elsewhere."""
 
-    def __init__(self, peer: wire.Peer, root: str) -> None:
+    def __init__(self, peer: wire.Peer, root: str, writable: str | None = None) -> None:
         self.peer, self.roots = peer, {os.path.abspath(root), os.path.realpath(root)}
+        self.zones = set() if writable is None else {os.path.abspath(writable), os.path.realpath(writable)}
         self._finding = False
 
     def find_spec(self, name, path=None, target=None):
@@ -80,6 +81,8 @@ class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 spec = self._found_elsewhere(name, [os.path.dirname(str(entry)) for entry in path], target)
         finally:
             self._finding = False
+        if spec is not None and self._in_zones(spec):  # an extension, a zip, a package: nothing U could have written
+            raise ImportError(f"the test process loads no module from the tested code's folders ({spec.origin})")
         inside = self._inside(spec) if spec is not None else None
         if inside is None or protected(inside):
             return None
@@ -97,6 +100,11 @@ class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             if spec is not None:
                 return spec
         return None
+
+    def _in_zones(self, spec) -> bool:
+        places = [spec.origin or "", *(spec.submodule_search_locations or [])]
+        return any(variant.startswith(zone + os.sep) for place in places if place for variant in
+                   (os.path.abspath(place), os.path.realpath(place)) for zone in self.zones)
 
     def _inside(self, spec) -> str | None:
         """The checkout-relative path the spec would load (a package's `__init__` or a namespace folder's stand-in);
@@ -159,15 +167,16 @@ def start(runner: str) -> wire.Peer:
     theirs.close()
     _refuse_the_tested_code(here, scratch)
     PEER = wire.Peer(ours, guarded=True)
-    sys.meta_path.insert(0, RemoteFinder(PEER, os.getcwd()))
+    sys.meta_path.insert(0, RemoteFinder(PEER, here, scratch))
     return PEER
 
 
 def _refuse_the_tested_code(checkout: str, writable: str) -> None:
     """An audit hook in T (permanent): no code compiled or run here from a checkout file the patch policy does not
-    protect, or from anywhere U may write (its scratch folder and pytest's, `writable`), and no bytecode read from
-    either: the loaders that bypass `RemoteFinder` (pytest's importlib import mode, doctest modules,
-    `spec_from_file_location`) end in an ImportError instead of running the tested code in the test process."""
+    protect, or from anywhere U may write (its scratch folder and pytest's, `writable`), and no bytecode or native
+    library (ctypes) read from either: the loaders that bypass `RemoteFinder` (pytest's importlib import mode, doctest
+    modules, `spec_from_file_location`) end in an ImportError instead of running the tested code in the test process;
+    `RemoteFinder` refuses any module found in `writable` whatever its loader (an extension, a zip)."""
     checkouts = {os.path.abspath(checkout), os.path.realpath(checkout)}
     zones = {os.path.abspath(writable), os.path.realpath(writable)}
 
@@ -183,6 +192,8 @@ def _refuse_the_tested_code(checkout: str, writable: str) -> None:
         if event == "open" and isinstance(args[0], str) and args[0].endswith((".pyc", ".pyo")) and \
                 refused(args[0], True):
             raise PermissionError(f"the test process reads no bytecode from {args[0]!r}")
+        if event == "ctypes.dlopen" and isinstance(args[0], str) and os.path.isabs(args[0]) and refused(args[0], True):
+            raise PermissionError(f"the test process loads no library from {args[0]!r}")
         filename = args[1] if event == "compile" else getattr(args[0], "co_filename", None) if event == "exec" else None
         if isinstance(filename, str) and os.path.isabs(filename) and refused(filename, False):  # "<string>": not a file
             raise ImportError(f"the test process does not run the tested code ({filename}); it runs in its own process")

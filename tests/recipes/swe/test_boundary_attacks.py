@@ -13,6 +13,7 @@ import pytest
 from recipes.swe.diffs import apply_patch
 from recipes.swe.grader import checkout
 from recipes.swe.testrun import run_tests
+from tests.recipes.swe.conftest import appended_checkout
 
 # Each way into T is tried at import, and what happened is what `total` returns: a test's failure message shows it.
 REACH_FOR_THE_RUNNER = '''
@@ -97,13 +98,7 @@ def test_library_features():
 
 
 def _graded(store: Path, instance: dict, workdir: Path, appended: str, fixed: bool = False) -> Path:
-    repo = checkout(store, instance, workdir / "repo")
-    if fixed:
-        apply_patch(repo, instance["patch"], reverse=True)
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
-    with (repo / changed).open("a") as handle:
-        handle.write(appended)
-    return repo
+    return appended_checkout(store, instance, workdir, appended, fixed)[0]
 
 
 def _tests(instance: dict) -> list[str]:

@@ -188,14 +188,18 @@ def test_tested_code_that_rewrites_results_is_caught_by_the_policy_and_by_the_ru
 ])
 def test_the_runner_alone_is_not_fooled_by_planted_files(tiny_store, tmp_path, files, forged_by_runner):
     """Without the policy (files applied anyway): shadowing modules are never imported; a configuration that loads an
-    all-pass plugin turns the sentinel green and the run is refused."""
+    all-pass plugin from the checkout is refused: across the process boundary the plugin is the tested code's and
+    never loads in pytest's process (pytest stops), and in pytest's process it turns the sentinel green."""
     store, instances = tiny_store
     instance = instances[0]
     repo = _agent_repo(store, instance, tmp_path)
     _write(repo, files)
     run = run_tests(repo, instance["FAIL_TO_PASS"], timeout_s=120)
     if forged_by_runner:
-        assert run.problem is not None and "sentinel" in run.problem
+        assert run.problem is not None and "Error while loading plugin" in run.output_tail, run.problem
+        assert not run.outcomes, run.outcomes
+        inside = run_tests(repo, instance["FAIL_TO_PASS"], timeout_s=120, boundary=False)
+        assert inside.problem is not None and "sentinel" in inside.problem, inside.problem
     else:
         assert run.problem is None, run.output_tail
         assert all(run.outcomes.get(test) == "failed" for test in instance["FAIL_TO_PASS"]), run.outcomes

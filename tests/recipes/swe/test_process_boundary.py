@@ -8,6 +8,7 @@ import collections
 import datetime
 import decimal
 import fractions
+import importlib.machinery
 import json
 import math
 import os
@@ -390,3 +391,33 @@ def test_a_star_import_keeps_the_names_the_test_bound_before(pair):
     finally:
         del sys.modules[remote.__name__]
     assert namespace["assert_equal"] == "the test's own helper" and isinstance(namespace["check"], Remote)
+
+
+def test_nothing_loads_in_the_test_process_from_the_tested_codes_folders(tmp_path, monkeypatch):
+    """Fourth attack review: an extension module (found before a .py of the same name) or a zip the tested code
+    writes into the tests' temporary folder is refused by the finder whatever its loader; so is a native library
+    loaded there through ctypes (the audit hook, installed here for folders of this test only)."""
+    import ctypes
+    import zipfile
+
+    from recipes.swe.process_boundary import _refuse_the_tested_code
+
+    checkout, zone = tmp_path / "checkout", tmp_path / "scratch"
+    (zone / "basetemp").mkdir(parents=True)
+    checkout.mkdir()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (zone / "basetemp" / f"planted{suffix}").write_bytes(b"\x7fELF not really")
+    (zone / "basetemp" / "planted.py").write_text("VALUE = 6\n")
+    with zipfile.ZipFile(zone / "basetemp" / "bundle.zip", "w") as bundle:
+        bundle.writestr("zipped.py", "VALUE = 6\n")
+    monkeypatch.syspath_prepend(str(zone / "basetemp"))
+    monkeypatch.syspath_prepend(str(zone / "basetemp" / "bundle.zip"))
+    finder = RemoteFinder(peer=None, root=str(checkout), writable=str(zone))
+    for name in ("planted", "zipped"):
+        with pytest.raises(ImportError, match="loads no module from the tested code's folders"):
+            finder.find_spec(name)
+    _refuse_the_tested_code(str(checkout), str(zone))
+    with pytest.raises(PermissionError, match="loads no library"):
+        ctypes.CDLL(str(zone / "basetemp" / f"planted{suffix}"))
+    with pytest.raises(ImportError, match="does not run the tested code"):
+        compile("VALUE = 6\n", str(zone / "basetemp" / "planted.py"), "exec")

@@ -7,13 +7,10 @@ namedtuples and dataclasses does not (the second review showed each of those fla
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from recipes.swe.diffs import apply_patch
-from recipes.swe.grader import checkout
 from recipes.swe.testrun import run_tests
+from tests.recipes.swe.conftest import appended_checkout
 
 SET_PROFILE = '''
 import sys as _sys
@@ -109,14 +106,7 @@ def test_library_features():
 '''
 
 
-def _graded(store: Path, instance: dict, workdir: Path, appended: str, fixed: bool) -> tuple[Path, str]:
-    repo = checkout(store, instance, workdir / "repo")
-    if fixed:
-        apply_patch(repo, instance["patch"], reverse=True)
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
-    with (repo / changed).open("a") as handle:
-        handle.write(appended)
-    return repo, changed
+_graded = appended_checkout
 
 
 @pytest.mark.parametrize("code", FORGERIES.values(), ids=FORGERIES.keys())
