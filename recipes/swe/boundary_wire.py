@@ -33,6 +33,7 @@ import pathlib
 import socket
 import struct
 import sys
+import threading
 import types
 import uuid
 import warnings
@@ -44,7 +45,8 @@ SCALARS = (type(None), bool, int, float, str)
 # The names T resolves for U: plain data types (any exception class is resolved by `_exception_class`).
 DATA_TYPES = {t.__name__: t for t in (dict, list, tuple, str, int, float, bool, bytes, bytearray, set, frozenset,
                                        complex, object)}
-# Operations U may ask of T's objects (by the built-in that performs them); setitem/delitem: standard-library only.
+# Operations either side may ask of the other's objects (by the built-in that performs them); in T, the writes
+# (`MUTATING`) are refused.
 SPECIALS = {"iter": iter, "next": next, "len": len, "bool": bool, "str": str, "repr": repr, "hash": hash,
             "contains": lambda obj, item: item in obj, "getitem": lambda obj, key: obj[key],
             "setitem": lambda obj, key, value: obj.__setitem__(key, value),
@@ -261,13 +263,19 @@ class Peer:
         self._proxies: dict[tuple[str, int], object] = {}  # the other side's objects, one proxy each
         self._counter = 0
         self.escaped: list[BaseException] = []  # assertion failures raised in this side's code served to the other
+        self.lock = threading.RLock()  # one request on the wire at a time, whichever thread makes it
+        self.busy = False  # inside a read or write of the wire (a warning then must not start a request)
 
     # -- the wire
     def _send(self, message: dict) -> None:
         data = json.dumps(message, separators=(",", ":")).encode("ascii")
         if len(data) > MAX_MESSAGE_BYTES:
             raise BoundaryError(f"a message of {len(data)} bytes is over the boundary's {MAX_MESSAGE_BYTES}")
-        self.sock.sendall(HEADER.pack(len(data)) + data)
+        self.busy = True
+        try:
+            self.sock.sendall(HEADER.pack(len(data)) + data)
+        finally:
+            self.busy = False
 
     def _read(self, size: int) -> bytes:
         chunks, left = [], size
@@ -280,11 +288,16 @@ class Peer:
         return b"".join(chunks)
 
     def _receive(self) -> dict:
-        (size,) = HEADER.unpack(self._read(HEADER.size))
-        if size > MAX_MESSAGE_BYTES:
-            raise BoundaryError(f"a message of {size} bytes is over the boundary's {MAX_MESSAGE_BYTES}")
+        self.busy = True
         try:
-            message = json.loads(self._read(size))
+            (size,) = HEADER.unpack(self._read(HEADER.size))
+            if size > MAX_MESSAGE_BYTES:
+                raise BoundaryError(f"a message of {size} bytes is over the boundary's {MAX_MESSAGE_BYTES}")
+            data = self._read(size)
+        finally:
+            self.busy = False
+        try:
+            message = json.loads(data)
         except (ValueError, RecursionError) as error:
             raise BoundaryError(f"a message that is not the boundary's JSON: {error}") from None
         if not isinstance(message, dict):
@@ -293,26 +306,32 @@ class Peer:
 
     # -- requests
     def request(self, op: str, r: int | None = None, args: list | tuple = (), **fields):
-        """Ask the other side to perform `op`, serving its own requests until the answer comes."""
-        self._counter += 1
-        number = self._counter
-        self._send({"op": op, "id": number, "r": r, "args": [self.encode(arg) for arg in args], **fields})
-        while True:
-            message = self._receive()
-            if "op" in message:
-                self._serve(message)
-                continue
-            if message.get("re") != number:
-                raise BoundaryError(f"an answer to request {message.get('re')!r} while waiting for {number}")
-            if "err" in message:
-                raise self._decode_exception(message["err"])
-            return self.decode(message.get("ok"))
+        """Ask the other side to perform `op`, serving its own requests until the answer comes (one thread at a time:
+        a request holds the wire until its answer, the other side's nested requests served meanwhile)."""
+        with self.lock:
+            self._counter += 1
+            number = self._counter
+            self._send({"op": op, "id": number, "r": r, "args": [self.encode(arg) for arg in args], **fields})
+            while True:
+                message = self._receive()
+                if "op" in message:
+                    self._serve(message)
+                    continue
+                if message.get("re") != number:
+                    raise BoundaryError(f"an answer to request {message.get('re')!r} while waiting for {number}")
+                if "err" in message:
+                    error = self._decode_exception(message["err"])
+                    # an assertion of a test's callback that came back out of the tested code was not swallowed
+                    self.escaped = [escaped for escaped in self.escaped if escaped is not error]
+                    raise error
+                return self.decode(message.get("ok"))
 
     def serve_forever(self) -> None:
         """U's loop: serve requests until T closes the boundary."""
         while True:
             try:
-                message = self._receive()
+                with self.lock:
+                    message = self._receive()
             except BoundaryError:
                 return
             if "op" not in message:
@@ -320,6 +339,10 @@ class Peer:
             self._serve(message)
 
     def _serve(self, message: dict) -> None:
+        with self.lock:
+            self._serve_locked(message)
+
+    def _serve_locked(self, message: dict) -> None:
         number = message.get("id")
         try:
             reply = {"re": number, "ok": self.encode(self._perform(message))}
@@ -502,9 +525,10 @@ class Peer:
         record = {"name": cls.__name__, "module": cls.__module__, "qualname": cls.__qualname__,
                   "n": named if _named(cls) == named or _exception_class(cls.__module__, cls.__qualname__) is cls
                   else None}
-        if record["n"] is None and depth < MAX_DEPTH:
+        if depth < MAX_DEPTH:  # bases always: a name the other side refuses still keeps its hierarchy
             record["bases"] = [self._encode_class(base, depth + 1) for base in cls.__bases__
                                if issubclass(base, BaseException)]
+        if record["n"] is None and depth < MAX_DEPTH:
             try:
                 if self.guarded:
                     self._check_lendable(cls)
@@ -569,7 +593,7 @@ class Peer:
         if not self.guarded:
             return False
         skip = getattr(sys.modules.get("unittest"), "SkipTest", None)
-        private = any(part.startswith("_") for part in (*cls.__module__.split("."), *cls.__qualname__.split(".")))
+        private = any(part.startswith("_") for part in cls.__qualname__.split("."))  # csv.Error lives in _csv
         return private or not (issubclass(cls, Exception) or cls is SystemExit) or \
             (isinstance(skip, type) and issubclass(cls, skip))
 
@@ -597,7 +621,7 @@ class Peer:
         return error
 
 
-def _star_names(remote: Remote, importer: dict) -> list[str]:
+def _star_names(remote: Remote, importer: dict, own: str = "") -> list[str]:
     """What `from module import *` binds in a test module: the module's `__all__` (or its public names), less any name
     the importer has bound already (`importer`, its globals: a helper it imported, `pytest`), of a built-in or of a
     module loaded here, which the tested code would otherwise replace in the test's namespace with objects of its
@@ -606,7 +630,7 @@ def _star_names(remote: Remote, importer: dict) -> list[str]:
         names = remote.__all__
     except AttributeError:
         names = [name for name in dir(remote) if isinstance(name, str) and not name.startswith("_")]
-    loaded = {module.partition(".")[0] for module in sys.modules}
+    loaded = {module.partition(".")[0] for module in sys.modules} - {own}  # the star-imported package's own name
     return [name for name in names if isinstance(name, str) and name.isidentifier() and name not in loaded and
             name not in vars(builtins) and name not in importer]
 
@@ -694,7 +718,7 @@ class RemoteModule(types.ModuleType):
         if remote is None:
             raise AttributeError(name)
         if name == "__all__":
-            return _star_names(remote, sys._getframe(1).f_globals)
+            return _star_names(remote, sys._getframe(1).f_globals, self.__name__.partition(".")[0])
         return getattr(remote, name)
 
     def __setattr__(self, name: str, value) -> None:

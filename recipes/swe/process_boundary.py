@@ -24,11 +24,13 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 import warnings
 
@@ -49,7 +51,10 @@ def _load_wire() -> types.ModuleType:
     return sys.modules[WIRE_MODULE]
 
 
-wire = _load_wire()
+if __package__ == "recipes.swe":  # imported by the grader: the package's own wire, not a second copy
+    from recipes.swe import boundary_wire as wire
+else:  # T and U: the runner directory's copy, by path
+    wire = _load_wire()
 
 
 def protected(relative: str) -> bool:
@@ -132,6 +137,7 @@ class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 PEER: wire.Peer | None = None  # T's end, once `start` ran
 PYTEST_ARGS: list[str] = []  # what `start` adds to pytest's arguments (the base temporary folder)
+SCRATCH: list[str] = []  # U's folder (and pytest's base temporary folder), removed by `finish`
 UNAVAILABLE_EXIT = 87  # T's exit status when the boundary cannot be kept (the grader's infrastructure, not the agent)
 # Landlock (Linux 5.13+): the system calls (the same numbers on x86-64 and arm64) and the write rights per ABI version.
 LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
@@ -146,6 +152,15 @@ def start(runner: str) -> wire.Peer:
     its socket (and the grader's `runner` directory, for the verdict guard), confined so that it writes nowhere but
     its own scratch folder and pytest's temporary folder (`confine_writes`), and import the checkout's modules from it
     from now on (`RemoteFinder`). Exits UNAVAILABLE_EXIT, naming why, when U could write the checkout."""
+    try:
+        return _start(runner)
+    except Exception as error:  # nothing of the tested code has run yet: the grader's infrastructure, not the agent
+        print(f"harnessrl process boundary: could not start the tested code's process: {error!r}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(UNAVAILABLE_EXIT) from error
+
+
+def _start(runner: str) -> wire.Peer:
     global PEER, PROCESS
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
@@ -156,6 +171,7 @@ def start(runner: str) -> wire.Peer:
               "user, so the tested code could rewrite the tests: not graded", file=sys.stderr, flush=True)
         raise SystemExit(UNAVAILABLE_EXIT)
     scratch = tempfile.mkdtemp(prefix="harnessrl-tested-")
+    SCRATCH[:] = [scratch]
     os.mkdir(os.path.join(scratch, "tmp"))
     PYTEST_ARGS[:] = [f"--basetemp={os.path.join(scratch, 'pytest')}"]  # the tests' tmp_path: U may write there
     ours, theirs = socket.socketpair()
@@ -263,6 +279,8 @@ def finish(status: int, wait_s: float = 10.0) -> int:
     except subprocess.TimeoutExpired:
         PROCESS.kill()
         PROCESS.wait()
+    if SCRATCH:
+        shutil.rmtree(SCRATCH[0], ignore_errors=True)
     return TAMPER_EXIT if PROCESS.returncode == TAMPER_EXIT else status
 
 
@@ -317,7 +335,11 @@ def _serve(fd: int, runner: str) -> None:
     peer = wire.Peer(sock, guarded=False)
     sys.path.insert(0, os.getcwd())
 
+    shown = warnings.showwarning
+
     def forward(message, category, filename, lineno, file=None, line=None):
+        if peer.busy or threading.current_thread() is not threading.main_thread():  # never mid-message, never racing
+            return shown(message, category, filename, lineno, file, line)
         peer.request("warn", args=(str(message), category, str(filename), int(lineno or 0)))
 
     warnings.simplefilter("always")

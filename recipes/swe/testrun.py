@@ -93,7 +93,10 @@ LAUNCHER = (
     f"    load({GUARD_MODULE!r}, 'guard.py').install(json.load(open(os.path.join(runner, 'watched.json'))), "
     "os.getcwd(), runner)\n"
     "sys.path.insert(0, os.getcwd())\n"  # what `python -m pytest` does, now that the runner is loaded
-    "status = int(pytest.main(sys.argv[4:] + (boundary.PYTEST_ARGS if boundary else []), plugins=plugins))\n"
+    "try:\n"
+    "    status = int(pytest.main(sys.argv[4:] + (boundary.PYTEST_ARGS if boundary else []), plugins=plugins))\n"
+    "except BaseException:\n"  # an exit pytest let through (the tested code's SystemExit at a conftest's import)
+    "    status = 3\n"
     "sys.exit(boundary.finish(status) if boundary is not None else status)\n"
 )
 # The repository's own pytest configuration, in pytest's order of precedence: file name -> section that must exist.

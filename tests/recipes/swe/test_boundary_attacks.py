@@ -323,3 +323,14 @@ def test_without_landlock_a_checkout_its_user_owns_is_not_graded(tiny_store, tmp
     tail, status, _, raw = run_launcher_directly(repo, runner, scratch, pytest_args(repo, runner, _tests(instance),
                                                                                     sentinel), 120.0)
     assert status == UNAVAILABLE_EXIT and raw == b"" and "offers no Landlock" in tail, (status, tail)
+
+
+def test_the_tested_code_cannot_pass_for_the_graders_infrastructure(tiny_store, tmp_path):
+    """Review: the tested code exiting with the boundary's own status (87, "not graded: infra") while a conftest
+    imports it: the run is the agent's failing one, not infra (only the test process's start may exit so)."""
+    store, instances = tiny_store
+    instance = instances[0]
+    repo = _graded(store, instance, tmp_path, "\nraise SystemExit(87)\n", fixed=True)
+    (repo / "tests" / "conftest.py").write_text("import tinymath  # noqa: F401\n")
+    run = run_tests(repo, _tests(instance), timeout_s=120, rounds=1)  # no SandboxError
+    assert run.returncode != 87 and "passed" not in set(run.outcomes.values()), (run.returncode, run.output_tail)

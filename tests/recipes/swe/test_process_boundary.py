@@ -14,10 +14,12 @@ import math
 import os
 import pathlib
 import socket
+import subprocess
 import sys
 import threading
 import types
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -110,7 +112,7 @@ def test_ordering_with_the_tests_values_is_decided_here(pair):
         pass
 
     huge = lend(lambda: Huge())()
-    for compare in (lambda: huge >= 9, lambda: huge < 9, lambda: huge >= 9):
+    for compare in (lambda: huge >= 9, lambda: huge < 9, lambda: huge > 9, lambda: huge <= 9, lambda: huge >= 9):
         with pytest.raises(TypeError):
             compare()
     seven = lend(lambda: Number(7))()
@@ -397,10 +399,8 @@ def test_nothing_loads_in_the_test_process_from_the_tested_codes_folders(tmp_pat
     """Fourth attack review: an extension module (found before a .py of the same name) or a zip the tested code
     writes into the tests' temporary folder is refused by the finder whatever its loader; so is a native library
     loaded there through ctypes (the audit hook, installed here for folders of this test only)."""
-    import ctypes
     import zipfile
 
-    from recipes.swe.process_boundary import _refuse_the_tested_code
 
     checkout, zone = tmp_path / "checkout", tmp_path / "scratch"
     (zone / "basetemp").mkdir(parents=True)
@@ -416,8 +416,48 @@ def test_nothing_loads_in_the_test_process_from_the_tested_codes_folders(tmp_pat
     for name in ("planted", "zipped"):
         with pytest.raises(ImportError, match="loads no module from the tested code's folders"):
             finder.find_spec(name)
-    _refuse_the_tested_code(str(checkout), str(zone))
-    with pytest.raises(PermissionError, match="loads no library"):
-        ctypes.CDLL(str(zone / "basetemp" / f"planted{suffix}"))
-    with pytest.raises(ImportError, match="does not run the tested code"):
-        compile("VALUE = 6\n", str(zone / "basetemp" / "planted.py"), "exec")
+    probe = f"""
+import ctypes, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
+from recipes.swe.process_boundary import _refuse_the_tested_code
+_refuse_the_tested_code({str(checkout)!r}, {str(zone)!r})
+for attempt in (lambda: ctypes.CDLL({str(zone / "basetemp" / f"planted{suffix}")!r}),
+                lambda: compile("VALUE = 6", {str(zone / "basetemp" / "planted.py")!r}, "exec")):
+    try:
+        attempt()
+        print("ALLOWED")
+    except (PermissionError, ImportError) as error:
+        print("REFUSED", type(error).__name__, error)
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)  # the hook stays
+    refusals = [line for line in result.stdout.splitlines() if line.startswith(("REFUSED", "ALLOWED"))]
+    assert len(refusals) == 2 and "loads no library" in refusals[0] and "does not run the tested code" in refusals[1], \
+        result.stdout + result.stderr
+
+
+def test_a_callback_assertion_that_comes_back_out_of_the_tested_code_was_not_swallowed(pair):
+    t_peer, lend = pair
+
+    def failing():
+        raise AssertionError("the callback's check")
+
+    with pytest.raises(AssertionError, match="the callback's check"):
+        lend(lambda callback: callback())(failing)
+    assert t_peer.escaped == []
+
+
+def test_the_copied_constants_are_the_originals():
+    from recipes.swe import process_boundary, verdict_guard
+
+    assert process_boundary.TAMPER_EXIT == verdict_guard.TAMPER_EXIT
+    assert process_boundary.TEST_DIRS == patch_policy.TEST_DIRS
+    assert process_boundary.TEST_FILES == patch_policy.TEST_FILES
+
+
+def test_threads_of_the_tests_take_turns_on_the_wire(pair):
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, lend = pair
+    double = lend(lambda value: value * 2)
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(double, range(200))) == [value * 2 for value in range(200)]

@@ -122,6 +122,9 @@ def test_a_targeted_forgery_the_policy_allows_earns_nothing(tiny_store, tmp_path
     assert review_patch(patch, base_files).violations == ()  # no pattern of the screen matches
     grade = grade_patch(store, instance, patch, timeout_s=120)
     assert grade.reward == 0.0 and grade.details["resolved"] is False, grade.details
+    # an honest failing run (the forgery reached nothing), or the verdict guard in the tested code's process named it
+    assert grade.details["tamper"] is False or \
+        all("verdict guard" in reason for reason in grade.details["tamper_reasons"]), grade.details
 
 
 @pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
@@ -133,6 +136,7 @@ def test_across_the_boundary_each_forgery_reaches_nothing(tiny_store, tmp_path, 
     repo = checkout(store, instance, tmp_path / "graded")
     apply_patch(repo, _attack_patch(store, instance, tmp_path, attack))
     run = run_tests(repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], timeout_s=120, rounds=1)
+    assert run.problem is None and run.outcomes, (run.problem, run.output_tail)  # the runner itself finished
     assert "passed" not in {run.outcomes.get(test) for test in instance["FAIL_TO_PASS"]}, run.output_tail
 
 
