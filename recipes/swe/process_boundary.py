@@ -24,7 +24,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -137,7 +136,6 @@ class RemoteFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 PEER: wire.Peer | None = None  # T's end, once `start` ran
 PYTEST_ARGS: list[str] = []  # what `start` adds to pytest's arguments (the base temporary folder)
-SCRATCH: list[str] = []  # U's folder (and pytest's base temporary folder), removed by `finish`
 UNAVAILABLE_EXIT = 87  # T's exit status when the boundary cannot be kept (the grader's infrastructure, not the agent)
 # Landlock (Linux 5.13+): the system calls (the same numbers on x86-64 and arm64) and the write rights per ABI version.
 LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
@@ -171,7 +169,6 @@ def _start(runner: str) -> wire.Peer:
               "user, so the tested code could rewrite the tests: not graded", file=sys.stderr, flush=True)
         raise SystemExit(UNAVAILABLE_EXIT)
     scratch = tempfile.mkdtemp(prefix="harnessrl-tested-")
-    SCRATCH[:] = [scratch]
     os.mkdir(os.path.join(scratch, "tmp"))
     PYTEST_ARGS[:] = [f"--basetemp={os.path.join(scratch, 'pytest')}"]  # the tests' tmp_path: U may write there
     ours, theirs = socket.socketpair()
@@ -279,8 +276,6 @@ def finish(status: int, wait_s: float = 10.0) -> int:
     except subprocess.TimeoutExpired:
         PROCESS.kill()
         PROCESS.wait()
-    if SCRATCH:
-        shutil.rmtree(SCRATCH[0], ignore_errors=True)
     return TAMPER_EXIT if PROCESS.returncode == TAMPER_EXIT else status
 
 
