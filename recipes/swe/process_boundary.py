@@ -5,9 +5,11 @@ decides the verdict, so it cannot rewrite reports, assertions, test functions or
 the calls the tests make.
 
 T is made non-dumpable before it starts U (same uid: U cannot read or write T's memory or file descriptors through
-/proc or ptrace), and U inherits only its socket. T imports the repository's modules (`repository_modules`: the
-checkout's top-level modules, not its tests) as `RemoteModule`s of U's (`RemoteFinder`), with a package's `__path__`
-taken from the checkout on disk, never from U. An AssertionError or pytest failure raised in a test's callback fails
+/proc or ptrace), U inherits only its socket, and Landlock confines U's writes to its own folders (`confine_writes`).
+T imports every module that would load from inside the checkout, except the patch policy's protected test files, as
+`RemoteModule`s of U's (`RemoteFinder`, deciding by where T's own import system would load it, a package's `__path__`
+taken from the checkout on disk, never from U), and an audit hook refuses to run the tested code in T by any other
+route (`_refuse_the_tested_code`). An AssertionError or pytest failure raised in a test's callback fails
 that test even when the tested code swallows it (`pytest_runtest_call`); U's warnings are re-issued in T; the verdict
 guard runs in U and its exit status is passed on (`finish`).
 
