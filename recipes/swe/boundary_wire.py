@@ -59,20 +59,19 @@ SPECIALS = {"iter": iter, "next": next, "len": len, "bool": bool, "str": str, "r
 PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
                          frozenset, collections.OrderedDict})  # what crosses by value
 # Standard-library value types that cross by value too (exact types; a datetime or time with a zone goes by reference):
-# name -> (type, its constructor's arguments, the constructor).
+# name -> (type, its constructor's arguments).
 VALUE_TYPES = {
-    "date": (datetime.date, lambda v: [v.year, v.month, v.day], datetime.date),
-    "datetime": (datetime.datetime, lambda v: [v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond],
-                 datetime.datetime),
-    "time": (datetime.time, lambda v: [v.hour, v.minute, v.second, v.microsecond], datetime.time),
-    "timedelta": (datetime.timedelta, lambda v: [v.days, v.seconds, v.microseconds], datetime.timedelta),
-    "decimal": (decimal.Decimal, lambda v: [str(v)], decimal.Decimal),
-    "fraction": (fractions.Fraction, lambda v: [v.numerator, v.denominator], fractions.Fraction),
-    "uuid": (uuid.UUID, lambda v: [v.hex], uuid.UUID),
-    "path": (pathlib.PosixPath, lambda v: [str(v)], pathlib.PosixPath),
-    "purepath": (pathlib.PurePosixPath, lambda v: [str(v)], pathlib.PurePosixPath),
+    "date": (datetime.date, lambda v: [v.year, v.month, v.day]),
+    "datetime": (datetime.datetime, lambda v: [v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond]),
+    "time": (datetime.time, lambda v: [v.hour, v.minute, v.second, v.microsecond]),
+    "timedelta": (datetime.timedelta, lambda v: [v.days, v.seconds, v.microseconds]),
+    "decimal": (decimal.Decimal, lambda v: [str(v)]),
+    "fraction": (fractions.Fraction, lambda v: [v.numerator, v.denominator]),
+    "uuid": (uuid.UUID, lambda v: [v.hex]),
+    "path": (pathlib.PosixPath, lambda v: [str(v)]),
+    "purepath": (pathlib.PurePosixPath, lambda v: [str(v)]),
 }
-VALUE_NAMES = {kind: name for name, (kind, _, _) in VALUE_TYPES.items()}
+VALUE_NAMES = {kind: name for name, (kind, _) in VALUE_TYPES.items()}
 MUTATING = frozenset({"setitem", "delitem"})
 NEVER_LENT = (types.ModuleType, types.FrameType, types.CodeType, types.TracebackType, types.CellType)
 RUNNER_MODULES = ("_pytest", "pytest", "pluggy", "harnessrl_")  # T's objects of these modules are never lent
@@ -489,7 +488,7 @@ class Peer:
             return DECODERS[tag](self, body, nested)
         except KeyError:
             raise BoundaryError(f"an unknown tag {tag!r}") from None
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, ArithmeticError) as error:  # Fraction(1, 0) included
             raise BoundaryError(f"a malformed {tag!r} value: {error}") from None
 
     def _proxy(self, kind: str, rid, make):
@@ -681,7 +680,7 @@ def _value(body):
     name, *args = body
     if name not in VALUE_TYPES or not all(type(arg) in (int, str) for arg in args):
         raise ValueError(f"no value type {_short(name)} with those arguments")
-    return VALUE_TYPES[name][2](*args)
+    return VALUE_TYPES[name][0](*args)
 
 
 def _short(value, limit: int = 80) -> str:

@@ -190,7 +190,7 @@ def test_names_the_tested_code_sends_resolve_only_to_data_types_and_exception_cl
 
 
 @pytest.mark.parametrize("data", [{"q": 1}, {"d": 1, "t": 2}, {"y": 99}, {"r": "1"}, {"c": ["1", 2]}, {"b": "***"},
-                                  {"d": [[[1], 2]]}, {"x": []}])
+                                  {"d": [[[1], 2]]}, {"x": []}, {"v": ["fraction", 1, 0]}, {"v": ["os", "x"]}])
 def test_malformed_values_are_refused(pair, data):
     t_peer, _ = pair
     with pytest.raises(BoundaryError):
