@@ -4,8 +4,10 @@ the session, the run link, the reward (details, tamper flag) as feedback, a sele
 from __future__ import annotations
 
 import json
+import os
 import uuid
 
+import mlflow
 import pytest
 from mlflow import MlflowClient
 
@@ -13,6 +15,7 @@ from tests.services import MlflowServerProcess
 from tests.tracking.support import SYSTEM, USER
 from tests.tracking.trace_checks import check_run_traces, feedback_value, run_traces
 from tests.trainer.loop_support import FakeGateway, call, group, rollout
+from tracking.mlflow_traces import ASYNC_EXPORT_VARIABLE
 from tracking.mlflow_tracker import MlflowTracker
 from tracking.rollout_traces import log_rollout_traces
 from trainer.rollout_groups import FinishedGroup
@@ -66,3 +69,29 @@ def test_traces_read_back_from_the_server(mlflow_server: MlflowServerProcess) ->
     sessions = {t.info.tags["harnessrl.rollout_id"]: t.info.trace_metadata["mlflow.trace.session"] for t in traces}
     assert sessions == {"v-0": "g-val", "v-1": "g-val", "g-a-0": "g-a", "g-a-1": "g-a"}
     assert len(run_traces(client, tracker.run_id)) == 4
+
+
+def test_a_batch_of_long_rollouts_reads_back_whole_and_mlflow_is_left_as_it_was(
+        mlflow_server: MlflowServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twelve rollouts of eight calls in one write: every span and reward of each (the spans of traces exported
+    together went missing with MLflow's queued export), and the process's tracking URI, its variable and the
+    caller's export setting as they were before the write."""
+    monkeypatch.setenv(ASYNC_EXPORT_VARIABLE, "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    before = mlflow.get_tracking_uri()
+    tracker = MlflowTracker(mlflow_server.url, f"traces-{uuid.uuid4().hex[:8]}", "run-long")
+    gateway = FakeGateway()
+    eight_calls = {"versions": {f"g-long-{i}": range(8) for i in range(12)}}
+    batch = [group("g-long", [float(i % 2) for i in range(12)], **eight_calls)]
+    logged = log_rollout_traces(tracker, gateway, batch, "swe", iteration=1)
+    tracker.end()
+    assert len(logged) == 12
+    assert mlflow.get_tracking_uri() == before and "MLFLOW_TRACKING_URI" not in os.environ
+    assert os.environ[ASYNC_EXPORT_VARIABLE] == "true"
+
+    client = MlflowClient(mlflow_server.url)
+    by_rollout = {r.id: (r, list(g.calls[r.id])) for g in batch for r in g.rollouts}
+    traces = check_run_traces(client, tracker.run_id, by_rollout.__getitem__)
+    assert len(traces) == 12
+    assert {len(t.data.spans) for t in traces} == {9}, "the root and a span per call, in every trace"
+    assert sorted(feedback_value(t, "reward") for t in traces) == [0.0] * 6 + [1.0] * 6
