@@ -6,13 +6,16 @@ write sets the global URI to the tracker's for its duration (and restores the pr
 false for the write, the tracer rebuilt on entry and on exit), so a trace is in the store when its root span ends
 and its feedback can follow. Writes are serialised by a lock.
 
-Why synchronous: MLflow's asynchronous export lost spans when traces were exported together (MLflow 3.17, sqlite
-store and server alike: `get_trace` answered "not fully exported"), so each trace's export had to be awaited, and
-MLflow's flush waits out its queue's 1 s poll: about 1.1 s a trace whatever its size. Measured 2026-12-06 on 2
-cores, 16 traces a batch, the sqlite store (server store) per batch: 1 call a trace 1.5 s (2.4 s) synchronous
-against 18.3 s (18.5 s); 20 calls 8.2 s (15.4 s) against 22.6 s (23.5 s); 60 calls 25.3 s (40.2 s) against 29.8 s
-(29.6 s): every span and feedback read back in both modes. Only a server store with traces of more than about 40
-calls exports faster asynchronously.
+Why synchronous: with MLflow's asynchronous export each trace's export had to be awaited before the next (traces
+exported together lost spans: MLflow 3.17, sqlite store and server alike, `get_trace` answered "not fully exported"),
+and MLflow's flush waits out its queue's 1 s poll: about 1.1 s a trace whatever its size. The synchronous export
+once lost spans too; the cause was ours: a null `mlflow.llm.cost` made MLflow's SQL store drop every call span it
+was given span by span (`tracking.traces.call_span` now sets an empty cost). Measured 2026-12-06 on 2 cores, 16
+traces a batch, the sqlite store (server store) per batch: 1 call a trace 1.5 s (2.4 s) synchronous against 18.3 s
+(18.5 s); 20 calls 8.2 s (15.4 s) against 22.6 s (23.5 s); 60 calls 25.3 s (40.2 s) against 29.8 s (29.6 s): every
+span and feedback read back in both modes. Only a server store with traces of more than about 40 calls exports
+faster asynchronously. Like switching the URI, rebuilding the tracer resets MLflow's process-wide tracing settings
+(`mlflow.tracing.set_destination`, `configure`) to their defaults.
 """
 
 from __future__ import annotations

@@ -22,9 +22,6 @@ from tracking.conversation_tools import readable_answer, tool_exchanges, without
 
 SESSION_METADATA_KEY = "mlflow.trace.session"
 """MLflow's trace metadata key of a trace's session (mlflow.tracing.constant.TraceMetadataKey.TRACE_SESSION)."""
-NO_COST: dict[str, float] = {}
-"""A call span's `mlflow.llm.cost`: present, so MLflow looks no price up (its price table is fetched from the network),
-and a JSON object, which MLflow's SQL store can read (a null cost made it drop the span: MLflow 3.17.2)."""
 SOURCE_RUN_METADATA_KEY = "mlflow.sourceRun"
 """MLflow's trace metadata key of the run a trace belongs to (TraceMetadataKey.SOURCE_RUN)."""
 TAG_PREFIX = "harnessrl."
@@ -124,7 +121,9 @@ def call_span(call: CallRecord, max_chars: int) -> SpanDraft:
         "completion_tokens": completion_tokens, "response_id": call.response_id,
         "mlflow.chat.tokenUsage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens,
                                    "total_tokens": prompt_tokens + completion_tokens},
-        "mlflow.llm.model": call.model, "mlflow.llm.cost": NO_COST,
+        # A cost present, so MLflow looks no price up (litellm's table, fetched from the network), and an object:
+        # MLflow's SQL store (3.17.2) dropped a call span whose cost was null.
+        "mlflow.llm.model": call.model, "mlflow.llm.cost": {},
     }
     if call.error:
         attributes["error"] = cut(call.error, max_chars)
