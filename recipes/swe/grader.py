@@ -7,8 +7,10 @@ neither the task store nor the grader's code in it (`testrun`).
 Resolved (reward 1.0) iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes or is skipped; a skipped
 FAIL_TO_PASS test counts as a failure (SWE-bench's rule). Otherwise the reward is 0.0. Nothing the harness says is used.
 An attempt whose diff changes what decides its grade, or whose test run's outcomes, exit status and sentinel disagree,
-is flagged `tamper: true` with `tamper_reasons` and gets 0. The details carry the agent's diff as `model_patch` (a
-SWE-bench prediction's field): evaluations read it from the reward event.
+is flagged `tamper: true` with `tamper_reasons` and gets 0; so is an unresolved one whose tests, run again in
+pytest's own process, show a forgery there (`forgery_probe`: across the boundary a forgery reaches nothing). The
+details carry the agent's diff as `model_patch` (a SWE-bench prediction's field): evaluations read it from the reward
+event.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from controller.recipe import Grade
 from recipes.swe.agent_diff import AgentDiffError, agent_diff
 from recipes.swe.diffs import apply_patch, copy_tree, tree_files
+from recipes.swe.forgery_probe import probe_details, wants_probe
 from recipes.swe.generator import base_path
 from recipes.swe.patch_policy import DEFAULT_POLICY, PatchPolicy, review_patch
 from recipes.swe.testrun import TestRun, run_tests
@@ -52,8 +55,10 @@ def agent_patch(store: Path, instance: dict[str, Any], agent_repo: Path) -> str:
 
 
 def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s: float = 600.0,
-                policy: PatchPolicy = DEFAULT_POLICY) -> Grade:
-    """Grade a diff against the buggy checkout of `instance` in a fresh copy, restricted to what `policy` allows."""
+                policy: PatchPolicy = DEFAULT_POLICY, forgery_probe: bool = True) -> Grade:
+    """Grade a diff against the buggy checkout of `instance` in a fresh copy, restricted to what `policy` allows;
+    `forgery_probe`: an unresolved verdict's tests run again in pytest's own process, where a forgery shows as
+    `tamper` (`forgery_probe`)."""
     details: dict[str, Any] = {"instance_id": instance["instance_id"], "patch_chars": len(patch),
                                "model_patch": patch if len(patch) <= MAX_MODEL_PATCH_CHARS else None,
                                "resolved": False, "tamper": False}
@@ -61,11 +66,15 @@ def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s:
         fresh = Path(scratch) / "repo"
         if (nothing_to_run := graded_checkout(store, instance, patch, policy, details, fresh)) is not None:
             return nothing_to_run
-        tests = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]
-        run = run_tests(fresh, tests, timeout_s=timeout_s,  # the store is not in the sandbox
-                        watched=details["graded_files"])
-    return Grade(reward=0.0, details={**details, **run_details(run)}) if run.problem or run.timed_out else \
-        _graded(run, instance, details)
+        tests, watched = instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], details["graded_files"]
+        run = run_tests(fresh, tests, timeout_s=timeout_s, watched=watched)  # the store is not in the sandbox
+        if run.problem or run.timed_out:
+            return Grade(reward=0.0, details={**details, **run_details(run)})
+        grade = _graded(run, instance, details)
+        if forgery_probe and wants_probe(grade.details):  # the canary rounds ran on copies: `fresh` is as applied
+            probe = run_tests(fresh, tests, timeout_s=timeout_s, watched=watched, boundary=False)
+            grade = Grade(reward=0.0, details={**grade.details, **probe_details(probe)})
+    return grade
 
 
 def graded_checkout(store: Path, instance: dict[str, Any], patch: str, policy: PatchPolicy, details: dict[str, Any],

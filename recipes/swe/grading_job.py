@@ -28,7 +28,7 @@ from typing import Any
 
 from controller.config import KubernetesSettings
 from controller.runners.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL, label_value
-from recipes.swe.testrun import prepare_runner, pytest_args
+from recipes.swe.testrun import BOUNDARY_FILES, prepare_runner, pytest_args
 
 GRADER_COMPONENT = "grader"  # the component label of grading pods (the grader NetworkPolicy selects it)
 GRADE_CONTAINER = "grade"  # the container whose log is the verdict's input
@@ -107,6 +107,12 @@ def pack_grading_input(repo: Path, test_ids: list[str], timeout_s: float,
                                    f"over the {MAX_SECRET_BYTES} bytes a Kubernetes Secret holds; grade this task "
                                    "with the local runner or use a smaller project")
     return files
+
+
+def probe_input(files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The forgery probe's grading input (`forgery_probe`): the same checkout, runner files and tests without the
+    process boundary's files, so that the pod runs the repository's modules in pytest's own process."""
+    return {name: data for name, data in files.items() if name not in BOUNDARY_FILES}
 
 
 def new_nonce() -> str:

@@ -17,12 +17,13 @@ Why the tested code cannot write the verdict: it runs in a child whose stdout/st
 inherits no descriptor of the log; this process is made non-dumpable before the child starts, so the same uid cannot
 open /proc/1/fd/1, read /proc/1/environ (the nonce) or ptrace it; as PID 1 of the pod's PID namespace it ignores
 signals it has no handler for (SIGKILL and SIGTERM from inside the pod included); after each round every process left
-in the pod is killed (`kill(-1)`). What remains: the tested code runs inside pytest's process, so it can rewrite the
-outcomes in-process like it can under bubblewrap (the canary rounds, the patch policy, the sentinel pair and the
-exit-status check are the answer there, as locally; what still escapes is recipes/README.md's "Residual risk of the
-SWE verdict"); a round runs as the same uid as this process, and its copy in TMP is read-only only until its owner
-changes the mode back (as good as reading it, which the tests can anyway); the output tail it can rewrite
-(diagnostics only).
+in the pod is killed (`kill(-1)`). What remains: with the boundary's files in the input (every Job but a forgery
+probe's), the repository's modules run behind the process boundary as locally; in a forgery probe's Job
+(`forgery_probe`) they run inside pytest's process, where they can rewrite the outcomes as under bubblewrap (the
+canary rounds, the patch policy, the sentinel pair and the exit-status check name it there; a probe never raises a
+reward; what still escapes is recipes/README.md's "Residual risk of the SWE verdict"); a round runs as the same uid
+as this process, and its copy in TMP is read-only only until its owner changes the mode back (as good as reading it,
+which the tests can anyway); the output tail it can rewrite (diagnostics only).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ checkout, which is packed with the grader's runner files (`grading_job.pack_grad
 the same rules as a local run (one outcomes document, the sentinel pair, the exit status agreeing), the rounds to the
 canaries' (`testrun.merge_rounds`: a canary not reported failed is tamper), and the line to the nonce the pod got in
 its environment (a line without rounds, from an image older than the canaries, is judged as one plain run).
+An unresolved verdict's tests run again in a second Job on the same input without the boundary's files
+(`grading_job.probe_input`), where a forgery shows as `tamper` (`forgery_probe`; no verdict there adds nothing).
 A Job that cannot run, an input over a Secret's limit or an API error is `GradingInfraError` (the rollout
 fails as infra); a pod that ends without a verdict (its memory limit, a crash) is reward 0 with the `error`.
 
@@ -32,6 +34,7 @@ from controller.config import KubernetesSettings, load_controller_config
 from controller.recipe import Grade
 from recipes.swe.agent_diff import AgentDiffError
 from recipes.swe.canaries import Role
+from recipes.swe.forgery_probe import NO_VERDICT, probe_details, wants_probe
 from recipes.swe.grader import (
     MAX_MODEL_PATCH_CHARS,
     agent_patch,
@@ -48,6 +51,7 @@ from recipes.swe.grading_job import (
     grading_name,
     new_nonce,
     pack_grading_input,
+    probe_input,
 )
 from recipes.swe.grading_job_pod import VERDICT_PREFIX
 from recipes.swe.kube_grading import GradingInfraError, KubeJobRunner
@@ -126,6 +130,7 @@ class JobGrading:
     settings: KubernetesSettings  # namespace, image, CPU and memory of the grading pods
     runner: Any = None  # a KubeJobRunner (tests pass one on the fake API server); None: one from `settings`
     timeout_s: float = 600.0  # the tests' time limit inside the pod (the Job's deadline adds start-up margin)
+    forgery_probe: bool = True  # an unresolved verdict's tests again in a Job without the boundary (`forgery_probe`)
 
     def grade_workdir(self, store: Path, instance: dict[str, Any], agent_repo: Path, attempt_key: str) -> Grade:
         """Grade the agent's repository copy (its diff computed here, never taken from the harness)."""
@@ -140,29 +145,38 @@ class JobGrading:
 
     def grade_patch(self, store: Path, instance: dict[str, Any], patch: str, attempt_key: str,
                     policy: PatchPolicy = DEFAULT_POLICY) -> Grade:
-        """The patch policy here; the allowed part's tests in a grading Job."""
+        """The patch policy here; the allowed part's tests in a grading Job (an unresolved verdict's again in a
+        probe Job without the boundary when `forgery_probe`)."""
         details: dict[str, Any] = {"instance_id": instance["instance_id"], "patch_chars": len(patch),
                                    "model_patch": patch if len(patch) <= MAX_MODEL_PATCH_CHARS else None,
                                    "resolved": False, "tamper": False}
         packed = _packed_input(store, instance, patch, policy, details, self.timeout_s)
         if isinstance(packed, Grade):
             return packed
-        name, nonce = grading_name(instance["instance_id"], attempt_key), new_nonce()
-        job = build_swe_grading_job(instance["instance_id"], name, self.settings, self.timeout_s, nonce)
-        secret = build_swe_grading_secret(packed, instance["instance_id"], name, self.settings.namespace)
-        ran = self._runner().run_job(secret, job, self.settings.image, job["spec"]["activeDeadlineSeconds"])
-        details["grading_job"] = ran.ending
-        try:
-            run = read_verdict(ran.log, nonce)
-        except NoVerdict as error:
-            return Grade(reward=0.0, details={**details, "error": str(error)})
+        details["grading_job"], run = self._run_job(packed, instance["instance_id"], attempt_key)
+        if isinstance(run, NoVerdict):
+            return Grade(reward=0.0, details={**details, "error": str(run)})
         if run.problem or run.timed_out:
             return Grade(reward=0.0, details={**details, **run_details(run)})
         resolved, broken = is_resolved(run, instance["FAIL_TO_PASS"], instance["PASS_TO_PASS"])
         details |= {"resolved": resolved, **broken, "pytest_returncode": run.returncode}
         if not resolved:
             details["pytest_tail"] = run.output_tail
+        if self.forgery_probe and wants_probe(details):
+            _, probe = self._run_job(probe_input(packed), instance["instance_id"], f"{attempt_key}/forgery-probe")
+            details |= {"forgery_probe": NO_VERDICT} if isinstance(probe, NoVerdict) else probe_details(probe)
         return Grade(reward=1.0 if resolved else 0.0, details=details)
+
+    def _run_job(self, packed: dict[str, bytes], instance_id: str, attempt_key: str) -> tuple[str, TestRun | NoVerdict]:
+        """One grading Job on `packed`: how it ended and its verdict (NoVerdict when its log has none)."""
+        name, nonce = grading_name(instance_id, attempt_key), new_nonce()
+        job = build_swe_grading_job(instance_id, name, self.settings, self.timeout_s, nonce)
+        secret = build_swe_grading_secret(packed, instance_id, name, self.settings.namespace)
+        ran = self._runner().run_job(secret, job, self.settings.image, job["spec"]["activeDeadlineSeconds"])
+        try:
+            return ran.ending, read_verdict(ran.log, nonce)
+        except NoVerdict as error:
+            return ran.ending, error
 
     def _runner(self) -> KubeJobRunner:
         if self.runner is None:

@@ -69,6 +69,7 @@ GUARD_MODULE = "harnessrl_verdict_guard"
 BOUNDARY_SOURCE = Path(__file__).with_name("process_boundary.py")  # the tested code's own process, copied likewise
 BOUNDARY_WIRE_SOURCE = Path(__file__).with_name("boundary_wire.py")  # copied beside it, under the same name
 BOUNDARY_MODULE = "harnessrl_process_boundary"
+BOUNDARY_FILES = ("boundary.py", BOUNDARY_WIRE_SOURCE.name)  # in a runner directory: the boundary is kept
 # Run by `python -I -B -c`: argv = [-c, plugin path, outcomes fd, wanted ids file ("" for all), pytest args...].
 # With `boundary.py` in the runner directory the repository's modules run in a process of their own
 # (`process_boundary`, which then installs the verdict guard there); without it the guard is installed here.
@@ -179,8 +180,8 @@ def prepare_runner(runner: Path, test_ids: list[str] | None, watched: Sequence[s
     shutil.copyfile(PLUGIN_SOURCE, runner / "plugin.py")
     (runner / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     if boundary:
-        shutil.copyfile(BOUNDARY_SOURCE, runner / "boundary.py")
-        shutil.copyfile(BOUNDARY_WIRE_SOURCE, runner / BOUNDARY_WIRE_SOURCE.name)
+        for source, name in zip((BOUNDARY_SOURCE, BOUNDARY_WIRE_SOURCE), BOUNDARY_FILES, strict=True):
+            shutil.copyfile(source, runner / name)
     if watched:
         shutil.copyfile(GUARD_SOURCE, runner / "guard.py")
         (runner / "watched.json").write_text(json.dumps(list(watched)), encoding="utf-8")

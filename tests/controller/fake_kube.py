@@ -166,14 +166,16 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
 
 
 def when_job_exists(kube: FakeKube, act: Callable[[str], None], *, prefix: str = "harnessrl-grade-",
-                    timeout_s: float = 60.0) -> threading.Thread:
-    """Acts as the cluster: once a Job named `prefix...` exists, `act(its name)` in a (started, daemon) thread."""
+                    timeout_s: float = 60.0, count: int = 1) -> threading.Thread:
+    """Acts as the cluster: once a Job named `prefix...` exists, `act(its name)` in a (started, daemon) thread; so
+    for each of the first `count` such Jobs, one after the other."""
     def wait_then_act() -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if names := [name for name in kube.objects["jobs"] if name.startswith(prefix)]:
+        deadline, done = time.monotonic() + timeout_s, set()
+        while time.monotonic() < deadline and len(done) < count:
+            if names := [name for name in kube.objects["jobs"] if name.startswith(prefix) and name not in done]:
+                done.add(names[0])
                 act(names[0])
-                return
+                continue
             time.sleep(0.02)
     thread = threading.Thread(target=wait_then_act, daemon=True)
     thread.start()

@@ -16,14 +16,17 @@ from controller.config import KubernetesSettings
 from controller.recipe import GradeInput
 from recipes.swe import grading_job
 from recipes.swe.diffs import apply_patch
+from recipes.swe.forgery_probe import PROBE_REASON
 from recipes.swe.grading_job import NONCE_ENV
 from recipes.swe.grading_job_pod import verdict_line
 from recipes.swe.kube_grading import GradingInfraError, KubeJobRunner
 from recipes.swe.kube_grading_swe import CONFIG_ENV, JobGrading, NoVerdict, job_settings_from_env, read_verdict
 from recipes.swe.recipe import SweRecipe, rollout_input
+from recipes.swe.testrun import BOUNDARY_FILES
 from tests.controller.fake_kube import FakeKube, when_job_exists
 from tests.recipes.swe import grading_pod_support
 from tests.recipes.swe.grading_pod_support import run_pod
+from tests.recipes.swe.test_verdict_attacks import TARGETED_REPORTS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 nobody_python, pod_dir = grading_pod_support.nobody_python, grading_pod_support.pod_dir  # the fixtures
@@ -82,14 +85,16 @@ def test_a_log_without_a_verdict_is_no_verdict():
 
 
 def _run_the_pod(kube: FakeKube, directory: Path, python: str, seen: dict) -> Callable[[str], None]:
-    """The cluster's part: run the pod's entry point on the Secret's files with the Job's nonce, then end the Job."""
+    """The cluster's part: run the pod's entry point on the Secret's files with the Job's nonce (in a folder of the
+    Job's own), then end the Job."""
     def act(name: str) -> None:
         secret, job = kube.objects["secrets"][name], kube.objects["jobs"][name]
         files = {key: base64.b64decode(value) for key, value in secret["data"].items()}
         (container,) = job["spec"]["template"]["spec"]["containers"]
         nonce = {item["name"]: item["value"] for item in container["env"]}[NONCE_ENV]
         seen.update({"files": sorted(files), "nonce_in_secret": nonce.encode() in b"".join(files.values())})
-        kube.add_pod(name, {"phase": "Succeeded"}, log=run_pod(files, directory, python, nonce))
+        seen.setdefault("jobs", []).append(sorted(files))
+        kube.add_pod(name, {"phase": "Succeeded"}, log=run_pod(files, directory / name, python, nonce))
         kube.set_job_status(name, {"conditions": [{"type": "Complete", "status": "True"}]})
     return act
 
@@ -120,6 +125,29 @@ def test_a_genuine_fix_graded_in_a_job_is_reward_1_and_everything_is_deleted(kub
     assert grade.details["tamper"] is False and grade.details["model_patch"]
     assert seen["nonce_in_secret"] is False and "instances.jsonl" not in seen["files"]
     assert ("POST", "/apis/batch/v1/namespaces/agents/jobs") in kube.requests
+    assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {} and kube.objects["pods"] == {}
+
+
+def test_a_forgery_graded_in_a_job_is_zero_and_the_probe_job_names_it(kube, tiny_store, tmp_path, nobody_python,
+                                                                      pod_dir):
+    """The forgery reaches nothing behind the pod's boundary (reward 0); the probe Job, the same input without the
+    boundary's files, runs it in pytest's process, where the canary rounds name it `tamper`."""
+    instance, task, repo = _attempt(tiny_store, tmp_path / "r1.a1")
+    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    with (repo / changed).open("a") as handle:
+        handle.write(TARGETED_REPORTS.replace("TARGETS", repr(set(instance["FAIL_TO_PASS"]))))
+    seen: dict = {}
+    thread = when_job_exists(kube, _run_the_pod(kube, pod_dir, nobody_python, seen), count=2, timeout_s=240)
+    grade = _recipe(kube, tiny_store[0]).grade(GradeInput(task=task, workdir=tmp_path / "r1.a1", calls=[],
+                                                          exit_code=0))
+    thread.join()
+    assert grade.reward == 0.0 and grade.details["resolved"] is False, grade.details
+    assert grade.details["tamper"] is True and grade.details["forgery_probe"] == "tamper", grade.details
+    (reason,) = grade.details["tamper_reasons"]
+    assert reason.startswith(PROBE_REASON) and "canary" in reason, reason
+    boundary_job, probe_job = seen["jobs"]
+    assert set(BOUNDARY_FILES) <= set(boundary_job) and not set(BOUNDARY_FILES) & set(probe_job)
+    assert set(boundary_job) - set(BOUNDARY_FILES) == set(probe_job)
     assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {} and kube.objects["pods"] == {}
 
 

@@ -5,9 +5,11 @@ agrees.
 
 Through the real grader each earns nothing: the repository's modules run in a process of their own
 (`process_boundary`), where pytest, its reports, the test functions and the outcomes pipe are not, so the forgery
-reaches nothing (the targeted tests fail on the bug). Each is checked to be a real attack: run in pytest's own
-process (`boundary=False`) without canaries (`rounds=1`), it reports the targeted tests passed while the bug is still
-there; in pytest's process the canary rounds (`canaries`) are the layer that catches it, as `tamper`.
+reaches nothing (the targeted tests fail on the bug); and each is `tamper`: the grader's forgery probe
+(`forgery_probe`) runs the unresolved verdict's tests again in pytest's own process, where the canary rounds see it.
+Each is checked to be a real attack: run in pytest's own process (`boundary=False`) without canaries (`rounds=1`),
+it reports the targeted tests passed while the bug is still there; in pytest's process the canary rounds
+(`canaries`) are the layer that catches it, as `tamper`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from recipes.swe.diffs import apply_patch, tree_diff, tree_files
+from recipes.swe.forgery_probe import NOTHING_SEEN, PROBE_REASON
 from recipes.swe.grader import checkout, grade_patch
 from recipes.swe.grading_job import pack_grading_input
 from recipes.swe.instances import reverse_patch
@@ -114,7 +117,10 @@ def _attack_patch(store: Path, instance: dict, workdir: Path, attack: str, fixed
 
 
 @pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
-def test_a_targeted_forgery_the_policy_allows_earns_nothing(tiny_store, tmp_path, attack):
+def test_a_targeted_forgery_the_policy_allows_earns_nothing_and_is_tamper(tiny_store, tmp_path, attack):
+    """Reward 0 (across the boundary the forgery reaches nothing) and `tamper`: named by the verdict guard where the
+    tested code runs (a profiler set from a changed file), or by the forgery probe, which ran the tests again in
+    pytest's own process, where the forgery did its work and the canary rounds caught it."""
     store, instances = tiny_store
     instance = instances[0]
     patch = _attack_patch(store, instance, tmp_path, attack)
@@ -122,9 +128,33 @@ def test_a_targeted_forgery_the_policy_allows_earns_nothing(tiny_store, tmp_path
     assert review_patch(patch, base_files).violations == ()  # no pattern of the screen matches
     grade = grade_patch(store, instance, patch, timeout_s=120)
     assert grade.reward == 0.0 and grade.details["resolved"] is False, grade.details
-    # an honest failing run (the forgery reached nothing), or the verdict guard in the tested code's process named it
-    assert grade.details["tamper"] is False or \
-        all("verdict guard" in reason for reason in grade.details["tamper_reasons"]), grade.details
+    assert grade.details["tamper"] is True, grade.details
+    (reason,) = grade.details["tamper_reasons"]  # the verdict guard (in the tested code's process) or the probe
+    assert "verdict guard" in reason or (reason.startswith(PROBE_REASON) and "canary" in reason), reason
+
+
+def test_without_the_probe_a_forgery_across_the_boundary_leaves_no_trace(tiny_store, tmp_path):
+    """The control: the probe is what names it; the boundary's run alone is an honest-looking failure."""
+    store, instances = tiny_store
+    grade = grade_patch(store, instances[0], _attack_patch(store, instances[0], tmp_path, TARGETED_REPORTS),
+                        timeout_s=120, forgery_probe=False)
+    assert grade.reward == 0.0 and grade.details["tamper"] is False and "forgery_probe" not in grade.details
+
+
+def test_an_honest_wrong_fix_is_zero_and_the_probe_sees_nothing(tiny_store, tmp_path):
+    """A change to the module under test that does not fix the bug: reward 0, no `tamper`; the probe ran."""
+    store, instances = tiny_store
+    instance = instances[0]
+    honest = "\n\ndef _unrelated_helper(value):\n    return [value, value]\n"
+    grade = grade_patch(store, instance, _attack_patch(store, instance, tmp_path, honest), timeout_s=120)
+    assert grade.reward == 0.0 and grade.details["resolved"] is False, grade.details
+    assert grade.details["tamper"] is False and grade.details["forgery_probe"] == NOTHING_SEEN, grade.details
+
+
+def test_a_resolved_fix_runs_no_probe(tiny_store):
+    store, instances = tiny_store
+    grade = grade_patch(store, instances[0], reverse_patch(instances[0]["patch"]), timeout_s=120)
+    assert grade.reward == 1.0 and "forgery_probe" not in grade.details, grade.details
 
 
 @pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
