@@ -23,10 +23,11 @@ from typing import Any
 from controller.recipe import Grade
 from recipes.swe.agent_diff import AgentDiffError, agent_diff
 from recipes.swe.diffs import apply_patch, copy_tree, tree_files
-from recipes.swe.forgery_probe import probe_details, wants_probe
+from recipes.swe.forgery_probe import NO_VERDICT, probe_details, wants_probe
 from recipes.swe.generator import base_path
 from recipes.swe.patch_policy import DEFAULT_POLICY, PatchPolicy, review_patch
 from recipes.swe.testrun import TestRun, run_tests
+from sandbox import SandboxError
 
 # The grade details carry the agent's diff (SWE-bench's `model_patch`) up to this size; a larger one is left out (the
 # reward is posted to the gateway with the details, whose request body limit is 32 MiB by default).
@@ -72,9 +73,17 @@ def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s:
             return Grade(reward=0.0, details={**details, **run_details(run)})
         grade = _graded(run, instance, details)
         if forgery_probe and wants_probe(grade.details):  # the canary rounds ran on copies: `fresh` is as applied
-            probe = run_tests(fresh, tests, timeout_s=timeout_s, watched=watched, boundary=False)
-            grade = Grade(reward=0.0, details={**grade.details, **probe_details(probe)})
+            grade = Grade(reward=0.0, details={**grade.details, **_probe(fresh, tests, timeout_s, watched)})
     return grade
+
+
+def _probe(fresh: Path, tests: list[str], timeout_s: float, watched: list[str]) -> dict[str, Any]:
+    """The forgery probe's run (`forgery_probe`); a sandbox it could not build leaves it without a finding, never
+    makes the grade infra."""
+    try:
+        return probe_details(run_tests(fresh, tests, timeout_s=timeout_s, watched=watched, boundary=False))
+    except SandboxError as error:
+        return {"forgery_probe": NO_VERDICT, "forgery_probe_error": str(error)[:2000]}
 
 
 def graded_checkout(store: Path, instance: dict[str, Any], patch: str, policy: PatchPolicy, details: dict[str, Any],

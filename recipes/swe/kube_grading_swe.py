@@ -77,10 +77,11 @@ def job_settings_from_env() -> KubernetesSettings | None:
     return config.kubernetes if config.runner == "kubernetes" else None
 
 
-def read_verdict(log: str, nonce: str) -> TestRun:
+def read_verdict(log: str, nonce: str, boundary: bool = True) -> TestRun:
     """The test run the pod's log reports, judged as `testrun` judges a local one; a log that forges or repeats the
     verdict line, or whose nonce is not `nonce`, is a run whose outcomes cannot be believed. NoVerdict without one;
-    GradingInfraError when the pod says its image cannot run the tests."""
+    GradingInfraError when the pod says its image cannot run the tests, or (`boundary`: the input had the boundary's
+    files) that it could not keep the boundary; without them that exit status is the tested code's, an ordinary one."""
     lines = [line[len(VERDICT_PREFIX):] for line in log.splitlines() if line.startswith(VERDICT_PREFIX)]
     if not lines:
         raise NoVerdict(f"the grading pod wrote no verdict; its log's tail:\n{log[-LOG_TAIL_CHARS:]}")
@@ -101,7 +102,7 @@ def read_verdict(log: str, nonce: str) -> TestRun:
     if not valid_nonce:
         return TestRun({}, returncode=rounds[0][0].returncode, problem="the grading pod's verdict carries the wrong "
                                                                        "nonce: it was not written by the grader")
-    if any(run.returncode == UNAVAILABLE_EXIT for run, _ in rounds):  # only the test process's start exits so
+    if boundary and any(run.returncode == UNAVAILABLE_EXIT for run, _ in rounds):  # only T's start exits so
         raise GradingInfraError("the grading pod could not keep the tested code in a process of its own (the node's "
                                 "kernel offers no Landlock and the checkout is the pod user's): "
                                 f"{rounds[0][0].output_tail[-400:]}")
@@ -163,18 +164,28 @@ class JobGrading:
         if not resolved:
             details["pytest_tail"] = run.output_tail
         if self.forgery_probe and wants_probe(details):
-            _, probe = self._run_job(probe_input(packed), instance["instance_id"], f"{attempt_key}/forgery-probe")
-            details |= {"forgery_probe": NO_VERDICT} if isinstance(probe, NoVerdict) else probe_details(probe)
+            details |= self._probe(packed, instance["instance_id"], attempt_key)
         return Grade(reward=1.0 if resolved else 0.0, details=details)
 
-    def _run_job(self, packed: dict[str, bytes], instance_id: str, attempt_key: str) -> tuple[str, TestRun | NoVerdict]:
-        """One grading Job on `packed`: how it ended and its verdict (NoVerdict when its log has none)."""
+    def _probe(self, packed: dict[str, bytes], instance_id: str, attempt_key: str) -> dict[str, Any]:
+        """The forgery probe's Job: the same input without the boundary's files. It never makes the grade infra: a
+        Job the cluster could not run, or no verdict, only leaves the probe without a finding."""
+        try:
+            _, probe = self._run_job(probe_input(packed), instance_id, f"{attempt_key}/forgery-probe", boundary=False)
+        except GradingInfraError as error:
+            return {"forgery_probe": NO_VERDICT, "forgery_probe_error": str(error)[:LOG_TAIL_CHARS]}
+        return {"forgery_probe": NO_VERDICT} if isinstance(probe, NoVerdict) else probe_details(probe)
+
+    def _run_job(self, packed: dict[str, bytes], instance_id: str, attempt_key: str,
+                 boundary: bool = True) -> tuple[str, TestRun | NoVerdict]:
+        """One grading Job on `packed` (`boundary`: with the boundary's files): how it ended and its verdict
+        (NoVerdict when its log has none)."""
         name, nonce = grading_name(instance_id, attempt_key), new_nonce()
         job = build_swe_grading_job(instance_id, name, self.settings, self.timeout_s, nonce)
         secret = build_swe_grading_secret(packed, instance_id, name, self.settings.namespace)
         ran = self._runner().run_job(secret, job, self.settings.image, job["spec"]["activeDeadlineSeconds"])
         try:
-            return ran.ending, read_verdict(ran.log, nonce)
+            return ran.ending, read_verdict(ran.log, nonce, boundary)
         except NoVerdict as error:
             return ran.ending, error
 

@@ -79,6 +79,16 @@ def test_a_pod_that_cannot_keep_the_boundary_is_an_infra_error_only_with_the_non
     assert read_verdict(line, "0" * 32).problem is not None
 
 
+def test_without_the_boundary_its_exit_status_is_the_tested_codes_not_infra():
+    """A forgery probe's Job has no boundary: there the tested code runs in pytest's process and may exit with the
+    boundary's status itself; that is a run that cannot be believed (its exit status disagrees), never infra."""
+    from recipes.swe.process_boundary import UNAVAILABLE_EXIT
+
+    line = verdict_line(NONCE, UNAVAILABLE_EXIT, False, json.dumps(HONEST_DOCUMENT).encode(), "tail")
+    run = read_verdict(line, NONCE, boundary=False)
+    assert run.problem is not None and "exit status" in run.problem, run.problem
+
+
 def test_a_log_without_a_verdict_is_no_verdict():
     with pytest.raises(NoVerdict, match="wrote no verdict"):
         read_verdict("Killed\n", NONCE)
@@ -149,6 +159,27 @@ def test_a_forgery_graded_in_a_job_is_zero_and_the_probe_job_names_it(kube, tiny
     assert set(BOUNDARY_FILES) <= set(boundary_job) and not set(BOUNDARY_FILES) & set(probe_job)
     assert set(boundary_job) - set(BOUNDARY_FILES) == set(probe_job)
     assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {} and kube.objects["pods"] == {}
+
+
+def test_a_probe_job_the_cluster_cannot_run_leaves_the_grade_as_it_was(kube, tiny_store, tmp_path, nobody_python,
+                                                                      pod_dir):
+    """An honest wrong fix: the boundary's Job says unresolved; the probe Job's creation is refused (an API error,
+    infra anywhere else): the grade stays reward 0 without `tamper`, the probe without a finding, never infra."""
+    instance, task, repo = _attempt(tiny_store, tmp_path / "r1.a1")
+    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    with (repo / changed).open("a") as handle:
+        handle.write("\n\ndef _unrelated_helper(value):\n    return [value, value]\n")
+    run_the_pod = _run_the_pod(kube, pod_dir, nobody_python, {})
+    def act(name: str) -> None:
+        run_the_pod(name)
+        kube.fail_next[("POST", "jobs")] = 403  # the next Job, the probe's
+    thread = when_job_exists(kube, act)
+    grade = _recipe(kube, tiny_store[0]).grade(GradeInput(task=task, workdir=tmp_path / "r1.a1", calls=[],
+                                                          exit_code=0))
+    thread.join()
+    assert grade.reward == 0.0 and grade.details["resolved"] is False and grade.details["tamper"] is False, grade
+    assert grade.details["forgery_probe"] == "no verdict" and "403" in grade.details["forgery_probe_error"]
+    assert kube.objects["jobs"] == {} and kube.objects["secrets"] == {}
 
 
 def test_a_tampered_diff_is_zero_with_the_flag_and_no_job(kube, tiny_store, tmp_path):

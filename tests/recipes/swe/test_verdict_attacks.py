@@ -151,6 +151,24 @@ def test_an_honest_wrong_fix_is_zero_and_the_probe_sees_nothing(tiny_store, tmp_
     assert grade.details["tamper"] is False and grade.details["forgery_probe"] == NOTHING_SEEN, grade.details
 
 
+def test_a_probe_without_a_sandbox_leaves_the_grade_as_it_was(tiny_store, tmp_path, monkeypatch):
+    """The probe never makes a grade infra: its sandbox failing leaves reward 0, no `tamper`, no finding."""
+    from recipes.swe import grader
+    from sandbox import SandboxError
+
+    real_run_tests = grader.run_tests
+    def run_tests(repo, tests, **kwargs):
+        if kwargs.get("boundary") is False:
+            raise SandboxError("bubblewrap could not start (simulated)")
+        return real_run_tests(repo, tests, **kwargs)
+    monkeypatch.setattr(grader, "run_tests", run_tests)
+    store, instances = tiny_store
+    honest = "\n\ndef _unrelated_helper(value):\n    return [value, value]\n"
+    grade = grade_patch(store, instances[0], _attack_patch(store, instances[0], tmp_path, honest), timeout_s=120)
+    assert grade.reward == 0.0 and grade.details["tamper"] is False, grade.details
+    assert grade.details["forgery_probe"] == "no verdict" and "simulated" in grade.details["forgery_probe_error"]
+
+
 def test_a_resolved_fix_runs_no_probe(tiny_store):
     store, instances = tiny_store
     grade = grade_patch(store, instances[0], reverse_patch(instances[0]["patch"]), timeout_s=120)
