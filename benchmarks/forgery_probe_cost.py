@@ -1,5 +1,7 @@
 """What the SWE grader's forgery probe costs: an unresolved grade (an honest wrong fix: a harmless function appended
-to the file the bug is in) of generated tasks from the store, graded with and without the probe, alternating.
+to the file the bug is in) of generated tasks, graded with and without the probe, alternating. The tasks are the first
+of the store's newest generated set (what the last `make train` generated or reused; older rows of
+`instances.jsonl` may come from an earlier generator, whose test lists were computed without the boundary).
 
     python -m benchmarks.forgery_probe_cost [--tasks N] [--repeats K] [--store DIR]
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from recipes.swe.datasets import default_store
 from recipes.swe.diffs import tree_diff
+from recipes.swe.generator import GENERATED_DIR, load_instances
 from recipes.swe.grader import checkout, grade_patch
 
 WRONG_FIX = "\n\ndef _unrelated_helper(value):\n    return [value, value]\n"
@@ -51,8 +54,9 @@ def main() -> None:
     parser.add_argument("--store", type=Path, default=None)
     args = parser.parse_args()
     store = args.store or default_store()
-    lines = (store / "instances.jsonl").read_text(encoding="utf-8").splitlines()
-    instances = [json.loads(line) for line in lines[:args.tasks]]
+    newest = max((store / GENERATED_DIR).glob("*.json"), key=lambda path: path.stat().st_mtime)
+    stored = {instance["instance_id"]: instance for instance in load_instances(store)}
+    instances = [stored[iid] for iid in json.loads(newest.read_text(encoding="utf-8"))[:args.tasks]]
     seen: dict[bool, list[float]] = {False: [], True: []}
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="harnessrl-probe-cost-") as scratch:

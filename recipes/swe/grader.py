@@ -23,7 +23,7 @@ from typing import Any
 from controller.recipe import Grade
 from recipes.swe.agent_diff import AgentDiffError, agent_diff
 from recipes.swe.diffs import apply_patch, copy_tree, tree_files
-from recipes.swe.forgery_probe import NO_VERDICT, probe_details, wants_probe
+from recipes.swe.forgery_probe import NO_VERDICT, probe_details, probed_tests, wants_probe
 from recipes.swe.generator import base_path
 from recipes.swe.patch_policy import DEFAULT_POLICY, PatchPolicy, review_patch
 from recipes.swe.testrun import TestRun, run_tests
@@ -73,7 +73,8 @@ def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s:
             return Grade(reward=0.0, details={**details, **run_details(run)})
         grade = _graded(run, instance, details)
         if forgery_probe and wants_probe(grade.details):  # the canary rounds ran on copies: `fresh` is as applied
-            grade = Grade(reward=0.0, details={**grade.details, **_probe(fresh, tests, timeout_s, watched)})
+            probe = _probe(fresh, probed_tests(grade.details), timeout_s, watched)
+            grade = Grade(reward=0.0, details={**grade.details, **probe})
     return grade
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from controller.config import KubernetesSettings
 from controller.runners.manifests import COMPONENT_LABEL, PART_OF, PART_OF_LABEL, label_value
-from recipes.swe.testrun import BOUNDARY_FILES, prepare_runner, pytest_args
+from recipes.swe.testrun import BOUNDARY_FILES, WANTED_FILE, prepare_runner, pytest_args
 
 GRADER_COMPONENT = "grader"  # the component label of grading pods (the grader NetworkPolicy selects it)
 GRADE_CONTAINER = "grade"  # the container whose log is the verdict's input
@@ -109,10 +109,12 @@ def pack_grading_input(repo: Path, test_ids: list[str], timeout_s: float,
     return files
 
 
-def probe_input(files: Mapping[str, bytes]) -> dict[str, bytes]:
-    """The forgery probe's grading input (`forgery_probe`): the same checkout, runner files and tests without the
-    process boundary's files, so that the pod runs the repository's modules in pytest's own process."""
-    return {name: data for name, data in files.items() if name not in BOUNDARY_FILES}
+def probe_input(files: Mapping[str, bytes], test_ids: list[str]) -> dict[str, bytes]:
+    """The forgery probe's grading input (`forgery_probe`): the same checkout and runner files without the process
+    boundary's, so that the pod runs the repository's modules in pytest's own process, wanting only `test_ids` (a
+    subset of the input's: pytest still collects their files, the plugin deselects the rest)."""
+    kept = {name: data for name, data in files.items() if name not in BOUNDARY_FILES}
+    return kept | {WANTED_FILE: json.dumps(test_ids).encode()}
 
 
 def new_nonce() -> str:

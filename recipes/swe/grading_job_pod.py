@@ -48,7 +48,16 @@ from typing import Any
 
 from recipes.swe.canaries import plan_rounds, role_of, unguarded
 from recipes.swe.grading_job import GRADE_TOKEN, NONCE_ENV, REPO_ARCHIVE, REPO_TOKEN, RUN_FILE
-from recipes.swe.testrun import GRADING_LIMITS, LAUNCHER, OUTPUT_TAIL_LINES, VERDICT_ROUNDS, _drain, _tail, write_round
+from recipes.swe.testrun import (
+    GRADING_LIMITS,
+    LAUNCHER,
+    OUTPUT_TAIL_LINES,
+    VERDICT_ROUNDS,
+    WANTED_FILE,
+    _drain,
+    _tail,
+    write_round,
+)
 
 VERDICT_PREFIX = "harnessrl-swe-verdict "  # the one log line the controller reads
 CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -92,7 +101,7 @@ def run_launcher_directly(checkout: Path, grade: Path, tmp: Path, pytest_args: l
                           timeout_s: float) -> tuple[str, int, bool, bytes]:
     """`testrun`'s launcher (`python -I -B`, the grader's plugin from `grade`) in `checkout`, without a sandbox of its
     own: (output tail, exit status, timed out, what the outcomes pipe got). Every process it leaves is killed."""
-    wanted = grade / "wanted.json"
+    wanted = grade / WANTED_FILE
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-I", "-B", "-c", LAUNCHER, str(grade / "plugin.py"), str(write_fd), str(wanted),
             *pytest_args]
@@ -158,7 +167,7 @@ def run(grade: Path, checkout: Path, tmp: Path, nonce: str) -> str:
         return verdict_line(nonce, -1, False, b"", "", infra=f"pytest is not installed for {sys.executable} in the "
                             "grading image; install it in the image the controller's `kubernetes.image` names")
     spec = json.loads((grade / RUN_FILE).read_text(encoding="utf-8"))
-    test_ids = json.loads((grade / "wanted.json").read_text(encoding="utf-8"))
+    test_ids = json.loads((grade / WANTED_FILE).read_text(encoding="utf-8"))
     plans = plan_rounds(test_ids, VERDICT_ROUNDS, random.SystemRandom())
     rounds = []
     for index, plan in enumerate(plans):

@@ -8,7 +8,7 @@ checkout, which is packed with the grader's runner files (`grading_job.pack_grad
 the same rules as a local run (one outcomes document, the sentinel pair, the exit status agreeing), the rounds to the
 canaries' (`testrun.merge_rounds`: a canary not reported failed is tamper), and the line to the nonce the pod got in
 its environment (a line without rounds, from an image older than the canaries, is judged as one plain run).
-An unresolved verdict's tests run again in a second Job on the same input without the boundary's files
+An unresolved verdict's failing tests run again in a second Job on the same input without the boundary's files
 (`grading_job.probe_input`), where a forgery shows as `tamper` (`forgery_probe`; no verdict there adds nothing).
 A Job that cannot run, an input over a Secret's limit or an API error is `GradingInfraError` (the rollout
 fails as infra); a pod that ends without a verdict (its memory limit, a crash) is reward 0 with the `error`.
@@ -34,7 +34,7 @@ from controller.config import KubernetesSettings, load_controller_config
 from controller.recipe import Grade
 from recipes.swe.agent_diff import AgentDiffError
 from recipes.swe.canaries import Role
-from recipes.swe.forgery_probe import NO_VERDICT, probe_details, wants_probe
+from recipes.swe.forgery_probe import NO_VERDICT, probe_details, probed_tests, wants_probe
 from recipes.swe.grader import (
     MAX_MODEL_PATCH_CHARS,
     agent_patch,
@@ -164,14 +164,14 @@ class JobGrading:
         if not resolved:
             details["pytest_tail"] = run.output_tail
         if self.forgery_probe and wants_probe(details):
-            details |= self._probe(packed, instance["instance_id"], attempt_key)
+            details |= self._probe(probe_input(packed, probed_tests(details)), instance["instance_id"], attempt_key)
         return Grade(reward=1.0 if resolved else 0.0, details=details)
 
     def _probe(self, packed: dict[str, bytes], instance_id: str, attempt_key: str) -> dict[str, Any]:
-        """The forgery probe's Job: the same input without the boundary's files. It never makes the grade infra: a
-        Job the cluster could not run, or no verdict, only leaves the probe without a finding."""
+        """The forgery probe's Job on its input (`probe_input`). It never makes the grade infra: a Job the cluster
+        could not run, or no verdict, only leaves the probe without a finding."""
         try:
-            _, probe = self._run_job(probe_input(packed), instance_id, f"{attempt_key}/forgery-probe", boundary=False)
+            _, probe = self._run_job(packed, instance_id, f"{attempt_key}/forgery-probe", boundary=False)
         except GradingInfraError as error:
             return {"forgery_probe": NO_VERDICT, "forgery_probe_error": str(error)[:LOG_TAIL_CHARS]}
         return {"forgery_probe": NO_VERDICT} if isinstance(probe, NoVerdict) else probe_details(probe)

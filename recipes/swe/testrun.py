@@ -70,6 +70,7 @@ BOUNDARY_SOURCE = Path(__file__).with_name("process_boundary.py")  # the tested 
 BOUNDARY_WIRE_SOURCE = Path(__file__).with_name("boundary_wire.py")  # copied beside it, under the same name
 BOUNDARY_MODULE = "harnessrl_process_boundary"
 BOUNDARY_FILES = ("boundary.py", BOUNDARY_WIRE_SOURCE.name)  # in a runner directory: the boundary is kept
+WANTED_FILE = "wanted.json"  # in a runner directory: the node ids the outcomes plugin selects
 # Run by `python -I -B -c`: argv = [-c, plugin path, outcomes fd, wanted ids file ("" for all), pytest args...].
 # With `boundary.py` in the runner directory the repository's modules run in a process of their own
 # (`process_boundary`, which then installs the verdict guard there); without it the guard is installed here.
@@ -187,7 +188,7 @@ def prepare_runner(runner: Path, test_ids: list[str] | None, watched: Sequence[s
         (runner / "watched.json").write_text(json.dumps(list(watched)), encoding="utf-8")
     if test_ids is None:
         return None
-    (runner / "wanted.json").write_text(json.dumps(test_ids), encoding="utf-8")
+    (runner / WANTED_FILE).write_text(json.dumps(test_ids), encoding="utf-8")
     sentinel = runner / f"{SENTINEL_PREFIX}{secrets.token_hex(4)}.py"
     sentinel.write_text(SENTINEL_SOURCE, encoding="utf-8")
     return sentinel
@@ -275,7 +276,7 @@ def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_ne
     with tempfile.TemporaryDirectory(prefix="harnessrl-pytest-") as scratch:
         runner = Path(scratch) / "runner"
         sentinel = prepare_runner(runner, test_ids, watched, boundary)
-        wanted = str(runner / "wanted.json") if test_ids is not None else ""
+        wanted = str(runner / WANTED_FILE) if test_ids is not None else ""
         read_fd, write_fd = os.pipe()
         argv = [sys.executable, "-I", "-B", "-c", LAUNCHER, str(runner / "plugin.py"), str(write_fd), wanted,
                 *pytest_args(repo.resolve(), runner, test_ids, sentinel)]
