@@ -23,11 +23,10 @@ from typing import Any
 from controller.recipe import Grade
 from recipes.swe.agent_diff import AgentDiffError, agent_diff
 from recipes.swe.diffs import apply_patch, copy_tree, tree_files
-from recipes.swe.forgery_probe import NO_VERDICT, probe_details, probed_tests, wants_probe
+from recipes.swe.forgery_probe import probe_details, probe_failed, probed_tests, wants_probe
 from recipes.swe.generator import base_path
 from recipes.swe.patch_policy import DEFAULT_POLICY, PatchPolicy, review_patch
 from recipes.swe.testrun import TestRun, run_tests
-from sandbox import SandboxError
 
 # The grade details carry the agent's diff (SWE-bench's `model_patch`) up to this size; a larger one is left out (the
 # reward is posted to the gateway with the details, whose request body limit is 32 MiB by default).
@@ -58,7 +57,7 @@ def agent_patch(store: Path, instance: dict[str, Any], agent_repo: Path) -> str:
 def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s: float = 600.0,
                 policy: PatchPolicy = DEFAULT_POLICY, forgery_probe: bool = True) -> Grade:
     """Grade a diff against the buggy checkout of `instance` in a fresh copy, restricted to what `policy` allows;
-    `forgery_probe`: an unresolved verdict's tests run again in pytest's own process, where a forgery shows as
+    `forgery_probe`: an unresolved verdict's failing tests run again in pytest's own process, where a forgery shows as
     `tamper` (`forgery_probe`)."""
     details: dict[str, Any] = {"instance_id": instance["instance_id"], "patch_chars": len(patch),
                                "model_patch": patch if len(patch) <= MAX_MODEL_PATCH_CHARS else None,
@@ -79,12 +78,12 @@ def grade_patch(store: Path, instance: dict[str, Any], patch: str, *, timeout_s:
 
 
 def _probe(fresh: Path, tests: list[str], timeout_s: float, watched: list[str]) -> dict[str, Any]:
-    """The forgery probe's run (`forgery_probe`); a sandbox it could not build leaves it without a finding, never
-    makes the grade infra."""
+    """The forgery probe's run (`forgery_probe`); one that could not run (its sandbox, or anything the tested code
+    made it raise) leaves it without a finding: never the grade's infra or error."""
     try:
         return probe_details(run_tests(fresh, tests, timeout_s=timeout_s, watched=watched, boundary=False))
-    except SandboxError as error:
-        return {"forgery_probe": NO_VERDICT, "forgery_probe_error": str(error)[:2000]}
+    except Exception as error:  # noqa: BLE001 - the probe only ever adds a finding; the verdict stands without it
+        return probe_failed(error)
 
 
 def graded_checkout(store: Path, instance: dict[str, Any], patch: str, policy: PatchPolicy, details: dict[str, Any],

@@ -34,7 +34,7 @@ from controller.config import KubernetesSettings, load_controller_config
 from controller.recipe import Grade
 from recipes.swe.agent_diff import AgentDiffError
 from recipes.swe.canaries import Role
-from recipes.swe.forgery_probe import NO_VERDICT, probe_details, probed_tests, wants_probe
+from recipes.swe.forgery_probe import probe_details, probe_failed, probed_tests, wants_probe
 from recipes.swe.grader import (
     MAX_MODEL_PATCH_CHARS,
     agent_patch,
@@ -55,10 +55,11 @@ from recipes.swe.grading_job import (
 )
 from recipes.swe.grading_job_pod import VERDICT_PREFIX
 from recipes.swe.kube_grading import GradingInfraError, KubeJobRunner
-from recipes.swe.outcome_check import disagreement, parse_document, split_sentinel
+from recipes.swe.outcome_check import disagreement, parse_document, rewritten, split_sentinel
 from recipes.swe.patch_policy import DEFAULT_POLICY, PatchPolicy
 from recipes.swe.process_boundary import UNAVAILABLE_EXIT
 from recipes.swe.testrun import TestRun, merge_rounds
+from recipes.swe.verdict_guard import TAMPER_EXIT
 
 CONFIG_ENV = "HARNESSRL_SWE_CONTROLLER_CONFIG"
 LOG_TAIL_CHARS = 2000
@@ -86,7 +87,7 @@ def read_verdict(log: str, nonce: str, boundary: bool = True) -> TestRun:
     if not lines:
         raise NoVerdict(f"the grading pod wrote no verdict; its log's tail:\n{log[-LOG_TAIL_CHARS:]}")
     if len(lines) > 1:
-        return TestRun({}, output_tail=log[-LOG_TAIL_CHARS:], returncode=-1,
+        return TestRun({}, output_tail=log[-LOG_TAIL_CHARS:], returncode=-1, forged=True,
                        problem=f"the grading pod's log holds {len(lines)} verdict lines: something besides the "
                                "grader wrote to it")
     try:
@@ -97,11 +98,11 @@ def read_verdict(log: str, nonce: str, boundary: bool = True) -> TestRun:
         rounds = [_round(record) for record in data["rounds"]] if "rounds" in data else [_round(data)]
         if not rounds or any(set(roles) != set(rounds[0][1]) for _, roles in rounds):
             raise ValueError("the rounds are missing or do not name the same graded tests")
-    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as error:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, binascii.Error) as error:
         return TestRun({}, returncode=-1, problem=f"the grading pod's verdict line is malformed ({error})")
     if not valid_nonce:
-        return TestRun({}, returncode=rounds[0][0].returncode, problem="the grading pod's verdict carries the wrong "
-                                                                       "nonce: it was not written by the grader")
+        return TestRun({}, returncode=rounds[0][0].returncode, forged=True,
+                       problem="the grading pod's verdict carries the wrong nonce: it was not written by the grader")
     if boundary and any(run.returncode == UNAVAILABLE_EXIT for run, _ in rounds):  # only T's start exits so
         raise GradingInfraError("the grading pod could not keep the tested code in a process of its own (the node's "
                                 "kernel offers no Landlock and the checkout is the pod user's): "
@@ -121,7 +122,8 @@ def _round(record: dict[str, Any]) -> tuple[TestRun, dict[str, Role]]:
     own, _ = split_sentinel(document.outcomes)
     problem = None if timed_out else disagreement(document, returncode, sentinel=True)
     return TestRun(outcomes=own, messages=document.messages, output_tail=tail, returncode=returncode,
-                   problem=problem, timed_out=timed_out), roles
+                   problem=problem, timed_out=timed_out,
+                   forged=problem is not None and (returncode == TAMPER_EXIT or rewritten(document))), roles
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ class JobGrading:
     settings: KubernetesSettings  # namespace, image, CPU and memory of the grading pods
     runner: Any = None  # a KubeJobRunner (tests pass one on the fake API server); None: one from `settings`
     timeout_s: float = 600.0  # the tests' time limit inside the pod (the Job's deadline adds start-up margin)
-    forgery_probe: bool = True  # an unresolved verdict's tests again in a Job without the boundary (`forgery_probe`)
+    forgery_probe: bool = True  # an unresolved verdict's failing tests again, no boundary (`forgery_probe`)
 
     def grade_workdir(self, store: Path, instance: dict[str, Any], agent_repo: Path, attempt_key: str) -> Grade:
         """Grade the agent's repository copy (its diff computed here, never taken from the harness)."""
@@ -168,13 +170,13 @@ class JobGrading:
         return Grade(reward=1.0 if resolved else 0.0, details=details)
 
     def _probe(self, packed: dict[str, bytes], instance_id: str, attempt_key: str) -> dict[str, Any]:
-        """The forgery probe's Job on its input (`probe_input`). It never makes the grade infra: a Job the cluster
-        could not run, or no verdict, only leaves the probe without a finding."""
+        """The forgery probe's Job on its input (`probe_input`). It never makes the grade infra or an error: a Job the
+        cluster could not run, no verdict or anything it raised only leaves the probe without a finding."""
         try:
             _, probe = self._run_job(packed, instance_id, f"{attempt_key}/forgery-probe", boundary=False)
-        except GradingInfraError as error:
-            return {"forgery_probe": NO_VERDICT, "forgery_probe_error": str(error)[:LOG_TAIL_CHARS]}
-        return {"forgery_probe": NO_VERDICT} if isinstance(probe, NoVerdict) else probe_details(probe)
+        except Exception as error:  # noqa: BLE001 - the probe only ever adds a finding; the verdict stands without it
+            return probe_failed(error)
+        return probe_failed(probe) if isinstance(probe, NoVerdict) else probe_details(probe)
 
     def _run_job(self, packed: dict[str, bytes], instance_id: str, attempt_key: str,
                  boundary: bool = True) -> tuple[str, TestRun | NoVerdict]:

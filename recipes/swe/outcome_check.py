@@ -34,7 +34,7 @@ def parse_document(raw: bytes) -> OutcomeDocument:
         return OutcomeDocument({}, {}, None, "the outcomes plugin wrote nothing (pytest did not finish its session)")
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (ValueError, RecursionError) as error:  # undecodable, not JSON, too deep, an integer past the digit limit
         return OutcomeDocument({}, {}, None, f"the outcomes stream is not one JSON document ({error}): something "
                                              "besides the plugin wrote to it")
     valid = isinstance(data, dict) and isinstance(data.get("outcomes"), dict) and \
@@ -51,6 +51,14 @@ def split_sentinel(outcomes: dict[str, str]) -> tuple[dict[str, str], dict[str, 
     own = {node: seen for node, seen in outcomes.items() if SENTINEL_PREFIX not in node}
     sentinel = {node.rsplit("::", 1)[-1]: seen for node, seen in outcomes.items() if SENTINEL_PREFIX in node}
     return own, sentinel
+
+
+def rewritten(document: OutcomeDocument) -> bool:
+    """Whether a well-formed document reports the grader's failing sentinel test as anything but failed: evidence that
+    the report machinery was rewritten (a crash, a second writer or an odd exit status cannot do that: they leave no
+    document, a malformed stream or a status that disagrees)."""
+    _, seen = split_sentinel(document.outcomes)
+    return document.problem is None and SENTINEL_FAIL in seen and seen[SENTINEL_FAIL] != "failed"
 
 
 def disagreement(document: OutcomeDocument, returncode: int, *, sentinel: bool) -> str | None:

@@ -55,7 +55,14 @@ from recipes.swe.canaries import (
     role_of,
     unguarded,
 )
-from recipes.swe.outcome_check import SENTINEL_PREFIX, SENTINEL_SOURCE, disagreement, parse_document, split_sentinel
+from recipes.swe.outcome_check import (
+    SENTINEL_PREFIX,
+    SENTINEL_SOURCE,
+    disagreement,
+    parse_document,
+    rewritten,
+    split_sentinel,
+)
 from recipes.swe.process_boundary import UNAVAILABLE_EXIT
 from recipes.swe.verdict_guard import TAMPER_EXIT
 from sandbox import Limits, Network, SandboxError, SandboxSpec, build_argv, ensure_available, kill
@@ -130,6 +137,9 @@ class TestRun:
     returncode: int = 0  # pytest's exit status
     problem: str | None = None  # why the outcomes cannot be believed (exit status, stream or sentinel disagree)
     timed_out: bool = False  # the run was killed at its time limit
+    # The problem is evidence of rewritten outcomes (a canary or the sentinel's failing test not reported failed, the
+    # verdict guard, a forged verdict line), not only a run that could not be read (a crash, a stray writer, a status).
+    forged: bool = False
 
     def with_outcome(self, outcome: str) -> set[str]:
         """Node ids that ended with `outcome`."""
@@ -259,6 +269,7 @@ def merge_rounds(roles: list[dict[str, Role]], runs: list[TestRun]) -> TestRun:
     problem = None if timed_out else \
         f"round {bad + 1} of {len(runs)}: {shown.problem}" if bad is not None else \
         canary_problem(roles, [run.outcomes for run in runs])
+    forged = problem is not None and (shown.forged if bad is not None else True)  # a canary is evidence
     outcomes = real_outcomes(roles, [run.outcomes for run in runs])
     messages = {node: text for node, text in runs[0].messages.items() if node not in roles[0]}
     for test_id in roles[0]:
@@ -267,7 +278,7 @@ def merge_rounds(roles: list[dict[str, Role]], runs: list[TestRun]) -> TestRun:
         if outcomes.get(test_id) == "failed" and found:
             messages[test_id] = found[0]
     return TestRun(outcomes=outcomes, messages=messages, output_tail=shown.output_tail, returncode=shown.returncode,
-                   problem=problem, timed_out=timed_out)
+                   problem=problem, timed_out=timed_out, forged=forged)
 
 
 def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_network: bool,
@@ -287,10 +298,12 @@ def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_ne
         raise SandboxError(f"the test run could not keep the tested code in a process of its own: {tail[-400:]}")
     document = parse_document(raw)
     own, _ = split_sentinel(document.outcomes)
-    problem = guard_problem(returncode, tail) if watched and returncode == TAMPER_EXIT else \
+    guarded = bool(watched) and returncode == TAMPER_EXIT
+    problem = guard_problem(returncode, tail) if guarded else \
         None if timed_out else disagreement(document, returncode, sentinel=sentinel is not None)
     return TestRun(outcomes=own, messages=document.messages, output_tail=tail, returncode=returncode,
-                   problem=problem, timed_out=timed_out)
+                   problem=problem, timed_out=timed_out,
+                   forged=problem is not None and (guarded or rewritten(document)))
 
 
 def guard_problem(returncode: int, tail: str) -> str:

@@ -34,11 +34,18 @@ TAMPER_EXIT = 86  # the test process's exit status when the guard ended it
 STACK_EVENTS = frozenset({"sys.settrace", "sys.setprofile", "code.__new__", "gc.get_objects", "gc.get_referrers",
                           "gc.get_referents", "sys._current_frames"})  # flagged with a changed file on the stack
 EVENTS = STACK_EVENTS | {"object.__setattr__", "compile", "marshal.loads"}
+# Standard-library modules whose first import builds code objects and sets a function's code (asyncio's tasks run
+# `types.coroutine`): imported before the hook, so that a changed file importing them is an ordinary import, not a
+# flagged one. (A scan of the standard library's imports found no other; a third-party library doing the same on
+# its first import from a changed file would still be flagged.)
+PRELOADED = ("asyncio",)
 
 
 def install(changed: list[str], root: str, runner_dir: str = "") -> None:
     """Install the hook for the files `changed` (relative to `root`, the repository as the test process sees it).
     `runner_dir` is accepted for the launcher's sake (the grader's own files are not in the repository)."""
+    for module in PRELOADED:
+        __import__(module)
     exit_, write, getframe = os._exit, os.write, sys._getframe
     stderr = os.dup(2)  # the real stderr: pytest's capture later points fd 2 at a file of its own
     watched = {os.path.join(root, name) for name in changed}  # grows: code the changed files compile is theirs

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from recipes.swe.diffs import apply_patch, tree_diff, tree_files
-from recipes.swe.forgery_probe import NOTHING_SEEN, PROBE_REASON
+from recipes.swe.forgery_probe import INCONCLUSIVE, NOTHING_SEEN, PROBE_REASON
 from recipes.swe.grader import checkout, grade_patch
 from recipes.swe.grading_job import pack_grading_input
 from recipes.swe.instances import reverse_patch
@@ -167,6 +167,75 @@ def test_a_probe_without_a_sandbox_leaves_the_grade_as_it_was(tiny_store, tmp_pa
     grade = grade_patch(store, instances[0], _attack_patch(store, instances[0], tmp_path, honest), timeout_s=120)
     assert grade.reward == 0.0 and grade.details["tamper"] is False, grade.details
     assert grade.details["forgery_probe"] == "no verdict" and "simulated" in grade.details["forgery_probe_error"]
+
+
+ASYNC_HELPER = "\n\nimport asyncio\n\n\nasync def _later(value):\n    await asyncio.sleep(0)\n    return value\n"
+
+
+def test_a_real_fix_that_imports_asyncio_is_resolved_not_tamper(tiny_store, tmp_path):
+    """asyncio's first import builds code objects and sets a function's code (`types.coroutine`), which the verdict
+    guard flags with a changed file on the stack: preloaded before the guard, so a fix importing it is an ordinary fix
+    (across the boundary, and in pytest's process where the probe runs)."""
+    store, instances = tiny_store
+    instance = instances[0]
+    grade = grade_patch(store, instance, _attack_patch(store, instance, tmp_path / "fixed", ASYNC_HELPER, fixed=True),
+                        timeout_s=120)
+    assert grade.reward == 1.0 and grade.details["tamper"] is False, grade.details
+    grade = grade_patch(store, instance, _attack_patch(store, instance, tmp_path / "bug", ASYNC_HELPER), timeout_s=120)
+    assert grade.reward == 0.0 and grade.details["tamper"] is False, grade.details
+    assert grade.details["forgery_probe"] == NOTHING_SEEN, grade.details
+
+
+# Honest wrong fixes, called by the graded tests, that end or fork the process they run in (only in the probe is that
+# process pytest's): a run that cannot be read there is inconclusive, never `tamper` (found by the probe's review).
+CRASHING_WRONG_FIXES = {
+    "an abort": "\n\nimport os\n\n\ndef total(items):\n    os.abort()  # unreachable, the author thought\n",
+    "an alarm without a handler": "\n\nimport signal\n\n\ndef is_even(number):\n"
+                                  "    signal.setitimer(signal.ITIMER_REAL, 0.05)  # a budget, never cancelled\n"
+                                  "    import time\n    time.sleep(0.2)\n    return number % 2 == 1\n",
+    "a forked child that exits by SystemExit": """
+
+import os
+import sys
+
+
+def total(items):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.write(write, str(sum(items) + 1).encode())
+        sys.exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        value = pipe.read()
+    os.waitpid(pid, 0)
+    return int(value)
+""",
+}
+
+
+@pytest.mark.parametrize("code", CRASHING_WRONG_FIXES.values(), ids=CRASHING_WRONG_FIXES.keys())
+def test_an_honest_wrong_fix_that_crashes_pytests_process_is_not_accused(tiny_store, tmp_path, code):
+    store, instances = tiny_store
+    grade = grade_patch(store, instances[0], _attack_patch(store, instances[0], tmp_path, code), timeout_s=120)
+    assert grade.reward == 0.0 and grade.details["tamper"] is False, grade.details
+    assert grade.details["forgery_probe"] in (INCONCLUSIVE, NOTHING_SEEN), grade.details
+
+
+# What the tested code writes to the outcomes pipe in pytest's process (its descriptor is in sys.argv) that no JSON
+# reader takes: nested too deep, or an integer past Python's digit limit.
+UNREADABLE_STREAMS = {"nested too deep": 'b"[" * 5000', "too many digits": 'b\'{"exitstatus": \' + b"1" * 5000'}
+
+
+@pytest.mark.parametrize("stream", UNREADABLE_STREAMS.values(), ids=UNREADABLE_STREAMS.keys())
+def test_an_unreadable_outcomes_stream_in_the_probe_is_not_an_error(tiny_store, tmp_path, stream):
+    code = f"\n\nimport os as _os, sys as _sys\ntry:\n    _os.write(int(_sys.argv[2]), {stream})\n" \
+           "except (ValueError, IndexError, OSError):\n    pass\n"
+    store, instances = tiny_store
+    grade = grade_patch(store, instances[0], _attack_patch(store, instances[0], tmp_path, code), timeout_s=120)
+    assert grade.reward == 0.0 and grade.details["tamper"] is False, grade.details
+    assert grade.details["forgery_probe"] == INCONCLUSIVE, grade.details
 
 
 def test_a_resolved_fix_runs_no_probe(tiny_store):
