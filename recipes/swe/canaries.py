@@ -163,13 +163,17 @@ def merge_real(seen: list[str | None]) -> str | None:
     return max(seen, key=lambda outcome: ORDER.index(outcome) if outcome in ORDER else len(ORDER))
 
 
-def canary_problem(roles: list[dict[str, Role]], outcomes: list[dict[str, str]]) -> str | None:
+def canary_problem(roles: list[dict[str, Role]], outcomes: list[dict[str, str]],
+                   xfailed: Sequence[frozenset[str]] = ()) -> str | None:
     """Why the rounds cannot be believed: a canary (a graded test in a round where its appended line fails) reported
-    passed, or skipped while its real rounds did not skip. `roles[i]` and `outcomes[i]` are round i's by node id."""
+    passed, or skipped while its real rounds did not skip, unless its skip is an expected failure (`xfailed[i]`: an
+    xfail-marked test's canary fails as its mark expects, whatever its real rounds did). `roles[i]`, `outcomes[i]`
+    and `xfailed[i]` are round i's by node id."""
     for index, (round_roles, round_outcomes) in enumerate(zip(roles, outcomes, strict=True)):
+        expected = xfailed[index] if index < len(xfailed) else frozenset()
         for test_id, role in sorted(round_roles.items()):
             seen = round_outcomes.get(test_id)
-            if role != "canary" or seen in (None, "failed"):
+            if role != "canary" or seen in (None, "failed") or (seen == "skipped" and test_id in expected):
                 continue
             real = {outcomes[i].get(test_id) for i, r in enumerate(roles) if r.get(test_id) == "real"}
             if seen == "skipped" and real == {"skipped"}:

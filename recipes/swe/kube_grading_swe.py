@@ -122,7 +122,7 @@ def _round(record: dict[str, Any]) -> tuple[TestRun, dict[str, Role]]:
     own, _ = split_sentinel(document.outcomes)
     problem = None if timed_out else disagreement(document, returncode, sentinel=True)
     return TestRun(outcomes=own, messages=document.messages, output_tail=tail, returncode=returncode,
-                   problem=problem, timed_out=timed_out,
+                   problem=problem, timed_out=timed_out, xfailed=document.xfailed,
                    forged=problem is not None and (returncode == TAMPER_EXIT or rewritten(document))), roles
 
 

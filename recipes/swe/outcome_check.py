@@ -26,6 +26,7 @@ class OutcomeDocument:
     messages: dict[str, str]  # node id -> failure message
     exitstatus: int | None  # the exit status pytest reported to the plugin
     problem: str | None = None  # why the stream is not one well-formed document (None when it is)
+    xfailed: frozenset[str] = frozenset()  # node ids that failed as their xfail mark expected (reported skipped)
 
 
 def parse_document(raw: bytes) -> OutcomeDocument:
@@ -39,11 +40,12 @@ def parse_document(raw: bytes) -> OutcomeDocument:
                                              "besides the plugin wrote to it")
     valid = isinstance(data, dict) and isinstance(data.get("outcomes"), dict) and \
         isinstance(data.get("messages"), dict) and isinstance(data.get("exitstatus"), int) and \
-        all(isinstance(k, str) and v in ("passed", "failed", "skipped") for k, v in data["outcomes"].items())
+        all(isinstance(k, str) and v in ("passed", "failed", "skipped") for k, v in data["outcomes"].items()) and \
+        isinstance(xfailed := data.get("xfailed", []), list) and all(isinstance(node, str) for node in xfailed)
     if not valid:
         return OutcomeDocument({}, {}, None, "the outcomes document does not have the plugin's shape")
     return OutcomeDocument(data["outcomes"], {str(k): str(v) for k, v in data["messages"].items()},
-                           data["exitstatus"])
+                           data["exitstatus"], xfailed=frozenset(xfailed))
 
 
 def split_sentinel(outcomes: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -3,7 +3,8 @@ of the session it writes {"outcomes": {node id: outcome}, "messages": {...}, "ex
 the file descriptor in `OUTPUT_FD` (a pipe the grader reads) and closes it, so nothing written to the pipe before or
 after that document goes unnoticed. Outcomes: passed, failed, skipped (xfail counts as skipped, xpass as passed); a
 failing setup or teardown fails the test; a module that fails to collect is reported failed under its node id.
-Failure messages (the crash line, truncated) go under "messages".
+Failure messages (the crash line, truncated) go under "messages"; the tests that failed as their xfail mark
+expected under "xfailed" (so that a canary round can tell an expected failure from a skip).
 
 The tests to run come as `WANTED` (their files are pytest's arguments; the rest is deselected here).
 It imports nothing of harnessrl (it runs inside the tested project's interpreter) and is copied into a directory of
@@ -21,6 +22,7 @@ OUTPUT_FD: int | None = None  # set by the launcher before pytest starts
 WANTED: frozenset[str] | None = None  # node ids (or files) to run, set by the launcher; None runs what was collected
 _outcomes: dict[str, str] = {}
 _messages: dict[str, str] = {}
+_xfailed: set[str] = set()  # tests whose call failed as their xfail mark expected (reported skipped)
 
 
 def _node(report) -> str:
@@ -53,6 +55,8 @@ def pytest_runtest_logreport(report) -> None:
         outcome = "skipped" if report.skipped else report.outcome
         if previous != "failed":
             _outcomes[node] = outcome
+        if report.when == "call" and report.skipped and hasattr(report, "wasxfail"):
+            _xfailed.add(node)
     if report.failed and node not in _messages:
         crash = getattr(report.longrepr, "reprcrash", None)
         message = crash.message if crash is not None else str(report.longrepr).splitlines()[-1:]
@@ -69,7 +73,8 @@ def pytest_collectreport(report) -> None:
 def pytest_sessionfinish(session, exitstatus) -> None:
     if OUTPUT_FD is None:
         return
-    document = json.dumps({"outcomes": _outcomes, "messages": _messages, "exitstatus": int(exitstatus)})
+    document = json.dumps({"outcomes": _outcomes, "messages": _messages, "exitstatus": int(exitstatus),
+                           "xfailed": sorted(_xfailed)})
     data = document.encode("utf-8")
     while data:
         data = data[os.write(OUTPUT_FD, data):]

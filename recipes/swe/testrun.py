@@ -140,6 +140,7 @@ class TestRun:
     # The problem is evidence of rewritten outcomes (a canary or the sentinel's failing test not reported failed, the
     # verdict guard, a forged verdict line), not only a run that could not be read (a crash, a stray writer, a status).
     forged: bool = False
+    xfailed: frozenset[str] = frozenset()  # node ids that failed as their xfail mark expected (reported skipped)
 
     def with_outcome(self, outcome: str) -> set[str]:
         """Node ids that ended with `outcome`."""
@@ -268,7 +269,7 @@ def merge_rounds(roles: list[dict[str, Role]], runs: list[TestRun]) -> TestRun:
     shown = runs[bad if bad is not None else 0]
     problem = None if timed_out else \
         f"round {bad + 1} of {len(runs)}: {shown.problem}" if bad is not None else \
-        canary_problem(roles, [run.outcomes for run in runs])
+        canary_problem(roles, [run.outcomes for run in runs], [run.xfailed for run in runs])
     forged = problem is not None and (shown.forged if bad is not None else True)  # a canary is evidence
     outcomes = real_outcomes(roles, [run.outcomes for run in runs])
     messages = {node: text for node, text in runs[0].messages.items() if node not in roles[0]}
@@ -302,7 +303,7 @@ def _run_once(repo: Path, test_ids: list[str] | None, timeout_s: float, allow_ne
     problem = guard_problem(returncode, tail) if guarded else \
         None if timed_out else disagreement(document, returncode, sentinel=sentinel is not None)
     return TestRun(outcomes=own, messages=document.messages, output_tail=tail, returncode=returncode,
-                   problem=problem, timed_out=timed_out,
+                   problem=problem, timed_out=timed_out, xfailed=document.xfailed,
                    forged=problem is not None and (guarded or rewritten(document)))
 
 

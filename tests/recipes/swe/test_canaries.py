@@ -156,6 +156,17 @@ def test_a_canary_reported_anything_but_failed_is_the_problem():
     assert real_outcomes(roles, [{"<collection>": "failed"}, {}]) == {"<collection>": "failed"}
 
 
+def test_an_xfail_marked_canary_failing_as_its_mark_expects_is_no_problem():
+    """An xfail-marked test whose body passes (xpass) in its real round: its canary fails, which pytest reports as an
+    expected failure (skipped); the plugin names it in `xfailed`, so it is a canary doing its job, not a forged skip."""
+    roles = [{"t.py::x": "real"}, {"t.py::x": "canary"}]
+    rounds = [{"t.py::x": "passed"}, {"t.py::x": "skipped"}]
+    assert "reported skipped" in (canary_problem(roles, rounds) or "")  # without the plugin's word
+    assert canary_problem(roles, rounds, [frozenset(), frozenset({"t.py::x"})]) is None
+    assert canary_problem(roles, [{"t.py::x": "passed"}, {"t.py::x": "passed"}],
+                          [frozenset(), frozenset({"t.py::x"})]) is not None  # a canary reported passed still is
+
+
 def test_real_rounds_merge_to_the_worst_and_unplaced_tests_are_real_everywhere():
     assert merge_real(["passed", "passed"]) == "passed"
     assert merge_real(["passed", "skipped"]) == "skipped"

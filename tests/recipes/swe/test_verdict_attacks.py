@@ -238,6 +238,21 @@ def test_an_unreadable_outcomes_stream_in_the_probe_is_not_an_error(tiny_store, 
     assert grade.details["forgery_probe"] == INCONCLUSIVE, grade.details
 
 
+def test_an_xpassing_xfail_test_among_the_graded_is_no_canary_problem(tiny_store, tmp_path):
+    """A graded test marked xfail whose body passes (what fixing a known bug does to its xfail test): its canary
+    fails as the mark expects and pytest reports it skipped; the canary rounds take that as the canary failing."""
+    store, instances = tiny_store
+    repo = checkout(store, instances[0], tmp_path / "graded")
+    apply_patch(repo, instances[0]["patch"], reverse=True)
+    with (repo / "tests" / "test_tinymath.py").open("a") as handle:
+        handle.write("\n\nimport pytest\n\n\n@pytest.mark.xfail(reason='known bug')\n"
+                     "def test_known_bug():\n    assert 1 + 1 == 2\n")
+    tests = [*instances[0]["FAIL_TO_PASS"], *instances[0]["PASS_TO_PASS"], "tests/test_tinymath.py::test_known_bug"]
+    run = run_tests(repo, tests, timeout_s=120)
+    assert run.problem is None, run.problem
+    assert run.outcomes["tests/test_tinymath.py::test_known_bug"] == "passed"
+
+
 def test_a_resolved_fix_runs_no_probe(tiny_store):
     store, instances = tiny_store
     grade = grade_patch(store, instances[0], reverse_patch(instances[0]["patch"]), timeout_s=120)
