@@ -21,7 +21,7 @@ from typing import Any
 
 from recipes.swe.testrun import TestRun
 
-PROBE_REASON = "forgery probe (the same tests in pytest's own process, canary rounds)"
+PROBE_REASON = "forgery probe (the tests that did not pass, again in pytest's own process, canary rounds)"
 NOTHING_SEEN = "nothing seen"
 TIMED_OUT = "timed out"
 NO_VERDICT = "no verdict"
