@@ -119,6 +119,12 @@ class GatewayApp:
             receive = _replay(body, receive)
         await _answered(self.admin, scope, receive, send)
 
+    def stop_waiting(self) -> None:
+        """Answer the long-polls in flight now, and later ones at once: the server is stopping (`gateway.server`)."""
+        context = getattr(self.admin.state, "context", None)
+        if context is not None:
+            context.feed_store.stop_waiting()
+
     def _admit(self, scope: dict) -> None:
         """Unauthorized or Forbidden unless the caller of a non-public admin path holds an admin or grader token (the
         routes then check which of the two they need)."""

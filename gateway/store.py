@@ -71,6 +71,7 @@ class SqlStore:
         self.dialect = self._engine.dialect.name
         self._lock_wait_s = lock_wait_s
         self._finished = asyncio.Event()
+        self._stopping = False  # the server is stopping: no long-poll waits (`stop_waiting`)
         commits_wait_on_io = not url.startswith("sqlite") or sqlite_synchronous.upper() in ("FULL", "EXTRA")
         self._committer = make_committer(self._engine, commits_wait_on_io=commits_wait_on_io,
                                          lock_wait_s=lock_wait_s)
@@ -201,10 +202,15 @@ class SqlStore:
             self._finished.clear()
             page = await self._read(lambda conn: _finished_page(conn, after, limit))
             remaining = deadline - time.monotonic()
-            if page.rollouts or remaining <= 0:
+            if page.rollouts or remaining <= 0 or self._stopping:
                 return page
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._finished.wait(), timeout=remaining)
+
+    def stop_waiting(self) -> None:
+        """The server is stopping: the long-polls in flight answer their page now, and later ones do not wait."""
+        self._stopping = True
+        self._finished.set()
 
     # -- events ---------------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.config import load_gateway_config
 from gateway.scripted import Script, ScriptedUpstream, serve
+from gateway.server import GatewayServer
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, free_port
 
 START_TIMEOUT_S = 30.0
@@ -47,9 +48,10 @@ class InProcessGateway:
         db_url = self.db_url or f"sqlite:///{self.db_path}"
         config = load_gateway_config(self.config_path, db_url=db_url, port=self.port,
                                      admin_token=ADMIN_TOKEN, grader_token=GRADER_TOKEN)
-        server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=self.port,
-                                               log_level="warning", access_log=False, lifespan="on",
-                                               loop="asyncio", timeout_keep_alive=75))
+        app = create_app(config)
+        server = GatewayServer(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                              access_log=False, lifespan="on", loop="asyncio", timeout_keep_alive=75),
+                               app)
         self._server, self._thread = server, threading.Thread(target=server.run, name="gateway", daemon=True)
         self._thread.start()
         _wait(lambda: server.started, self._thread, f"in-process gateway on {self.url}")
