@@ -15,12 +15,14 @@ import re
 import socket
 import socketserver
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 MAX_HEAD_BYTES = 64 * 1024
 UPSTREAM_TIMEOUT_S = 3600.0  # the longest silence of the gateway on one call (a slow generation)
 CLIENT_TIMEOUT_S = 60.0  # the longest silence of the sandbox while it sends a request
+LINGER_S, LINGER_BYTES = 1.0, 1024 * 1024  # after a refusal: how long in all, and how much, of the body is read
 MAX_CONNECTIONS = 64  # connections served at once per forwarder (one thread each); more are answered 503
 SAFE_PATH = r"[A-Za-z0-9._~!$&'()*+,;=:@/-]*"
 SAFE_QUERY = r"(\?[A-Za-z0-9._~!$&'()*+,;=:@/?%-]*)?"
@@ -140,6 +142,7 @@ class GatewayForwarder:
             self.refused += 1
             with contextlib.suppress(OSError):
                 client.sendall(refusal(refused.status, str(refused)))
+                _linger(client)
             return
         except OSError:
             return
@@ -168,6 +171,18 @@ class GatewayForwarder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _linger(client: socket.socket) -> None:
+    """After a refusal: end our side, then read what the client still sends (its body) for a bounded while, so that
+    closing with unread data does not reset the connection before the client has read the refusal."""
+    client.shutdown(socket.SHUT_WR)
+    deadline, drained = time.monotonic() + LINGER_S, 0
+    while drained < LINGER_BYTES and (left_s := deadline - time.monotonic()) > 0:
+        client.settimeout(left_s)
+        if not (chunk := client.recv(65536)):
+            return
+        drained += len(chunk)
 
 
 def _read_head(client: socket.socket) -> tuple[bytes, bytes]:
