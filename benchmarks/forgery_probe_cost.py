@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from recipes.swe.datasets import default_store
-from recipes.swe.diffs import tree_diff
+from recipes.swe.diffs import split_patch, tree_diff
 from recipes.swe.generator import GENERATED_DIR, load_instances
 from recipes.swe.grader import checkout, grade_patch
 
@@ -31,7 +31,7 @@ WRONG_FIX = "\n\ndef _unrelated_helper(value):\n    return [value, value]\n"
 def wrong_fix(store: Path, instance: dict, scratch: Path) -> str:
     """The diff of a harmless function appended to the file the bug is in (the bug left in place)."""
     base, repo = checkout(store, instance, scratch / "base"), checkout(store, instance, scratch / "repo")
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    changed = next(iter(split_patch(instance["patch"])))
     with (repo / changed).open("a") as handle:
         handle.write(WRONG_FIX)
     return tree_diff(base, repo)

@@ -24,21 +24,17 @@ def serve(
     public_url: str = typer.Option(None, help="Base URL harnesses use to reach this gateway."),
 ) -> None:
     """Serve the OpenAI-compatible proxy and the admin API (admin token from HARNESSRL_ADMIN_TOKEN)."""
-    import uvicorn
     from uvicorn.main import STARTUP_FAILURE
 
     from gateway.app import create_app
     from gateway.config import load_gateway_config
     from gateway.heap import settle
-    from gateway.server import GatewayServer
+    from gateway.server import GatewayServer, server_config
 
     cfg = load_gateway_config(config, host=host, port=port, db_url=db, public_url=public_url)
     asgi_app = create_app(cfg)
     settle()  # what start-up built is never garbage: kept out of the collector's scans (gateway/heap.py)
-    server_config = uvicorn.Config(asgi_app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
-                                   loop="uvloop", http="httptools", timeout_keep_alive=75, lifespan="on",
-                                   proxy_headers=False, server_header=False)
-    server = GatewayServer(server_config, asgi_app)
+    server = GatewayServer(server_config(asgi_app, cfg.host, cfg.port), asgi_app)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C, re-raised by uvicorn once it has stopped
         server.run()
     if not server.started:  # it could not start (the port taken, the store unreachable): as uvicorn.run exits

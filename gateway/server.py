@@ -16,6 +16,16 @@ import uvicorn
 
 from gateway.app import GatewayApp
 
+KEEP_ALIVE_S = 75  # an idle harness connection is kept open this long (uvicorn's default: 5 s)
+
+
+def server_config(app: GatewayApp, host: str, port: int, *, loop: str = "uvloop") -> uvicorn.Config:
+    """uvicorn's settings for the gateway (`harnessrl gateway serve` and the in-process test gateway alike): httptools,
+    no access log, no proxy headers, no server header."""
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop=loop,
+                          http="httptools", timeout_keep_alive=KEEP_ALIVE_S, lifespan="on",
+                          proxy_headers=False, server_header=False)
+
 
 class GatewayServer(uvicorn.Server):
     """uvicorn's server for one `GatewayApp`: its shutdown answers the app's long-polls first."""

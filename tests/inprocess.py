@@ -19,7 +19,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.config import load_gateway_config
 from gateway.scripted import Script, ScriptedUpstream, serve
-from gateway.server import GatewayServer
+from gateway.server import GatewayServer, server_config
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, free_port
 
 START_TIMEOUT_S = 30.0
@@ -49,9 +49,7 @@ class InProcessGateway:
         config = load_gateway_config(self.config_path, db_url=db_url, port=self.port,
                                      admin_token=ADMIN_TOKEN, grader_token=GRADER_TOKEN)
         app = create_app(config)
-        server = GatewayServer(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                              access_log=False, lifespan="on", loop="asyncio", timeout_keep_alive=75),
-                               app)
+        server = GatewayServer(server_config(app, "127.0.0.1", self.port, loop="asyncio"), app)
         self._server, self._thread = server, threading.Thread(target=server.run, name="gateway", daemon=True)
         self._thread.start()
         _wait(lambda: server.started, self._thread, f"in-process gateway on {self.url}")

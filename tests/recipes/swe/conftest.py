@@ -80,13 +80,13 @@ def appended_checkout(store: Path, instance: dict, workdir: Path, appended: str,
                       fixed: bool = False) -> tuple[Path, str]:
     """A fresh checkout of `instance` under `workdir` (its bug fixed when `fixed`) with `appended` written at the end of
     the file its bug changed: (the checkout, that file)."""
-    from recipes.swe.diffs import apply_patch
+    from recipes.swe.diffs import apply_patch, split_patch
     from recipes.swe.grader import checkout
 
     repo = checkout(store, instance, workdir / "repo")
     if fixed:
         apply_patch(repo, instance["patch"], reverse=True)
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    changed = next(iter(split_patch(instance["patch"])))
     with (repo / changed).open("a") as handle:
         handle.write(appended)
     return repo, changed

@@ -14,7 +14,7 @@ import pytest
 
 from recipes.swe import diffs
 from recipes.swe import grader as grader_module
-from recipes.swe.diffs import apply_patch, tree_diff, tree_files
+from recipes.swe.diffs import apply_patch, split_patch, tree_diff, tree_files
 from recipes.swe.generator import base_path
 from recipes.swe.grader import checkout, grade_patch, grade_workdir
 from recipes.swe.patch_policy import review_patch
@@ -89,7 +89,7 @@ def test_a_symlink_to_the_pristine_source_is_tampering(tiny_store, tmp_path):
     store, instances = tiny_store
     instance = instances[0]
     repo = _agent_repo(store, instance, tmp_path)
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    changed = next(iter(split_patch(instance["patch"])))
     (repo / changed).unlink()
     (repo / changed).symlink_to(base_path(store, instance) / changed)  # the fixed file, straight from the store
     grade = grade_workdir(store, instance, repo)
@@ -130,7 +130,7 @@ def test_binary_and_symlink_diffs_are_tampering(tiny_store, patch):
 
 def _edit_source(store: Path, instance: dict, repo: Path, appended: str) -> None:
     """Append code to the buggy module (an allowed edit: the policy lets it through)."""
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    changed = next(iter(split_patch(instance["patch"])))
     with (repo / changed).open("a") as handle:
         handle.write(appended)
 

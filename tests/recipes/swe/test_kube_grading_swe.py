@@ -15,7 +15,7 @@ import yaml
 from controller.config import KubernetesSettings
 from controller.recipe import GradeInput
 from recipes.swe import grading_job
-from recipes.swe.diffs import apply_patch
+from recipes.swe.diffs import apply_patch, split_patch
 from recipes.swe.forgery_probe import PROBE_REASON
 from recipes.swe.grading_job import NONCE_ENV
 from recipes.swe.grading_job_pod import verdict_line
@@ -143,7 +143,7 @@ def test_a_forgery_graded_in_a_job_is_zero_and_the_probe_job_names_it(kube, tiny
     """The forgery reaches nothing behind the pod's boundary (reward 0); the probe Job, the same input without the
     boundary's files, runs it in pytest's process, where the canary rounds name it `tamper`."""
     instance, task, repo = _attempt(tiny_store, tmp_path / "r1.a1")
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    changed = next(iter(split_patch(instance["patch"])))
     with (repo / changed).open("a") as handle:
         handle.write(TARGETED_REPORTS.replace("TARGETS", repr(set(instance["FAIL_TO_PASS"]))))
     seen: dict = {}
@@ -166,7 +166,7 @@ def test_a_probe_job_the_cluster_cannot_run_leaves_the_grade_as_it_was(kube, tin
     """An honest wrong fix: the boundary's Job says unresolved; the probe Job's creation is refused (an API error,
     infra anywhere else): the grade stays reward 0 without `tamper`, the probe without a finding, never infra."""
     instance, task, repo = _attempt(tiny_store, tmp_path / "r1.a1")
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    changed = next(iter(split_patch(instance["patch"])))
     with (repo / changed).open("a") as handle:
         handle.write("\n\ndef _unrelated_helper(value):\n    return [value, value]\n")
     run_the_pod = _run_the_pod(kube, pod_dir, nobody_python, {})
@@ -260,7 +260,7 @@ def test_an_input_the_agents_diff_made_too_large_is_the_agents_zero_not_infra(ku
     alone = sum(len(data) for data in grading_job.pack_grading_input(
         repo, instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"], 60.0).values())
     monkeypatch.setattr(grading_job, "MAX_SECRET_BYTES", alone + 8_000)  # the runner files counted in `alone`
-    changed = instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    changed = next(iter(split_patch(instance["patch"])))
     with (repo / changed).open("a") as handle:
         handle.write("".join(f"# {index:064x}\n" for index in range(4_000)))  # incompressible enough
     grade = _recipe(kube, tiny_store[0]).grade(GradeInput(task=task, workdir=tmp_path / "r1.a1", calls=[],

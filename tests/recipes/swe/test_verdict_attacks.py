@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.swe.diffs import apply_patch, tree_diff, tree_files
+from recipes.swe.diffs import apply_patch, split_patch, tree_diff, tree_files
 from recipes.swe.forgery_probe import INCONCLUSIVE, NOTHING_SEEN, PROBE_REASON
 from recipes.swe.grader import checkout, grade_patch
 from recipes.swe.grading_job import pack_grading_input
@@ -101,17 +101,13 @@ ATTACKS = {"targeted report rewriting": TARGETED_REPORTS, "assertions swallowed"
            "runner reached by assembled names": ASSEMBLED_RUNNER}
 
 
-def _changed_file(instance: dict) -> str:
-    return instance["patch"].split(" b/", 1)[1].split("\n", 1)[0]
-
-
 def _attack_patch(store: Path, instance: dict, workdir: Path, attack: str, fixed: bool = False) -> str:
     """The agent's diff: `attack` (its TARGETS the instance's FAIL_TO_PASS ids) appended to the module under test,
     with the bug left in place (or fixed too)."""
     base, repo = checkout(store, instance, workdir / "base"), checkout(store, instance, workdir / "repo")
     if fixed:
         apply_patch(repo, instance["patch"], reverse=True)
-    with (repo / _changed_file(instance)).open("a") as handle:
+    with (repo / next(iter(split_patch(instance["patch"])))).open("a") as handle:
         handle.write(attack.replace("TARGETS", repr(set(instance["FAIL_TO_PASS"]))))
     return tree_diff(base, repo)
 
