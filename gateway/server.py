@@ -15,15 +15,16 @@ import socket
 import uvicorn
 
 from gateway.app import GatewayApp
+from gateway.http_protocol import GatewayHttpProtocol
 
 KEEP_ALIVE_S = 75  # an idle harness connection is kept open this long (uvicorn's default: 5 s)
 
 
 def server_config(app: GatewayApp, host: str, port: int, *, loop: str = "uvloop") -> uvicorn.Config:
-    """uvicorn's settings for the gateway (`harnessrl gateway serve` and the in-process test gateway alike): httptools,
-    no access log, no proxy headers, no server header."""
+    """uvicorn's settings for the gateway (`harnessrl gateway serve` and the in-process test gateway alike): its HTTP
+    protocol (`gateway.http_protocol`: bounded request heads), no access log, no proxy headers, no server header."""
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop=loop,
-                          http="httptools", timeout_keep_alive=KEEP_ALIVE_S, lifespan="on",
+                          http=GatewayHttpProtocol, timeout_keep_alive=KEEP_ALIVE_S, lifespan="on",
                           proxy_headers=False, server_header=False)
 
 

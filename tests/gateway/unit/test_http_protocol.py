@@ -1,0 +1,202 @@
+"""The gateway's HTTP protocol bounds a request's head in bytes and in time (gateway/http_protocol.py), driven on a
+recording transport: no socket, no server process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from gateway import http_protocol
+from gateway.http_protocol import MAX_HEAD_BYTES, GatewayHttpProtocol
+
+
+class RecordingTransport(asyncio.Transport):
+    """What the protocol wrote, and whether it closed the connection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closed = False
+        self.closed_by_server = False  # closed before the test ended the connection
+        self.eof = False
+
+    def write(self, data) -> None:
+        self.written += bytes(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8100)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class EchoApp:
+    """Answers each request with the size of its body; remembers the paths it served."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    async def __call__(self, scope, receive, send) -> None:
+        size, more = 0, True
+        while more:
+            message = await receive()
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False)
+        self.paths.append(scope["path"])
+        body = str(size).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _connection(chunks: list[bytes], *, settle_s: float = 0.0, keep_alive_s: float = 5.0):
+    app = EchoApp()
+    config = Config(app, http=GatewayHttpProtocol, lifespan="off", log_level="warning", server_header=False,
+                    date_header=False, timeout_keep_alive=keep_alive_s)
+    config.load()
+    protocol = GatewayHttpProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    for chunk in chunks:
+        if not transport.closed:
+            protocol.data_received(chunk)
+        await asyncio.sleep(0)
+    for _ in range(20):  # the app's tasks
+        await asyncio.sleep(0)
+    await asyncio.sleep(settle_s)
+    transport.closed_by_server = transport.closed
+    if not transport.closed:
+        protocol.connection_lost(None)
+    return app, transport
+
+
+def run(chunks: list[bytes], **kwargs):
+    return asyncio.run(_connection(chunks, **kwargs))
+
+
+def _refusal(transport: RecordingTransport) -> tuple[int, dict]:
+    head, body = transport.written.split(b"\r\n\r\n", 1)
+    return int(head.split(b" ")[1]), json.loads(body)["error"]
+
+
+def _request(path: str = "/health", headers: bytes = b"", body: bytes = b"") -> bytes:
+    return b"POST %s HTTP/1.1\r\nhost: x\r\n%scontent-length: %d\r\n\r\n%s" % (path.encode(), headers, len(body), body)
+
+
+PAD_LINE = b"x-pad: " + b"a" * 1000 + b"\r\n"
+
+
+@pytest.mark.parametrize("chunks", [
+    [b"GET /health HTTP/1.1\r\nhost: x\r\n"] + [PAD_LINE] * 80,  # many headers
+    [b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: "] + [b"a" * 1000] * 80,  # one header value that never ends
+    [b"GET /" + b"a" * 1000] + [b"a" * 1000] * 80,  # a request line that never ends
+], ids=["many-headers", "one-endless-value", "endless-url"])
+def test_a_head_over_the_limit_is_431_and_closed_before_the_app_sees_it(monkeypatch, chunks):
+    monkeypatch.setattr(http_protocol, "LINGER_S", 0.05)
+    app, transport = run(chunks, settle_s=0.2)
+    status, error = _refusal(transport)
+    assert (status, error["code"]) == (431, "request_head_too_large")
+    assert str(MAX_HEAD_BYTES) in error["message"]
+    assert transport.eof and transport.closed_by_server and app.paths == []
+
+
+def test_a_refused_connection_ends_its_side_and_drops_what_still_comes_before_closing():
+    chunks = [b"GET /health HTTP/1.1\r\nhost: x\r\n"] + [PAD_LINE] * 80 + [_request("/after")]
+    app, transport = run(chunks)  # LINGER_S not over yet
+    assert transport.written.startswith(b"HTTP/1.1 431 ") and transport.eof and not transport.closed_by_server
+    assert transport.written.count(b"HTTP/1.1") == 1 and app.paths == []  # the request after it was dropped
+
+
+def test_a_refused_connection_that_keeps_sending_is_closed_at_once(monkeypatch):
+    monkeypatch.setattr(http_protocol, "LINGER_BYTES", 5000)
+    app, transport = run([b"GET /health HTTP/1.1\r\nhost: x\r\n"] + [PAD_LINE] * 90)
+    assert transport.written.startswith(b"HTTP/1.1 431 ") and transport.closed_by_server
+
+
+def test_a_large_head_under_the_limit_and_a_large_body_are_served():
+    body = b"b" * 300_000
+    request = _request(headers=PAD_LINE * 60, body=body)
+    app, transport = run([request[i:i + 8192] for i in range(0, len(request), 8192)])
+    assert transport.written.startswith(b"HTTP/1.1 200") and transport.written.endswith(b"300000")
+    assert app.paths == ["/health"]
+
+
+def test_a_head_and_a_large_body_in_one_chunk_are_served():
+    app, transport = run([_request(body=b"b" * 300_000)])
+    assert transport.written.startswith(b"HTTP/1.1 200") and app.paths == ["/health"]
+
+
+def test_pipelined_requests_after_a_large_body_are_served():
+    chunk = _request("/a", body=b"b" * 200_000) + _request("/b", headers=PAD_LINE * 30)
+    app, transport = run([chunk, b""])
+    assert app.paths == ["/a", "/b"] and transport.written.count(b"HTTP/1.1 200") == 2
+
+
+def test_every_request_of_a_keep_alive_connection_gets_its_own_head_budget():
+    requests = [_request(f"/{i}", headers=PAD_LINE * 50) for i in range(4)]  # 4 x 50 KB: each under the limit
+    app, transport = run([piece for request in requests for piece in (request[:30_000], request[30_000:])])
+    assert app.paths == ["/0", "/1", "/2", "/3"]
+
+
+def test_a_head_that_does_not_arrive_in_time_is_408(monkeypatch):
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(http_protocol, "LINGER_S", 0.05)
+    app, transport = run([b"GET /health HTTP/1.1\r\nhost: x\r\n"], settle_s=0.3)
+    status, error = _refusal(transport)
+    assert (status, error["code"]) == (408, "request_head_timeout") and transport.closed_by_server
+    assert app.paths == []
+
+
+def test_a_head_completed_in_time_is_not_timed_out(monkeypatch):
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 0.05)
+    request = _request()
+    app, transport = run([request[:20], request[20:]], settle_s=0.2)  # the clock runs from the first chunk
+    assert transport.written.startswith(b"HTTP/1.1 200") and b"408" not in transport.written
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_keep_alive_timeout():
+    app, transport = run([], settle_s=0.2, keep_alive_s=0.05)
+    assert transport.closed_by_server and transport.written == b""
+
+
+def _chunked(parts: list[bytes], trailers: bytes = b"") -> bytes:
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in parts)
+    head = b"POST /chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+    return head + framed + b"0\r\n" + trailers + b"\r\n"
+
+
+def test_a_chunked_body_with_its_framing_and_a_trailer_is_served():
+    request = _chunked([b"p" * 100] * 1000, trailers=b"x-checksum: 1234\r\n")
+    app, transport = run([request[i:i + 4096] for i in range(0, len(request), 4096)])
+    assert app.paths == ["/chunked"] and transport.written.startswith(b"HTTP/1.1 200")
+    assert transport.written.endswith(b"100000")
+
+
+@pytest.mark.parametrize("trailer_chunks", [
+    [PAD_LINE] * 80,  # many trailers
+    [b"x-trail: "] + [b"a" * 1000] * 80,  # one trailer value that never ends
+], ids=["many-trailers", "one-endless-trailer"])
+def test_endless_trailers_close_the_connection(trailer_chunks):
+    opening = b"POST /chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
+    app, transport = run([opening, b"0\r\n", *trailer_chunks])
+    assert transport.closed_by_server
+    assert b"HTTP/1.1 200" not in transport.written  # the app never saw the body end
