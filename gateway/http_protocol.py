@@ -1,16 +1,24 @@
-"""The gateway's HTTP/1.1 server protocol: uvicorn's httptools protocol with a bounded request head.
+"""The gateway's HTTP/1.1 server protocol: uvicorn's httptools protocol, with what one connection may hold bounded.
 
-uvicorn keeps a request's line and headers in memory until the head ends, with no limit on their size or on how long
-they take (measured: one connection sending 200 MB of headers grew the gateway by 200 MB), and a connection that
-sends nothing is kept forever. Harnesses are the policy's programs and reach the gateway directly on Kubernetes, so
-`GatewayHttpProtocol` bounds what one connection can hold before its request reaches the app:
+uvicorn keeps a request's line and headers in memory until the head ends, with no limit on their size, their count
+or how long they take, queues every pipelined request a chunk holds, keeps trailers, and holds a connection that
+trickles bytes forever (measured: one connection sending 200 MB of headers grew the gateway by 200 MB; one
+pipelining small requests, by 2.5 GB in 12 s). Harnesses are the policy's programs and reach the gateway directly on
+Kubernetes, so `GatewayHttpProtocol` bounds each connection before its requests reach the app:
 
-- a head (request line and headers) over `MAX_HEAD_BYTES` is answered 431 and the connection closed;
-- a head not complete `HEAD_TIMEOUT_S` after its first chunk is answered 408 and the connection closed;
-- a new connection that sends nothing is closed after the keep-alive timeout, as an idle one is between requests.
+- a head (request line and headers, and any blank lines before it) over `MAX_HEAD_BYTES` or `MAX_HEADERS` headers is
+  answered 431; one not complete `HEAD_TIMEOUT_S` after its first chunk 408;
+- a body not complete `BODY_TIMEOUT_S` after its head closes the connection (the app has the request: it sees a
+  disconnect), as do trailers or chunk framing past `MAX_HEAD_BYTES` (trailers are not kept: the app never reads
+  them) and more than `MAX_PIPELINED` requests queued behind the one being answered;
+- a refusal ends the gateway's side and drops what still comes (at most `LINGER_S`, `LINGER_BYTES`) before closing,
+  since closing with unread bytes resets the connection and a client still sending would lose the answer that
+  names the fix; while another answer is on its way the connection is closed instead;
+- a new connection that sends nothing is closed after the keep-alive timeout, as an idle one is between requests, and
+  a connection lost to a reset lets go of its state at once (uvicorn kept it until its keep-alive timer fired).
 
-Bodies were bounded already (uvicorn stops reading past 64 KiB unread, the gateway refuses bodies over its
-`max_body_bytes`).
+Bodies were bounded already: uvicorn stops reading past 64 KiB unread, the gateway refuses bodies over
+`max_body_bytes`.
 """
 
 from __future__ import annotations
@@ -22,28 +30,44 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from gateway.errors import error_body
 
 MAX_HEAD_BYTES = 64 * 1024
-"""The largest request head (request line and headers) served; the harness SDKs and CLIs send a few KiB."""
-
+"""The largest request head served (request line and headers); the harness SDKs and CLIs send a few KiB."""
+MAX_HEADERS = 256
+"""The most headers a request head (or its trailers) may carry; the SDKs send about 20."""
+HEADER_COST_BYTES = 64
+"""What each header or trailer costs against `MAX_HEAD_BYTES` beside its bytes (what keeping it costs in memory)."""
+MAX_PIPELINED = 8
+"""The most requests queued behind the one being answered (no harness client pipelines)."""
 HEAD_TIMEOUT_S = 30.0
 """How long a request's head may take from its first chunk."""
-
+BODY_TIMEOUT_S = 300.0
+"""How long a request's body may take from the end of its head (a harness sends its body at once)."""
 LINGER_S = 1.0
 """How long a refused connection's further bytes are read and dropped before it is closed."""
-
 LINGER_BYTES = 1 << 20
 """How many further bytes a refused connection may send before it is closed at once."""
+FRAME_BYTES_PER_CHUNK = 32
+"""The chunk framing (size line and line ends) a chunked body may spend per chunk, beyond `MAX_HEAD_BYTES`."""
 
+IDLE, HEAD, BODY = 0, 1, 2  # between requests, inside a request's head, inside its body
+CLOSE = (0, "", "")  # a refusal answered by closing the connection alone
 _REASONS = {431: b"Request Header Fields Too Large", 408: b"Request Timeout"}
 
 
+class _Refused(Exception):
+    """Raised in a parser callback to stop parsing at once; `send_400_response` then refuses."""
+
+
 class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol whose request heads are bounded in bytes and in time."""
+    """uvicorn's httptools protocol whose requests' heads, bodies, trailers and pipelining are bounded."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._in_head, self._head_bytes, self._began = True, 0, False
-        self._in_body, self._frame_bytes, self._body_bytes, self._head_ended = False, 0, 0, False
+        self._state, self._head_bytes, self._head_headers = IDLE, 0, 0
+        self._frame_bytes, self._chunks, self._body_bytes, self._completed, self._head_ended = 0, 0, 0, False, False
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._refusal: tuple[int, str, str] | None = None
+        self._answering = None  # the cycle whose app runs (uvicorn keeps only the newest in `cycle`)
         self._dropping: int | None = None  # refused: the bytes dropped since (None: serving)
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
@@ -53,70 +77,111 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             if self._dropping > LINGER_BYTES:
                 self.transport.close()
             return
-        self._began = self._head_ended = False
-        self._body_bytes = 0
+        self._completed, self._head_ended, self._body_bytes = False, False, 0
         super().data_received(data)
-        if self._in_head and not self.transport.is_closing():  # rare: a head split over several chunks
+        if self.transport.is_closing() or self._dropping is not None:
+            return
+        if self._state == HEAD or (self._state == IDLE and not self._completed):  # a head spans chunks (rare)
             self._head_continues(len(data))
-        elif self._in_body and not (self._began or self._head_ended) and len(data) > self._body_bytes:
-            self._frame_continues(len(data) - self._body_bytes)
-
-    def _frame_continues(self, size: int) -> None:
-        """A chunk inside a request's body held `size` bytes that are not body: chunk size lines and trailers, which
-        the parser keeps as headers. The app has the request already: past the bound the connection is closed."""
-        self._frame_bytes += size
-        if self._frame_bytes > MAX_HEAD_BYTES:
-            self.logger.warning("closed a connection whose request sent over %d bytes of chunk framing and trailers",
-                                MAX_HEAD_BYTES)
-            self.transport.close()
+        elif self._state == BODY:  # a body spans chunks (the chunk where the head ended holds head bytes: not counted)
+            self._body_continues(0 if self._head_ended else len(data) - self._body_bytes)
 
     def _head_continues(self, size: int) -> None:
-        """A chunk ended inside a head. A chunk in which a message began is not counted (the bytes before that
-        message's first byte are not its head, and the parser's position is not exposed): a head may hold one chunk
-        more than the limit. The head's clock starts here, not per request: most heads arrive in one chunk."""
-        self._head_bytes = 0 if self._began else self._head_bytes + size
-        if self._head_bytes > MAX_HEAD_BYTES:
-            self._refuse(431, f"the request's head (request line and headers) is over {MAX_HEAD_BYTES} bytes; "
-                              "send large data in the body", "request_head_too_large")
+        """The chunk ended inside a head (or held only what comes between requests). The whole chunk counts: it can
+        hold the end of a pipelined request before this head, a bounded over-count."""
+        self._head_bytes += size
+        headers = len(self.headers)  # uvicorn's list, begun with the message
+        if headers > MAX_HEADERS or self._head_bytes + HEADER_COST_BYTES * headers > MAX_HEAD_BYTES:
+            self._refuse(_too_large())
         elif self._head_timer is None:
             self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timed_out)
 
+    def _body_continues(self, frame_bytes: int) -> None:
+        """The chunk ended inside a body; `frame_bytes` of it were not body (chunk framing, trailers)."""
+        self._frame_bytes += max(frame_bytes, 0)
+        trailers = len(self.headers) - self._head_headers  # uvicorn adds trailers to the head's list
+        if (trailers > MAX_HEADERS or self._frame_bytes + HEADER_COST_BYTES * trailers
+                > MAX_HEAD_BYTES + FRAME_BYTES_PER_CHUNK * self._chunks):
+            self.logger.warning("closed a connection whose request sent over %d bytes of chunk framing and trailers",
+                                MAX_HEAD_BYTES)
+            self._close_now()
+        elif self._body_timer is None:
+            self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_timed_out)
+
+    # -- the parser's callbacks ----------------------------------------------------------------------------------
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._head_bytes, self._began = True, 0, True
+        self._state = HEAD
 
     def on_headers_complete(self) -> None:
-        self._in_head, self._in_body, self._head_ended, self._frame_bytes = False, True, True, 0
+        if len(self.headers) > MAX_HEADERS:  # a head in one chunk (a head over several is counted as it comes)
+            self._stop(_too_large())
+        if self.cycle is not None and not self.cycle.response_complete and len(self.pipeline) >= MAX_PIPELINED:
+            self._stop(CLOSE)
+        self._state, self._head_bytes, self._frame_bytes, self._chunks = BODY, 0, 0, 0
+        self._head_ended, self._head_headers = True, len(self.headers)
         if self._head_timer is not None:
-            self._cancel_head_timer()
+            self._head_timer.cancel()
+            self._head_timer = None
         super().on_headers_complete()
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         super().on_body(body)
 
     def on_message_complete(self) -> None:
-        self._in_body = False
+        self._state, self._completed = IDLE, True
+        del self.headers[self._head_headers:]  # trailers: never kept (uvicorn adds them to the headers the app holds)
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         super().on_message_complete()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_head_timer()
-        super().connection_lost(exc)
+    # -- refusals and the end of a connection --------------------------------------------------------------------
+
+    def _stop(self, refusal: tuple[int, str, str]) -> None:
+        """Refuse from inside the parser: raising stops it; uvicorn reports the parser error to `send_400_response`."""
+        self._refusal = refusal
+        raise _Refused
+
+    def send_400_response(self, msg: str) -> None:
+        if self._refusal is None:
+            super().send_400_response(msg)
+        else:
+            self._refuse(self._refusal)
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._in_head and not self.transport.is_closing():
-            self._refuse(408, f"the request's head did not arrive within {HEAD_TIMEOUT_S:g} s", "request_head_timeout")
+        if self._state == BODY or self.transport.is_closing() or self._dropping is not None:
+            return
+        if self._state == IDLE and self.cycle is not None and not self.cycle.response_complete:
+            # stray bytes after a request whose answer is still on its way (a long call): no head began; wait on
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timed_out)
+            return
+        self._refuse((408, f"the request's head did not arrive within {HEAD_TIMEOUT_S:g} s", "request_head_timeout"))
 
-    def _cancel_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if self._state == BODY and not self.transport.is_closing():
+            self.logger.warning("closed a connection whose request body took over %g s", BODY_TIMEOUT_S)
+            self._close_now()
 
-    def _refuse(self, status: int, message: str, code: str) -> None:
-        """Answer `status` with the gateway's JSON error, end our side, drop what still comes, then close: nothing of
-        the request reaches the app."""
-        self._cancel_head_timer()
+    def _refuse(self, refusal: tuple[int, str, str]) -> None:
+        """Answer the refusal's status with the gateway's JSON error, end our side, drop what still comes, then close;
+        for `CLOSE`, or while another answer is on its way (pipelining), only close. The request never reaches the
+        app."""
+        self._cancel_timers()
+        status, message, code = refusal
+        answering = self.cycle is not None and not self.cycle.response_complete
+        if status == 0 or answering:
+            self._close_now()
+            return
+        if self._state == HEAD:
+            del self.headers[:]  # the refused head's headers: no app holds them
         body = error_body(message, "invalid_request_error", code=code)
         head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
                 % (status, _REASONS[status], len(body)))
@@ -125,3 +190,33 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
+
+    def _start_asgi_task(self, cycle, app) -> None:
+        self._answering = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def _close_now(self) -> None:
+        """Close the connection under its requests: their apps see a disconnect, their answers go nowhere (uvicorn
+        would write them to the closed transport, an error in the app's `send`)."""
+        for cycle in (self._answering, self.cycle, *(queued for queued, _ in self.pipeline)):
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+        self.transport.close()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._head_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+        self._unset_keepalive_if_required()  # uvicorn cancels it only on a clean close: a reset kept all for 75 s
+        self.headers, self.pipeline, self._answering = [], type(self.pipeline)(), None
+
+
+def _too_large() -> tuple[int, str, str]:
+    return (431, f"the request's head (request line and headers) is over {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} "
+                 "headers; send large data in the body", "request_head_too_large")

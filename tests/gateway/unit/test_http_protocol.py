@@ -11,7 +11,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from gateway import http_protocol
-from gateway.http_protocol import MAX_HEAD_BYTES, GatewayHttpProtocol
+from gateway.http_protocol import MAX_HEAD_BYTES, MAX_HEADERS, MAX_PIPELINED, GatewayHttpProtocol
 
 
 class RecordingTransport(asyncio.Transport):
@@ -54,8 +54,10 @@ class EchoApp:
 
     def __init__(self) -> None:
         self.paths: list[str] = []
+        self.header_names: list[list[bytes]] = []
 
     async def __call__(self, scope, receive, send) -> None:
+        self.header_names.append([name for name, _ in scope["headers"]])
         size, more = 0, True
         while more:
             message = await receive()
@@ -184,11 +186,13 @@ def _chunked(parts: list[bytes], trailers: bytes = b"") -> bytes:
     return head + framed + b"0\r\n" + trailers + b"\r\n"
 
 
-def test_a_chunked_body_with_its_framing_and_a_trailer_is_served():
-    request = _chunked([b"p" * 100] * 1000, trailers=b"x-checksum: 1234\r\n")
-    app, transport = run([request[i:i + 4096] for i in range(0, len(request), 4096)])
+@pytest.mark.parametrize("count", [1000, 20_000])  # 20,000 chunks: 120 KB of framing for a 2 MB upload
+def test_a_chunked_body_with_its_framing_and_a_trailer_is_served_and_the_trailer_not_kept(count):
+    request = _chunked([b"p" * 100] * count, trailers=b"x-checksum: 1234\r\n")
+    app, transport = run([request[i:i + 65536] for i in range(0, len(request), 65536)])
     assert app.paths == ["/chunked"] and transport.written.startswith(b"HTTP/1.1 200")
-    assert transport.written.endswith(b"100000")
+    assert transport.written.endswith(str(100 * count).encode())
+    assert b"x-checksum" not in app.header_names[0]
 
 
 @pytest.mark.parametrize("trailer_chunks", [
@@ -200,3 +204,55 @@ def test_endless_trailers_close_the_connection(trailer_chunks):
     app, transport = run([opening, b"0\r\n", *trailer_chunks])
     assert transport.closed_by_server
     assert b"HTTP/1.1 200" not in transport.written  # the app never saw the body end
+
+
+@pytest.mark.parametrize("headers", [b"a:\r\n" * (MAX_HEADERS + 1), b"a:\r\n" * 15_000],
+                         ids=["one-over", "thousands-of-tiny-headers"])
+def test_too_many_headers_are_431(monkeypatch, headers):
+    monkeypatch.setattr(http_protocol, "LINGER_S", 0.05)
+    app, transport = run([b"GET /health HTTP/1.1\r\nhost: x\r\n" + headers + b"\r\n"], settle_s=0.2)
+    assert _refusal(transport)[0] == 431 and transport.closed_by_server and app.paths == []
+
+
+def test_as_many_headers_as_allowed_are_served():
+    app, transport = run([b"GET /health HTTP/1.1\r\n" + b"a:\r\n" * (MAX_HEADERS - 1) + b"host: x\r\n\r\n"])
+    assert app.paths == ["/health"]
+
+
+def test_the_chunk_a_head_begins_in_counts():
+    app, transport = run([b"GET /health HTTP/1.1\r\nx-pad: " + b"a" * (MAX_HEAD_BYTES + 1)])
+    assert _refusal(transport)[0] == 431 and app.paths == []
+
+
+def test_pipelining_past_the_cap_closes_the_connection():
+    app, transport = run([b"GET /p HTTP/1.1\r\nhost: x\r\n\r\n" * 1000])
+    assert transport.closed_by_server and len(app.paths) <= 1 + MAX_PIPELINED
+
+
+def test_bytes_trickled_between_requests_are_408(monkeypatch):
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(http_protocol, "LINGER_S", 0.05)
+    app, transport = run([_request(), b"\r\n", b"\r\n"], settle_s=0.3)  # blank lines only, never a request
+    assert app.paths == ["/health"] and b"HTTP/1.1 408 " in transport.written and transport.closed_by_server
+
+
+@pytest.mark.parametrize("rest", [b"", b"x" * 10], ids=["nothing", "a trickle"])
+def test_a_body_that_does_not_arrive_in_time_closes_the_connection(monkeypatch, rest):
+    monkeypatch.setattr(http_protocol, "BODY_TIMEOUT_S", 0.05)
+    head = b"POST /slow HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n"
+    app, transport = run([head, b"x" * 10, rest], settle_s=0.3)
+    assert transport.closed_by_server and b"HTTP/1.1 200" not in transport.written
+
+
+def test_a_reset_connection_lets_go_of_its_state_at_once():
+    async def scenario():
+        config = Config(EchoApp(), http=GatewayHttpProtocol, lifespan="off", log_level="warning")
+        config.load()
+        protocol = GatewayHttpProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        protocol.connection_made(RecordingTransport())
+        protocol.data_received(b"GET /health HTTP/1.1\r\nhost: x\r\n" + PAD_LINE * 10)  # a head in progress
+        protocol.connection_lost(ConnectionResetError())
+        return protocol
+
+    protocol = asyncio.run(scenario())
+    assert protocol.timeout_keep_alive_task is None and protocol.headers == [] and not protocol.pipeline
