@@ -8,9 +8,11 @@ Kubernetes, so `GatewayHttpProtocol` bounds each connection before its requests 
 
 - a head (request line and headers, and any blank lines before it) over `MAX_HEAD_BYTES` or `MAX_HEADERS` headers is
   answered 431; one not complete `HEAD_TIMEOUT_S` after its first chunk 408;
-- a body not complete `BODY_TIMEOUT_S` after its head closes the connection (the app has the request: it sees a
-  disconnect), as do trailers or chunk framing past `MAX_HEAD_BYTES` (trailers are not kept: the app never reads
-  them) and more than `MAX_PIPELINED` requests queued behind the one being answered;
+- the rest of a request's body not arrived `DRAIN_TIMEOUT_S` after the gateway answered it (without reading it all)
+  closes the connection, as do trailers or chunk framing past `MAX_HEAD_BYTES` (trailers are not kept: the app never
+  reads them) and more than `MAX_PIPELINED` requests queued behind the one being answered (the apps of requests
+  under a close see a disconnect); a body the app is still reading has no deadline here (the app reads at most
+  `max_body_bytes`, and the rollout's own timeout ends its harness);
 - a refusal ends the gateway's side and drops what still comes (at most `LINGER_S`, `LINGER_BYTES`) before closing,
   since closing with unread bytes resets the connection and a client still sending would lose the answer that
   names the fix; while another answer is on its way the connection is closed instead;
@@ -39,8 +41,8 @@ MAX_PIPELINED = 8
 """The most requests queued behind the one being answered (no harness client pipelines)."""
 HEAD_TIMEOUT_S = 30.0
 """How long a request's head may take from its first chunk."""
-BODY_TIMEOUT_S = 300.0
-"""How long a request's body may take from the end of its head (a harness sends its body at once)."""
+DRAIN_TIMEOUT_S = 30.0
+"""How long the rest of a request's body may take once the gateway has answered the request."""
 LINGER_S = 1.0
 """How long a refused connection's further bytes are read and dropped before it is closed."""
 LINGER_BYTES = 1 << 20
@@ -105,8 +107,6 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self.logger.warning("closed a connection whose request sent over %d bytes of chunk framing and trailers",
                                 MAX_HEAD_BYTES)
             self._close_now()
-        elif self._body_timer is None:
-            self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_timed_out)
 
     # -- the parser's callbacks ----------------------------------------------------------------------------------
 
@@ -164,10 +164,16 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return
         self._refuse((408, f"the request's head did not arrive within {HEAD_TIMEOUT_S:g} s", "request_head_timeout"))
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._state == BODY and self._body_timer is None and not self.transport.is_closing():
+            self._body_timer = self.loop.call_later(DRAIN_TIMEOUT_S, self._body_timed_out)  # answered, body unread
+
     def _body_timed_out(self) -> None:
         self._body_timer = None
         if self._state == BODY and not self.transport.is_closing():
-            self.logger.warning("closed a connection whose request body took over %g s", BODY_TIMEOUT_S)
+            self.logger.warning("closed a connection whose answered request's body did not end within %g s",
+                                DRAIN_TIMEOUT_S)
             self._close_now()
 
     def _refuse(self, refusal: tuple[int, str, str]) -> None:

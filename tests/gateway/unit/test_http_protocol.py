@@ -70,8 +70,9 @@ class EchoApp:
         await send({"type": "http.response.body", "body": body})
 
 
-async def _connection(chunks: list[bytes], *, settle_s: float = 0.0, keep_alive_s: float = 5.0):
-    app = EchoApp()
+async def _connection(chunks: list[bytes], *, settle_s: float = 0.0, keep_alive_s: float = 5.0,
+                      app: EchoApp | None = None):
+    app = app or EchoApp()
     config = Config(app, http=GatewayHttpProtocol, lifespan="off", log_level="warning", server_header=False,
                     date_header=False, timeout_keep_alive=keep_alive_s)
     config.load()
@@ -236,12 +237,28 @@ def test_bytes_trickled_between_requests_are_408(monkeypatch):
     assert app.paths == ["/health"] and b"HTTP/1.1 408 " in transport.written and transport.closed_by_server
 
 
+class AnswerFirstApp(EchoApp):
+    """Answers at once, reading none of the body (as a refusal does)."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.paths.append(scope["path"])
+        await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+
 @pytest.mark.parametrize("rest", [b"", b"x" * 10], ids=["nothing", "a trickle"])
-def test_a_body_that_does_not_arrive_in_time_closes_the_connection(monkeypatch, rest):
-    monkeypatch.setattr(http_protocol, "BODY_TIMEOUT_S", 0.05)
+def test_an_answered_requests_body_that_does_not_end_closes_the_connection(monkeypatch, rest):
+    monkeypatch.setattr(http_protocol, "DRAIN_TIMEOUT_S", 0.05)
     head = b"POST /slow HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n"
-    app, transport = run([head, b"x" * 10, rest], settle_s=0.3)
-    assert transport.closed_by_server and b"HTTP/1.1 200" not in transport.written
+    app, transport = run([head, b"x" * 10, rest], settle_s=0.3, app=AnswerFirstApp())
+    assert app.paths == ["/slow"] and transport.written.startswith(b"HTTP/1.1 401") and transport.closed_by_server
+
+
+def test_a_body_the_app_is_still_reading_has_no_deadline(monkeypatch):
+    monkeypatch.setattr(http_protocol, "DRAIN_TIMEOUT_S", 0.05)
+    head = b"POST /slow HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n"
+    app, transport = run([head, b"x" * 10], settle_s=0.3)  # EchoApp reads the whole body before answering
+    assert not transport.closed_by_server and transport.written == b""
 
 
 def test_a_reset_connection_lets_go_of_its_state_at_once():
