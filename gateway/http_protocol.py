@@ -8,11 +8,13 @@ Kubernetes, so `GatewayHttpProtocol` bounds each connection before its requests 
 
 - a head (request line and headers, and any blank lines before it) over `MAX_HEAD_BYTES` or `MAX_HEADERS` headers is
   answered 431; one not complete `HEAD_TIMEOUT_S` after its first chunk 408;
-- the rest of a request's body not arrived `DRAIN_TIMEOUT_S` after the gateway answered it (without reading it all)
-  closes the connection, as do trailers or chunk framing past `MAX_HEAD_BYTES` (trailers are not kept: the app never
-  reads them) and more than `MAX_PIPELINED` requests queued behind the one being answered (the apps of requests
-  under a close see a disconnect); a body the app is still reading has no deadline here (the app reads at most
-  `max_body_bytes`, and the rollout's own timeout ends its harness);
+- trailers or chunk framing past `MAX_HEAD_BYTES` (trailers are not kept: the app never reads them) and more than
+  `MAX_PIPELINED` requests queued behind the one being answered close the connection (the apps of its requests see a
+  disconnect), as does the unread rest of an answered request's body not arrived within `DRAIN_TIMEOUT_S` (parsed
+  and dropped meanwhile, so that the connection can carry the next request); a body the app is still reading has no
+  deadline here (the app reads at most `max_body_bytes`, the rollout's own timeout ends its harness); a body in many
+  small chunks yields to the other connections every `CHUNKS_PER_TURN` chunks (each costs Python callbacks: one
+  connection sending 1-byte chunks held every other one up for about 3 s);
 - a refusal ends the gateway's side and drops what still comes (at most `LINGER_S`, `LINGER_BYTES`) before closing,
   since closing with unread bytes resets the connection and a client still sending would lose the answer that
   names the fix; while another answer is on its way the connection is closed instead;
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.errors import error_body
@@ -47,6 +50,9 @@ LINGER_S = 1.0
 """How long a refused connection's further bytes are read and dropped before it is closed."""
 LINGER_BYTES = 1 << 20
 """How many further bytes a refused connection may send before it is closed at once."""
+CHUNKS_PER_TURN = 1024
+"""Chunks of a chunked body parsed from one read before the connection lets the others have a turn (a body of
+1-byte chunks costs a few Python callbacks a chunk)."""
 FRAME_BYTES_PER_CHUNK = 32
 """The chunk framing (size line and line ends) a chunked body may spend per chunk, beyond `MAX_HEAD_BYTES`."""
 
@@ -66,6 +72,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._state, self._head_bytes, self._head_headers = IDLE, 0, 0
         self._frame_bytes, self._chunks, self._body_bytes, self._completed, self._head_ended = 0, 0, 0, False, False
+        self._read_size, self._read_chunks, self._yielding = 0, 0, False
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str, str] | None = None
@@ -80,9 +87,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 self.transport.close()
             return
         self._completed, self._head_ended, self._body_bytes = False, False, 0
+        self._read_size, self._read_chunks = len(data), 0
         super().data_received(data)
         if self.transport.is_closing() or self._dropping is not None:
             return
+        if self._read_chunks > CHUNKS_PER_TURN and not self.flow.read_paused:
+            self._yield_turn()
         if self._state == HEAD or (self._state == IDLE and not self._completed):  # a head spans chunks (rare)
             self._head_continues(len(data))
         elif self._state == BODY:  # a body spans chunks (the chunk where the head ended holds head bytes: not counted)
@@ -115,8 +125,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._state = HEAD
 
     def on_headers_complete(self) -> None:
-        if len(self.headers) > MAX_HEADERS:  # a head in one chunk (a head over several is counted as it comes)
-            self._stop(_too_large())
+        if len(self.headers) > MAX_HEADERS or (self._head_bytes + self._read_size > MAX_HEAD_BYTES
+                                               and self._head_size() > MAX_HEAD_BYTES):
+            self._stop(_too_large())  # a head in one read (a head over several is counted as it comes)
         if self.cycle is not None and not self.cycle.response_complete and len(self.pipeline) >= MAX_PIPELINED:
             self._stop(CLOSE)
         self._state, self._head_bytes, self._frame_bytes, self._chunks = BODY, 0, 0, 0
@@ -128,6 +139,22 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_chunk_header(self) -> None:
         self._chunks += 1
+        self._read_chunks += 1
+
+    def _head_size(self) -> int:
+        return len(self.url) + sum(len(name) + len(value) + HEADER_COST_BYTES for name, value in self.headers)
+
+    def _yield_turn(self) -> None:
+        """Stop reading until the loop's next turn, so that one connection's small chunks do not starve the others."""
+        self._yielding = True
+        self.flow.pause_reading()
+        self.loop.call_soon(self._end_turn)
+
+    def _end_turn(self) -> None:
+        if self._yielding and not self.transport.is_closing():
+            self._yielding = False
+            if self.cycle is None or len(self.cycle.body) <= HIGH_WATER_LIMIT:  # else uvicorn's own pause holds
+                self.flow.resume_reading()
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -149,10 +176,11 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         raise _Refused
 
     def send_400_response(self, msg: str) -> None:
-        if self._refusal is None:
+        answering = self._answering is not None and not self._answering.response_complete
+        if self._refusal is None and not answering:
             super().send_400_response(msg)
-        else:
-            self._refuse(self._refusal)
+        else:  # ours, or uvicorn's own 400 while another answer is on its way: that answer would be cut by it
+            self._refuse(self._refusal or CLOSE)
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -182,7 +210,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         app."""
         self._cancel_timers()
         status, message, code = refusal
-        answering = self.cycle is not None and not self.cycle.response_complete
+        answering = any(cycle is not None and not cycle.response_complete for cycle in (self._answering, self.cycle))
         if status == 0 or answering:
             self._close_now()
             return
@@ -204,11 +232,15 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def _close_now(self) -> None:
         """Close the connection under its requests: their apps see a disconnect, their answers go nowhere (uvicorn
         would write them to the closed transport, an error in the app's `send`)."""
+        self._disconnect_requests()
+        self.transport.close()
+
+    def _disconnect_requests(self) -> None:
+        """Every request of the connection not yet answered sees a disconnect (uvicorn marks only the newest)."""
         for cycle in (self._answering, self.cycle, *(queued for queued, _ in self.pipeline)):
             if cycle is not None and not cycle.response_complete:
                 cycle.disconnected = True
                 cycle.message_event.set()
-        self.transport.close()
 
     def _cancel_timers(self) -> None:
         for timer in (self._head_timer, self._body_timer):
@@ -218,6 +250,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        self._disconnect_requests()
         super().connection_lost(exc)
         self._unset_keepalive_if_required()  # uvicorn cancels it only on a clean close: a reset kept all for 75 s
         self.headers, self.pipeline, self._answering = [], type(self.pipeline)(), None

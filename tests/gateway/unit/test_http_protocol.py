@@ -11,7 +11,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from gateway import http_protocol
-from gateway.http_protocol import MAX_HEAD_BYTES, MAX_HEADERS, MAX_PIPELINED, GatewayHttpProtocol
+from gateway.http_protocol import CHUNKS_PER_TURN, MAX_HEAD_BYTES, MAX_HEADERS, MAX_PIPELINED, GatewayHttpProtocol
 
 
 class RecordingTransport(asyncio.Transport):
@@ -23,6 +23,7 @@ class RecordingTransport(asyncio.Transport):
         self.closed = False
         self.closed_by_server = False  # closed before the test ended the connection
         self.eof = False
+        self.pauses, self.paused = 0, False
 
     def write(self, data) -> None:
         self.written += bytes(data)
@@ -43,10 +44,11 @@ class RecordingTransport(asyncio.Transport):
         return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8100)}.get(name, default)
 
     def pause_reading(self) -> None:
-        pass
+        self.pauses += 1
+        self.paused = True
 
     def resume_reading(self) -> None:
-        pass
+        self.paused = False
 
 
 class EchoApp:
@@ -273,3 +275,38 @@ def test_a_reset_connection_lets_go_of_its_state_at_once():
 
     protocol = asyncio.run(scenario())
     assert protocol.timeout_keep_alive_task is None and protocol.headers == [] and not protocol.pipeline
+
+
+def test_a_whole_head_over_the_limit_in_one_read_is_431():
+    app, transport = run([b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 100_000 + b"\r\n\r\n"])
+    assert _refusal(transport)[0] == 431 and app.paths == []
+
+
+def test_a_body_of_many_small_chunks_in_one_read_yields_to_the_others_and_is_served():
+    request = _chunked([b"a"] * (3 * CHUNKS_PER_TURN))
+    app, transport = run([request])
+    assert transport.pauses >= 1 and not transport.paused  # paused for a turn, then read on
+    assert app.paths == ["/chunked"] and transport.written.endswith(str(3 * CHUNKS_PER_TURN).encode())
+
+
+def test_every_request_of_a_reset_connection_sees_the_disconnect():
+    seen: dict[str, str] = {}
+
+    async def waiting_app(scope, receive, send):
+        await receive()  # the request (no body)
+        seen[scope["path"]] = (await receive())["type"]  # waits: the next event is the disconnect
+
+    async def scenario():
+        config = Config(waiting_app, http=GatewayHttpProtocol, lifespan="off", log_level="warning")
+        config.load()
+        protocol = GatewayHttpProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        protocol.connection_made(RecordingTransport())
+        protocol.data_received(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\nGET /b HTTP/1.1\r\nhost: x\r\n\r\n")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        protocol.connection_lost(ConnectionResetError())
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert seen == {"/a": "http.disconnect"}  # /b, queued behind it, never started
