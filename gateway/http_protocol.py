@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.errors import error_body
 
@@ -58,7 +58,6 @@ FRAME_BYTES_PER_CHUNK = 32
 
 IDLE, HEAD, BODY = 0, 1, 2  # between requests, inside a request's head, inside its body
 CLOSE = (0, "", "")  # a refusal answered by closing the connection alone
-_REASONS = {431: b"Request Header Fields Too Large", 408: b"Request Timeout"}
 
 
 class _Refused(Exception):
@@ -72,7 +71,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._state, self._head_bytes, self._head_headers = IDLE, 0, 0
         self._frame_bytes, self._chunks, self._body_bytes, self._completed, self._head_ended = 0, 0, 0, False, False
-        self._read_size, self._read_chunks, self._yielding = 0, 0, False
+        self._read_size, self._read_chunks = 0, 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str, str] | None = None
@@ -146,15 +145,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def _yield_turn(self) -> None:
         """Stop reading until the loop's next turn, so that one connection's small chunks do not starve the others."""
-        self._yielding = True
         self.flow.pause_reading()
         self.loop.call_soon(self._end_turn)
 
     def _end_turn(self) -> None:
-        if self._yielding and not self.transport.is_closing():
-            self._yielding = False
-            if self.cycle is None or len(self.cycle.body) <= HIGH_WATER_LIMIT:  # else uvicorn's own pause holds
-                self.flow.resume_reading()
+        # while the app has 64 KiB unread, uvicorn's own pause holds
+        if not self.transport.is_closing() and (self.cycle is None or len(self.cycle.body) <= HIGH_WATER_LIMIT):
+            self.flow.resume_reading()
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -217,8 +214,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if self._state == HEAD:
             del self.headers[:]  # the refused head's headers: no app holds them
         body = error_body(message, "invalid_request_error", code=code)
-        head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-                % (status, _REASONS[status], len(body)))
+        fields = b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+        head = STATUS_LINE[status] + fields
         self.transport.write(head + body)
         self._dropping = 0
         if self.transport.can_write_eof():

@@ -59,12 +59,12 @@ class EchoApp:
         self.header_names: list[list[bytes]] = []
 
     async def __call__(self, scope, receive, send) -> None:
-        self.header_names.append([name for name, _ in scope["headers"]])
         size, more = 0, True
         while more:
             message = await receive()
             size += len(message.get("body", b""))
             more = message.get("more_body", False)
+        self.header_names.append([name for name, _ in scope["headers"]])  # after the body: trailers would be there
         self.paths.append(scope["path"])
         body = str(size).encode()
         await send({"type": "http.response.start", "status": 200,
@@ -310,3 +310,29 @@ def test_every_request_of_a_reset_connection_sees_the_disconnect():
 
     asyncio.run(scenario())
     assert seen == {"/a": "http.disconnect"}  # /b, queued behind it, never started
+
+
+def test_uvicorns_own_400_for_a_malformed_pipelined_request_does_not_cut_the_answer_on_its_way():
+    seen: dict[str, str] = {}
+
+    async def waiting_app(scope, receive, send):
+        await receive()
+        seen[scope["path"]] = (await receive())["type"]
+
+    async def scenario() -> RecordingTransport:
+        config = Config(waiting_app, http=GatewayHttpProtocol, lifespan="off", log_level="error")
+        config.load()
+        protocol = GatewayHttpProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        transport = RecordingTransport()
+        protocol.connection_made(transport)
+        protocol.data_received(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        protocol.data_received(b"NOT HTTP AT ALL\r\n\r\n")  # a parse error while /a is being answered
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert transport.closed and transport.written == b""  # closed, no 400 written into /a's answer
+    assert seen == {"/a": "http.disconnect"}
