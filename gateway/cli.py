@@ -28,10 +28,12 @@ def serve(
 
     from gateway.app import create_app
     from gateway.config import load_gateway_config
+    from gateway.connection_limits import raise_descriptor_limit
     from gateway.heap import settle
     from gateway.server import GatewayServer, server_config
 
     cfg = load_gateway_config(config, host=host, port=port, db_url=db, public_url=public_url)
+    raise_descriptor_limit()  # connections are descriptors: as many as the hard limit allows
     asgi_app = create_app(cfg)
     settle()  # what start-up built is never garbage: kept out of the collector's scans (gateway/heap.py)
     server = GatewayServer(server_config(asgi_app, cfg.host, cfg.port), asgi_app)

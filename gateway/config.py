@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.sampling import SamplingPolicy
 
@@ -22,6 +23,15 @@ class GatewayConfig(BaseModel):
     public_url: str | None = Field(default=None, description="Base URL harnesses reach; default http://host:port.")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0,
                                 description="Largest request body accepted (413 above).")
+    max_connections_per_client: int = Field(default=256, ge=0, description="Most connections one client address "
+                                            "may hold at once (429 too_many_connections past it; 0: no limit); "
+                                            "gateway/connection_limits.py.")
+    max_connections: int | None = Field(default=None, gt=0, description="Most connections the process holds at "
+                                        "once (503 past it); default: its file-descriptor limit less 1024.")
+    connection_limit_exempt: list[str] = Field(default_factory=lambda: ["127.0.0.0/8", "::1/128"],
+                                               description="Client networks with no per-client connection limit "
+                                               "(loopback: the local sandboxes' forwarders, each bounded, and the "
+                                               "control plane; add a proxy's or sidecar's network here).")
     upstream_timeout_s: float = Field(default=900.0, gt=0, description="Longest wait for one upstream answer.")
     retry_attempts: int = Field(default=5, ge=1, description="Upstream tries per call on transient failures.")
     retry_backoff_s: float = Field(default=0.2, ge=0, description="First backoff; doubles each retry.")
@@ -74,6 +84,16 @@ class GatewayConfig(BaseModel):
                                  "kv_transfer_params.prompt_token_ids).")
     admin_token: str | None = Field(default=None, description="Admin token; default $HARNESSRL_ADMIN_TOKEN.")
     grader_token: str | None = Field(default=None, description="Grader token; default $HARNESSRL_GRADER_TOKEN.")
+
+    @field_validator("connection_limit_exempt")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{network!r} is not an IP network (write e.g. 10.0.0.0/8 or fd00::/8)") from exc
+        return networks
 
     def base_url(self) -> str:
         """Where harnesses reach this gateway."""

@@ -19,7 +19,10 @@ Kubernetes, so `GatewayHttpProtocol` bounds each connection before its requests 
   since closing with unread bytes resets the connection and a client still sending would lose the answer that
   names the fix; while another answer is on its way the connection is closed instead;
 - a new connection that sends nothing is closed after the keep-alive timeout, as an idle one is between requests, and
-  a connection lost to a reset lets go of its state at once (uvicorn kept it until its keep-alive timer fired).
+  a connection lost to a reset lets go of its state at once (uvicorn kept it until its keep-alive timer fired);
+- a new connection past the server's `ConnectionLimits` (`connection_limits.py`: per client address, and in all) is
+  refused before it is read: 429 `too_many_connections` (lingering as above) or 503 `gateway_at_connection_limit`
+  (closed at once).
 
 Bodies were bounded already: uvicorn stops reading past 64 KiB unread, the gateway refuses bodies over
 `max_body_bytes`.
@@ -32,6 +35,7 @@ import asyncio
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.connection_limits import SERVED, Admission, ConnectionLimits, client_address
 from gateway.errors import error_body
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -55,6 +59,8 @@ CHUNKS_PER_TURN = 1024
 1-byte chunks costs a few Python callbacks a chunk)."""
 FRAME_BYTES_PER_CHUNK = 32
 """The chunk framing (size line and line ends) a chunked body may spend per chunk, beyond `MAX_HEAD_BYTES`."""
+REFUSAL_LOG_EVERY_S = 10.0
+"""At most one warning this often about connections refused for the connection limits (a flood is one warning)."""
 
 IDLE, HEAD, BODY = 0, 1, 2  # between requests, inside a request's head, inside its body
 CLOSE = (0, "", "")  # a refusal answered by closing the connection alone
@@ -65,7 +71,14 @@ class _Refused(Exception):
 
 
 class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol whose requests' heads, bodies, trailers and pipelining are bounded."""
+    """uvicorn's httptools protocol whose requests' heads, bodies, trailers and pipelining are bounded, and whose new
+    connections are counted against `limits` (shared by the server's connections; None: not limited)."""
+
+    _last_refusal_log = float("-inf")  # when a connection-limit refusal was last logged (loop time, every protocol)
+
+    def __init__(self, *args, limits: ConnectionLimits | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._limits = limits
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -78,6 +91,10 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._answering = None  # the cycle whose app runs (uvicorn keeps only the newest in `cycle`)
         self._dropping: int | None = None  # refused: the bytes dropped since (None: serving)
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        self._client = client_address(transport.get_extra_info("peername"))
+        self._admission = Admission.EXEMPT if self._limits is None else self._limits.admit(self._client)
+        if self._admission not in SERVED:
+            self._refuse_connection()
 
     def data_received(self, data: bytes) -> None:
         if self._dropping is not None:
@@ -201,10 +218,30 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                                 DRAIN_TIMEOUT_S)
             self._close_now()
 
-    def _refuse(self, refusal: tuple[int, str, str]) -> None:
-        """Answer the refusal's status with the gateway's JSON error, end our side, drop what still comes, then close;
-        for `CLOSE`, or while another answer is on its way (pipelining), only close. The request never reaches the
-        app."""
+    def _refuse_connection(self) -> None:
+        """A new connection past the limits: 429 for its address (lingering while few of its refusals do), 503 for
+        the process (closed at once: lingering would hold the descriptors the limit keeps)."""
+        limits = self._limits
+        assert limits is not None
+        if self._admission is Admission.TOTAL_REFUSED:
+            refusal = (503, f"the gateway holds {limits.total} connections, the most it may (gateway setting "
+                            "max_connections, default from the process's file-descriptor limit); retry later",
+                       "gateway_at_connection_limit")
+        else:
+            refusal = (429, f"this client address ({self._client}) holds {limits.per_client} connections to the "
+                            "gateway, the most one address may (gateway setting max_connections_per_client); reuse "
+                            "connections (keep-alive) and close idle ones", "too_many_connections")
+        now = self.loop.time()
+        if now - GatewayHttpProtocol._last_refusal_log >= REFUSAL_LOG_EVERY_S:
+            GatewayHttpProtocol._last_refusal_log = now
+            self.logger.warning("refused connections: %s (at most one warning every %g s)", refusal[1],
+                                REFUSAL_LOG_EVERY_S)
+        self._refuse(refusal, linger=self._admission is Admission.CLIENT_REFUSED)
+
+    def _refuse(self, refusal: tuple[int, str, str], *, linger: bool = True) -> None:
+        """Answer the refusal's status with the gateway's JSON error, end our side, drop what still comes, then close
+        (without `linger`: close once the answer is written); for `CLOSE`, or while another answer is on its way
+        (pipelining), only close. The request never reaches the app."""
         self._cancel_timers()
         status, message, code = refusal
         answering = any(cycle is not None and not cycle.response_complete for cycle in (self._answering, self.cycle))
@@ -218,6 +255,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         head = STATUS_LINE[status] + fields
         self.transport.write(head + body)
         self._dropping = 0
+        if not linger:
+            self.transport.close()
+            return
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
@@ -246,6 +286,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._head_timer = self._body_timer = None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._limits is not None:
+            self._limits.release(self._client, self._admission)
         self._cancel_timers()
         self._disconnect_requests()
         super().connection_lost(exc)

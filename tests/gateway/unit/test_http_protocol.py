@@ -11,14 +11,16 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from gateway import http_protocol
+from gateway.connection_limits import ConnectionLimits
 from gateway.http_protocol import CHUNKS_PER_TURN, MAX_HEAD_BYTES, MAX_HEADERS, MAX_PIPELINED, GatewayHttpProtocol
 
 
 class RecordingTransport(asyncio.Transport):
     """What the protocol wrote, and whether it closed the connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, peer: str = "127.0.0.1") -> None:
         super().__init__()
+        self.peer = peer
         self.written = b""
         self.closed = False
         self.closed_by_server = False  # closed before the test ended the connection
@@ -41,7 +43,7 @@ class RecordingTransport(asyncio.Transport):
         self.eof = True
 
     def get_extra_info(self, name, default=None):
-        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8100)}.get(name, default)
+        return {"peername": (self.peer, 5000), "sockname": ("127.0.0.1", 8100)}.get(name, default)
 
     def pause_reading(self) -> None:
         self.pauses += 1
@@ -336,3 +338,81 @@ def test_uvicorns_own_400_for_a_malformed_pipelined_request_does_not_cut_the_ans
     transport = asyncio.run(scenario())
     assert transport.closed and transport.written == b""  # closed, no 400 written into /a's answer
     assert seen == {"/a": "http.disconnect"}
+
+
+# -- connections counted against the server's limits (gateway/connection_limits.py) --------------------------------
+
+def _config(app: EchoApp) -> Config:
+    config = Config(app, http=GatewayHttpProtocol, lifespan="off", log_level="warning", server_header=False,
+                    date_header=False)
+    config.load()
+    return config
+
+
+def _open(config: Config, limits: ConnectionLimits, peer: str) -> tuple[GatewayHttpProtocol, RecordingTransport]:
+    protocol = GatewayHttpProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop(), limits=limits)
+    transport = RecordingTransport(peer)
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+async def _served(protocol: GatewayHttpProtocol, transport: RecordingTransport) -> bool:
+    protocol.data_received(_request())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    return transport.written.startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_connection_past_its_address_limit_is_429_lingering_never_read_and_its_place_comes_back(monkeypatch):
+    monkeypatch.setattr(http_protocol, "LINGER_S", 0.05)
+
+    async def scenario():
+        app = EchoApp()
+        config, limits = _config(app), ConnectionLimits.build(2, 100, [])
+        held = [_open(config, limits, "10.0.0.1") for _ in range(2)]
+        refused, transport = _open(config, limits, "10.0.0.1")
+        status, error = _refusal(transport)
+        assert (status, error["code"]) == (429, "too_many_connections")
+        assert "10.0.0.1" in error["message"] and "max_connections_per_client" in error["message"]
+        assert transport.eof and not transport.closed, "it lingers: the client reads the answer, not a reset"
+        refused.data_received(_request("/refused"))  # what the client still sends is dropped
+        await asyncio.sleep(0.1)
+        assert transport.closed and app.paths == []
+        other = _open(config, limits, "10.0.0.2")
+        assert await _served(*held[0]) and await _served(*other), "the held connections and other addresses serve"
+        refused.connection_lost(None)
+        held[1][0].connection_lost(None)
+        assert await _served(*_open(config, limits, "10.0.0.1")), "a closed connection's place is free again"
+        return limits
+
+    limits = asyncio.run(scenario())
+    assert limits.held == 3 and limits.refusing == {}
+
+
+def test_a_connection_past_the_total_is_503_and_closed_at_once():
+    async def scenario():
+        app = EchoApp()
+        config, limits = _config(app), ConnectionLimits.build(0, 2, [])
+        held = [_open(config, limits, f"10.0.0.{i}") for i in range(2)]
+        refused, transport = _open(config, limits, "10.0.0.9")
+        status, error = _refusal(transport)
+        assert (status, error["code"]) == (503, "gateway_at_connection_limit") and "max_connections" in error["message"]
+        assert transport.closed and not transport.eof, "no linger: it would hold the descriptors the limit keeps"
+        refused.connection_lost(None)
+        held[0][0].connection_lost(None)
+        assert await _served(*_open(config, limits, "10.0.0.9"))
+
+    asyncio.run(scenario())
+
+
+def test_loopback_has_no_per_client_limit_and_no_limits_means_none():
+    async def scenario():
+        config = _config(EchoApp())
+        limits = ConnectionLimits.build(1, 100, ["127.0.0.0/8"])
+        assert all([await _served(*_open(config, limits, "127.0.0.1")) for _ in range(5)])
+        protocol = GatewayHttpProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        transport = RecordingTransport("10.0.0.1")
+        protocol.connection_made(transport)
+        assert await _served(protocol, transport)
+
+    asyncio.run(scenario())
