@@ -42,13 +42,24 @@ async def read_body(scope: dict, receive, limit_bytes: int) -> bytes:
             return b"".join(chunks)
 
 
+PIECE_BYTES = 256 * 1024
+"""A body larger than this is sent in pieces of this size: the server waits for the client to read before taking the
+next one, so a client that reads nothing holds only about one piece in the connection's buffer."""
+
+
 async def send_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None,
                      content_type: bytes = b"application/json") -> None:
-    """A complete response."""
+    """A complete response (a large body in pieces of `PIECE_BYTES`)."""
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})
-    await send({"type": "http.response.body", "body": body})
+    if len(body) <= PIECE_BYTES:
+        await send({"type": "http.response.body", "body": body})
+        return
+    view = memoryview(body)
+    for start in range(0, len(body), PIECE_BYTES):
+        end = start + PIECE_BYTES
+        await send({"type": "http.response.body", "body": view[start:end], "more_body": end < len(body)})
 
 
 async def send_error(send, error: GatewayError) -> None:

@@ -20,6 +20,10 @@ Kubernetes, so `GatewayHttpProtocol` bounds each connection before its requests 
   names the fix; while another answer is on its way the connection is closed instead;
 - a new connection that sends nothing is closed after the keep-alive timeout, as an idle one is between requests, and
   a connection lost to a reset lets go of its state at once (uvicorn kept it until its keep-alive timer fired);
+- an answer the client does not read: a connection whose transport stays paused for writing (its buffer past the
+  high-water mark, not drained to the low-water mark since) for `WRITE_STALL_S` is aborted, its buffer dropped
+  (uvicorn waited forever: 16 connections asking for a 32 MB artifact and reading nothing held 520 MB, past the
+  keep-alive timeout too, since a close waits for the buffer to drain);
 - a new connection past the server's `ConnectionLimits` (`connection_limits.py`: per client address, and in all) is
   refused before it is read: 429 `too_many_connections` (lingering as above) or 503 `gateway_at_connection_limit`
   (closed at once).
@@ -59,6 +63,8 @@ CHUNKS_PER_TURN = 1024
 1-byte chunks costs a few Python callbacks a chunk)."""
 FRAME_BYTES_PER_CHUNK = 32
 """The chunk framing (size line and line ends) a chunked body may spend per chunk, beyond `MAX_HEAD_BYTES`."""
+WRITE_STALL_S = 60.0
+"""How long an answer may wait on a client that does not read it (the transport paused for writing throughout)."""
 REFUSAL_LOG_EVERY_S = 10.0
 """At most one warning this often about connections refused for the connection limits (a flood is one warning)."""
 
@@ -87,6 +93,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._read_size, self._read_chunks = 0, 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str, str] | None = None
         self._answering = None  # the cycle whose app runs (uvicorn keeps only the newest in `cycle`)
         self._dropping: int | None = None  # refused: the bytes dropped since (None: serving)
@@ -262,6 +269,32 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
 
+    def _should_upgrade_to_ws(self) -> bool:
+        """Never: the gateway serves no WebSocket (uvicorn's hand-over to a WebSocket protocol skipped this one's
+        `connection_lost`, so an upgrade request kept its place in the connection limits for good)."""
+        return False
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """An `Upgrade` request is served as a plain one (its route answers it); nothing to warn about each time."""
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(WRITE_STALL_S, self._write_stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._cancel_write_timer()
+
+    def _write_stalled(self) -> None:
+        """The client read too little of an answer for `WRITE_STALL_S`: drop the connection and what it buffers (a
+        close would wait for the buffer to drain; the requests under it see a disconnect)."""
+        self._write_timer = None
+        self.logger.warning("aborted a connection whose client read too little of its answers for %g s",
+                            WRITE_STALL_S)
+        self._disconnect_requests()
+        self.transport.abort()
+
     def _start_asgi_task(self, cycle, app) -> None:
         self._answering = cycle
         super()._start_asgi_task(cycle, app)
@@ -285,10 +318,16 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 timer.cancel()
         self._head_timer = self._body_timer = None
 
+    def _cancel_write_timer(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self._limits is not None:
             self._limits.release(self._client, self._admission)
         self._cancel_timers()
+        self._cancel_write_timer()
         self._disconnect_requests()
         super().connection_lost(exc)
         self._unset_keepalive_if_required()  # uvicorn cancels it only on a clean close: a reset kept all for 75 s

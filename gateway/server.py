@@ -25,14 +25,14 @@ KEEP_ALIVE_S = 75  # an idle harness connection is kept open this long (uvicorn'
 def server_config(app: GatewayApp, host: str, port: int, *, loop: str = "uvloop") -> uvicorn.Config:
     """uvicorn's settings for the gateway (`harnessrl gateway serve` and the in-process test gateway alike): its HTTP
     protocol (`gateway.http_protocol`: bounded request heads, connections counted against the app's settings'
-    limits), no access log, no proxy headers, no server header."""
+    limits), no WebSocket, no access log, no proxy headers, no server header."""
     settings = app.config
     limits = ConnectionLimits.build(settings.max_connections_per_client, settings.max_connections,
                                     settings.connection_limit_exempt)
     protocol = functools.partial(GatewayHttpProtocol, limits=limits)
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop=loop,
-                          http=protocol, timeout_keep_alive=KEEP_ALIVE_S, lifespan="on",  # type: ignore[arg-type]
-                          proxy_headers=False, server_header=False)
+                          http=protocol, ws="none",  # type: ignore[arg-type]
+                          timeout_keep_alive=KEEP_ALIVE_S, lifespan="on", proxy_headers=False, server_header=False)
 
 
 class GatewayServer(uvicorn.Server):

@@ -101,3 +101,16 @@ def test_past_the_process_total_a_new_connection_is_503(served):
     finally:
         for sock in held:
             sock.close()
+
+
+def test_websocket_upgrades_do_not_keep_their_places(served):
+    """The gateway serves no WebSocket: an upgrade is answered by its route and its connection's place comes back
+    (uvicorn's WebSocket hand-over kept it for good: 8 upgrades locked an address out)."""
+    gateway = served(max_connections_per_client=3)
+    upgrade = (b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"
+               b"sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+    for _ in range(10):
+        with _connect(gateway) as sock:
+            sock.sendall(upgrade)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    assert _eventually_served(gateway)

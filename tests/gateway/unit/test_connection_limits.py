@@ -13,7 +13,9 @@ from pydantic import ValidationError
 from gateway import connection_limits
 from gateway.config import GatewayConfig
 from gateway.connection_limits import (
+    MAX_DEFAULT_TOTAL,
     MAX_REFUSALS_LINGERING,
+    PRESSED_PER_CLIENT,
     Admission,
     ConnectionLimits,
     client_address,
@@ -74,7 +76,8 @@ def test_no_address_and_no_per_client_limit_are_exempt():
 
 
 def test_the_total_counts_every_connection_refused_or_not_and_refuses_past_it():
-    state = limits(per_client=1, total=3)
+    state = limits(per_client=1, total=3)  # too small to keep a reserve for exempt addresses, or to be pressed
+    state.exempt_reserve = 0
     assert [state.admit(a) for a in ("10.0.0.1", "10.0.0.1", "127.0.0.1")] == [A.ADMITTED, A.CLIENT_REFUSED,
                                                                                  A.EXEMPT]
     assert state.admit("10.0.0.9") == A.TOTAL_REFUSED
@@ -112,9 +115,29 @@ def test_client_address(peername, expected):
     assert client_address(peername) == expected
 
 
-@pytest.mark.parametrize(("descriptors", "total"), [(20_000, 18_976), (1024, 512), (4096, 3072), (256, 128)])
-def test_the_default_total_keeps_descriptors_for_the_store_and_the_upstreams(descriptors, total):
+@pytest.mark.parametrize(("descriptors", "total"), [(20_000, 9_488), (1024, 384), (4096, 1536), (256, 96),
+                                                     (1 << 20, MAX_DEFAULT_TOTAL), (8, 3)])
+def test_the_default_total_keeps_descriptors_for_the_store_and_one_upstream_a_call(descriptors, total):
     assert default_total(descriptors) == total
+    assert 2 * total + min(1024, descriptors // 4) <= descriptors
+
+
+def test_under_pressure_an_address_holds_only_a_few_and_its_refusals_do_not_linger():
+    state = limits(per_client=100, total=100, exempt=[])
+    assert [state.admit("10.0.0.1") for _ in range(75)] == [A.ADMITTED] * 75  # 75 of 100: not yet pressed
+    assert state.admit("10.0.0.1") == A.CLIENT_CLOSED, "past 3/4 of the total an address holding 8 or more is refused"
+    state.release("10.0.0.1", A.CLIENT_CLOSED)
+    assert [state.admit("10.0.0.2") for _ in range(PRESSED_PER_CLIENT + 1)] == \
+        [A.ADMITTED] * PRESSED_PER_CLIENT + [A.CLIENT_CLOSED], "a new address still gets a few"
+    assert state.refusing == {}
+
+
+def test_the_last_of_the_total_is_kept_for_exempt_addresses():
+    state = limits(per_client=0, total=64)  # loopback exempt: 64 // 16 = 4 kept for it
+    assert state.exempt_reserve == 4
+    assert [state.admit(f"10.0.0.{i}") for i in range(61)] == [A.EXEMPT] * 60 + [A.TOTAL_REFUSED]
+    state.release("10.0.0.60", A.TOTAL_REFUSED)  # closed at once
+    assert [state.admit("127.0.0.1") for _ in range(5)] == [A.EXEMPT] * 4 + [A.TOTAL_REFUSED]
 
 
 def test_raising_the_descriptor_limit_goes_to_the_hard_limit(monkeypatch):
@@ -127,6 +150,18 @@ def test_raising_the_descriptor_limit_goes_to_the_hard_limit(monkeypatch):
     assert raise_descriptor_limit(ceiling=4096) == 4096
     monkeypatch.setattr(resource, "getrlimit", lambda _: (70000, 70000))
     assert raise_descriptor_limit() == 70000 and len(calls) == 2, "already there: nothing set"
+
+
+@pytest.mark.parametrize("error", [ValueError("current limit exceeds maximum limit"), PermissionError(1, "EPERM")])
+def test_a_system_that_refuses_a_higher_descriptor_limit_keeps_the_one_it_has(monkeypatch, caplog, error):
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, resource.RLIM_INFINITY))
+
+    def refuse(*_):
+        raise error
+
+    monkeypatch.setattr(resource, "setrlimit", refuse)
+    assert raise_descriptor_limit() == 256
+    assert "could not raise the file-descriptor limit from 256" in caplog.text
 
 
 def test_the_build_reads_the_default_total_from_the_process(monkeypatch):

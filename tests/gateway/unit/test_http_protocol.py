@@ -24,6 +24,7 @@ class RecordingTransport(asyncio.Transport):
         self.written = b""
         self.closed = False
         self.closed_by_server = False  # closed before the test ended the connection
+        self.aborted = False  # closed with its buffer dropped
         self.eof = False
         self.pauses, self.paused = 0, False
 
@@ -32,6 +33,9 @@ class RecordingTransport(asyncio.Transport):
 
     def close(self) -> None:
         self.closed = True
+
+    def abort(self) -> None:
+        self.closed = self.aborted = True
 
     def is_closing(self) -> bool:
         return self.closed
@@ -416,3 +420,84 @@ def test_loopback_has_no_per_client_limit_and_no_limits_means_none():
         assert await _served(protocol, transport)
 
     asyncio.run(scenario())
+
+
+# -- answers the client does not read -------------------------------------------------------------------------------
+
+class WaitingApp:
+    """Answers with a first piece, then (when the test lets it) a second: the second send waits while the transport
+    is paused for writing, as uvicorn's does."""
+
+    def __init__(self) -> None:
+        self.sent_second: bool | None = None  # None: not reached; False: the send returned on a lost connection
+
+    async def __call__(self, scope, receive, send) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"8")]})
+        await send({"type": "http.response.body", "body": b"1234", "more_body": True})
+        await send({"type": "http.response.body", "body": b"5678"})
+        self.sent_second = not self.transport_closed()
+
+    transport_closed = staticmethod(lambda: False)
+
+
+def test_an_answer_the_client_does_not_read_is_aborted_after_the_stall_and_its_request_sees_a_disconnect(monkeypatch):
+    monkeypatch.setattr(http_protocol, "WRITE_STALL_S", 0.1)
+
+    async def scenario():
+        app = WaitingApp()
+        protocol, transport = _open(_config(app), ConnectionLimits.build(0, 100, []), "10.0.0.1")
+        app.transport_closed = lambda: transport.closed
+        protocol.pause_writing()  # the client reads nothing: the transport's buffer is past its high-water mark
+        protocol.data_received(_request())
+        await asyncio.sleep(0.05)
+        assert app.sent_second is None and not transport.closed, "the second piece waits for the client to read"
+        await asyncio.sleep(0.15)
+        aborted = transport.aborted  # a close would wait for the buffer to drain
+        protocol.connection_lost(None)  # what the abort leads to (and the end of the test's connection otherwise)
+        await asyncio.sleep(0.01)
+        return app, protocol, aborted
+
+    app, protocol, aborted = asyncio.run(scenario())
+    assert aborted, "the connection was not aborted after the stall"
+    assert app.sent_second is False and protocol.cycle.disconnected
+
+
+def test_a_client_that_reads_in_time_is_not_aborted(monkeypatch):
+    monkeypatch.setattr(http_protocol, "WRITE_STALL_S", 0.1)
+
+    async def scenario():
+        app = WaitingApp()
+        protocol, transport = _open(_config(app), ConnectionLimits.build(0, 100, []), "10.0.0.1")
+        for _ in range(3):  # paused and resumed again and again, each pause shorter than the stall
+            protocol.pause_writing()
+            await asyncio.sleep(0.06)
+            protocol.resume_writing()
+        protocol.data_received(_request())
+        await asyncio.sleep(0.05)
+        return app, transport
+
+    app, transport = asyncio.run(scenario())
+    assert app.sent_second is True and not transport.aborted
+    assert transport.written.endswith(b"12345678")
+
+
+def test_a_websocket_upgrade_is_served_as_a_plain_request_and_gives_its_place_back():
+    """uvicorn handed an upgrade to its WebSocket protocol, and this connection's place was never given back."""
+    upgrade = b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n" \
+              b"sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+
+    async def scenario():
+        app = EchoApp()
+        config, limits = _config(app), ConnectionLimits.build(2, 100, [])
+        for _ in range(5):
+            protocol, transport = _open(config, limits, "10.0.0.1")
+            protocol.data_received(upgrade)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert transport.written.startswith(b"HTTP/1.1 200 "), "answered by its route, not switched"
+            protocol.connection_lost(None)
+        return app, limits
+
+    app, limits = asyncio.run(scenario())
+    assert app.paths == ["/health"] * 5 and (limits.held, limits.by_client) == (0, {})
