@@ -49,6 +49,11 @@ class GatewayConfig(BaseModel):
                                             "continuation bodies as stored) one attempt may hold: a request past it "
                                             "is refused on arrival, an answer at its recording (413 "
                                             "call_bytes_quota_exceeded, the call not recorded).")
+    artifact_read_bytes_in_flight: int = Field(default=256 * 1024 * 1024, gt=0,
+                                               description="Most bytes of artifacts being sent to harnesses at once "
+                                               "(one read a rollout; a read holds max_body_bytes until its artifact "
+                                               "is loaded): a read past it waits up to 60 s, then 503 "
+                                               "artifact_reads_busy; gateway/artifact_reads.py.")
     max_event_bytes_per_attempt: int = Field(default=16 * 1024 * 1024, gt=0,
                                              description="Most event payload bytes a harness posts per attempt (413).")
     store_lock_wait_s: float = Field(default=0.75, gt=0, le=30,

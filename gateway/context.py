@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from gateway.artifact_reads import ArtifactReads
 from gateway.auth import Authenticator
 from gateway.config import GatewayConfig
 from gateway.fleet import Fleet
@@ -18,8 +19,8 @@ from gateway.upstream import RetryPolicy, Upstream
 
 @dataclass
 class GatewayContext:
-    """Store, credentials, routing, pause gate, upstream client, (optional) call telemetry and place among the store's
-    gateways of one gateway."""
+    """Store, credentials, routing, pause gate, upstream client, artifact reads, (optional) call telemetry and place
+    among the store's gateways of one gateway."""
 
     config: GatewayConfig
     store: Store
@@ -27,6 +28,7 @@ class GatewayContext:
     router: Router
     gate: PauseGate
     upstream: Upstream
+    artifact_reads: ArtifactReads  # the harnesses' artifact reads in flight: one a rollout, bounded bytes in all
     telemetry: CallTelemetry | None = None  # OpenTelemetry span export, when the OTEL_* settings ask for it
     fleet: Fleet | None = None  # this gateway among the store's gateways: the shared pause, heartbeats
 
@@ -85,6 +87,7 @@ async def open_context(config: GatewayConfig) -> GatewayContext:
     context = GatewayContext(config=config, store=store, auth=auth, router=Router(
         aliases=config.model_aliases, default_model=config.default_model), gate=PauseGate(
         config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry),
+        artifact_reads=ArtifactReads(config.artifact_read_bytes_in_flight, config.max_body_bytes),
         telemetry=from_environment())
     await context.reload_models()
     try:

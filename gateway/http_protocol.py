@@ -66,7 +66,7 @@ FRAME_BYTES_PER_CHUNK = 32
 WRITE_STALL_S = 60.0
 """How long an answer may wait on a client that does not read it (the transport paused for writing throughout)."""
 REFUSAL_LOG_EVERY_S = 10.0
-"""At most one warning this often about connections refused for the connection limits (a flood is one warning)."""
+"""At most one warning this often about connections refused for the limits or aborted for a stall."""
 
 IDLE, HEAD, BODY = 0, 1, 2  # between requests, inside a request's head, inside its body
 CLOSE = (0, "", "")  # a refusal answered by closing the connection alone
@@ -80,7 +80,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol whose requests' heads, bodies, trailers and pipelining are bounded, and whose new
     connections are counted against `limits` (shared by the server's connections; None: not limited)."""
 
-    _last_refusal_log = float("-inf")  # when a connection-limit refusal was last logged (loop time, every protocol)
+    _last_refusal_log = float("-inf")  # when a refusal or a stall was last logged (loop time, every protocol)
 
     def __init__(self, *args, limits: ConnectionLimits | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -238,12 +238,16 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             refusal = (429, f"this client address ({self._client}) holds {limits.per_client} connections to the "
                             "gateway, the most one address may (gateway setting max_connections_per_client); reuse "
                             "connections (keep-alive) and close idle ones", "too_many_connections")
+        self._warn_now_and_then(f"refused connections: {refusal[1]}")
+        self._refuse(refusal, linger=self._admission is Admission.CLIENT_REFUSED)
+
+    def _warn_now_and_then(self, message: str) -> None:
+        """Log `message` unless a warning of this kind was logged in the last `REFUSAL_LOG_EVERY_S` (a flood of
+        refusals or stalls is one line every so often, whatever its rate)."""
         now = self.loop.time()
         if now - GatewayHttpProtocol._last_refusal_log >= REFUSAL_LOG_EVERY_S:
             GatewayHttpProtocol._last_refusal_log = now
-            self.logger.warning("refused connections: %s (at most one warning every %g s)", refusal[1],
-                                REFUSAL_LOG_EVERY_S)
-        self._refuse(refusal, linger=self._admission is Admission.CLIENT_REFUSED)
+            self.logger.warning("%s (at most one such warning every %g s)", message, REFUSAL_LOG_EVERY_S)
 
     def _refuse(self, refusal: tuple[int, str, str], *, linger: bool = True) -> None:
         """Answer the refusal's status with the gateway's JSON error, end our side, drop what still comes, then close
@@ -290,8 +294,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         """The client read too little of an answer for `WRITE_STALL_S`: drop the connection and what it buffers (a
         close would wait for the buffer to drain; the requests under it see a disconnect)."""
         self._write_timer = None
-        self.logger.warning("aborted a connection whose client read too little of its answers for %g s",
-                            WRITE_STALL_S)
+        self._warn_now_and_then(f"aborted a connection whose client read too little of its answers for "
+                                f"{WRITE_STALL_S:g} s")
         self._disconnect_requests()
         self.transport.abort()
 

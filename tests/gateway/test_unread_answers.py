@@ -1,0 +1,56 @@
+"""An answer the harness does not read holds the gateway neither long nor much, on a real socket to the served
+gateway: an unread artifact answer is aborted after the write stall, and while it is held the rollout's next read
+waits, then 503 (gateway/http_protocol.py, gateway/artifact_reads.py; each tested on its own in unit/)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from urllib.parse import urlparse
+
+import httpx
+
+from gateway import artifact_reads, http_protocol
+from tests.gateway.api_support import create_rollouts
+
+SIZE = 24 << 20  # past what the kernel's socket buffers take on loopback: the rest waits in the gateway
+
+
+def test_an_unread_artifact_answer_is_aborted_after_the_stall_and_holds_the_rollouts_next_read(
+        gateway, admin, monkeypatch):
+    monkeypatch.setattr(http_protocol, "WRITE_STALL_S", 3.0)
+    monkeypatch.setattr(artifact_reads, "READ_WAIT_S", 0.5)
+    [created] = create_rollouts(admin)
+    blob = os.urandom(SIZE)
+    admin.put_artifact(created.id, "big", blob)
+    url = created.base_url.removesuffix("/v1") + "/artifacts/big"
+    auth = {"authorization": f"Bearer {created.api_key}"}
+    target = urlparse(url)
+    with socket.socket() as stuck:
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+        stuck.connect((target.hostname, target.port))
+        stuck.sendall(f"GET {target.path} HTTP/1.1\r\nhost: x\r\nauthorization: {auth['authorization']}\r\n\r\n"
+                      .encode())
+        time.sleep(0.5)
+        started = time.monotonic()
+        busy = httpx.get(url, headers=auth, timeout=30)
+        assert busy.status_code == 503 and busy.json()["error"]["code"] == "artifact_reads_busy"
+        assert busy.headers["retry-after"] == "1" and time.monotonic() - started < 3.0
+        received, aborted = _read_all(stuck, deadline_s=30)
+    assert aborted and received < SIZE, "the unread answer was sent whole or never cut"
+    got = httpx.get(url, headers=auth, timeout=60)
+    assert got.status_code == 200 and got.content == blob, "the rollout reads again once the stuck read ended"
+
+
+def _read_all(sock: socket.socket, deadline_s: float) -> tuple[int, bool]:
+    """Wait (reading nothing) until the gateway has given up, then read what is left: (bytes, cut short)."""
+    time.sleep(4.0)  # past the stall: the gateway aborts and drops what it buffered
+    sock.settimeout(deadline_s)
+    received = 0
+    try:
+        while chunk := sock.recv(1 << 20):
+            received += len(chunk)
+    except ConnectionResetError:
+        return received, True
+    return received, received < SIZE
