@@ -49,6 +49,13 @@ class GatewayConfig(BaseModel):
                                             "continuation bodies as stored) one attempt may hold: a request past it "
                                             "is refused on arrival, an answer at its recording (413 "
                                             "call_bytes_quota_exceeded, the call not recorded).")
+    max_request_bytes_in_flight_per_rollout: int = Field(default=64 * 1024 * 1024, gt=0,
+                                                         description="Most request body bytes one rollout's "
+                                                         "requests in flight hold at once (429 "
+                                                         "request_bytes_in_flight); gateway/request_bytes.py.")
+    max_request_bytes_in_flight: int = Field(default=2 * 1024 * 1024 * 1024, gt=0,
+                                             description="Most request body bytes all harness requests in flight "
+                                             "hold at once (503 gateway_request_bytes_full).")
     artifact_read_bytes_in_flight: int = Field(default=256 * 1024 * 1024, gt=0,
                                                description="Most bytes of artifacts being sent to harnesses at once "
                                                "(one read a rollout; a read holds max_body_bytes until its artifact "

@@ -10,6 +10,7 @@ from gateway.auth import Authenticator
 from gateway.config import GatewayConfig
 from gateway.fleet import Fleet
 from gateway.pause import PauseGate
+from gateway.request_bytes import RequestBytes
 from gateway.routing import Router
 from gateway.store import SqlStore
 from gateway.store_roles import AdminStore, FeedStore, HistoryStore, LeaseStore, RecorderStore, Store
@@ -29,6 +30,7 @@ class GatewayContext:
     gate: PauseGate
     upstream: Upstream
     artifact_reads: ArtifactReads  # the harnesses' artifact reads in flight: one a rollout, bounded bytes in all
+    request_bytes: RequestBytes  # the harnesses' request bodies in flight: bounded per rollout and in all
     telemetry: CallTelemetry | None = None  # OpenTelemetry span export, when the OTEL_* settings ask for it
     fleet: Fleet | None = None  # this gateway among the store's gateways: the shared pause, heartbeats
 
@@ -88,6 +90,7 @@ async def open_context(config: GatewayConfig) -> GatewayContext:
         aliases=config.model_aliases, default_model=config.default_model), gate=PauseGate(
         config.pause_hold_timeout_s), upstream=Upstream(config.upstream_timeout_s, retry),
         artifact_reads=ArtifactReads(config.artifact_read_bytes_in_flight, config.max_body_bytes),
+        request_bytes=RequestBytes(config.max_request_bytes_in_flight_per_rollout, config.max_request_bytes_in_flight),
         telemetry=from_environment())
     await context.reload_models()
     try:

@@ -11,8 +11,9 @@ Kubernetes, so `GatewayHttpProtocol` bounds each connection before its requests 
 - trailers or chunk framing past `MAX_HEAD_BYTES` (trailers are not kept: the app never reads them) and more than
   `MAX_PIPELINED` requests queued behind the one being answered close the connection (the apps of its requests see a
   disconnect), as does the unread rest of an answered request's body not arrived within `DRAIN_TIMEOUT_S` (parsed
-  and dropped meanwhile, so that the connection can carry the next request); a body the app is still reading has no
-  deadline here (the app reads at most `max_body_bytes`, the rollout's own timeout ends its harness); a body in many
+  and dropped meanwhile, so that the connection can carry the next request); a body the app is still reading must
+  keep up `BODY_MIN_RATE_BPS` after `BODY_GRACE_S` (a body trickled forever held its rollout's share of the request
+  bytes in flight, `request_bytes.py`; a 32 MiB upload at 8 KiB/s passes); a body in many
   small chunks yields to the other connections every `CHUNKS_PER_TURN` chunks (each costs Python callbacks: one
   connection sending 1-byte chunks held every other one up for about 3 s);
 - a refusal ends the gateway's side and drops what still comes (at most `LINGER_S`, `LINGER_BYTES`) before closing,
@@ -63,6 +64,10 @@ CHUNKS_PER_TURN = 1024
 1-byte chunks costs a few Python callbacks a chunk)."""
 FRAME_BYTES_PER_CHUNK = 32
 """The chunk framing (size line and line ends) a chunked body may spend per chunk, beyond `MAX_HEAD_BYTES`."""
+BODY_GRACE_S = 30.0
+"""How long a request's body may take before it must keep up `BODY_MIN_RATE_BPS` (on average since its head)."""
+BODY_MIN_RATE_BPS = 8 * 1024
+"""The slowest a body may arrive after `BODY_GRACE_S`: each of its bytes extends its deadline by 1 / this."""
 WRITE_STALL_S = 60.0
 """How long an answer may wait on a client that does not read it (the transport paused for writing throughout)."""
 REFUSAL_LOG_EVERY_S = 10.0
@@ -94,6 +99,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._rate_timer: asyncio.TimerHandle | None = None
+        self._request_body_bytes, self._body_started, self._requests = 0, 0.0, 0
         self._refusal: tuple[int, str, str] | None = None
         self._answering = None  # the cycle whose app runs (uvicorn keeps only the newest in `cycle`)
         self._dropping: int | None = None  # refused: the bytes dropped since (None: serving)
@@ -133,6 +140,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def _body_continues(self, frame_bytes: int) -> None:
         """The chunk ended inside a body; `frame_bytes` of it were not body (chunk framing, trailers)."""
+        if self._rate_timer is None:  # a body over several reads: from now on it must keep up the minimum rate
+            self._rate_timer = self.loop.call_at(self._body_started + BODY_GRACE_S, self._check_body_rate,
+                                                 self._requests)
         self._frame_bytes += max(frame_bytes, 0)
         trailers = len(self.headers) - self._head_headers  # uvicorn adds trailers to the head's list
         if (trailers > MAX_HEADERS or self._frame_bytes + HEADER_COST_BYTES * trailers
@@ -155,6 +165,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._stop(CLOSE)
         self._state, self._head_bytes, self._frame_bytes, self._chunks = BODY, 0, 0, 0
         self._head_ended, self._head_headers = True, len(self.headers)
+        self._request_body_bytes, self._body_started, self._requests = 0, self.loop.time(), self._requests + 1
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
@@ -179,15 +190,30 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
+        self._request_body_bytes += len(body)
         super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._state, self._completed = IDLE, True
         del self.headers[self._head_headers:]  # trailers: never kept (uvicorn adds them to the headers the app holds)
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
+        for timer in (self._body_timer, self._rate_timer):
+            if timer is not None:
+                timer.cancel()
+        self._body_timer = self._rate_timer = None
         super().on_message_complete()
+
+    def _check_body_rate(self, request: int) -> None:
+        """The body of request number `request` is still arriving: close unless it has kept up the minimum rate."""
+        self._rate_timer = None
+        if request != self._requests or self._state != BODY or self.transport.is_closing():
+            return
+        allowed = self._body_started + BODY_GRACE_S + self._request_body_bytes / BODY_MIN_RATE_BPS
+        if self.loop.time() < allowed:
+            self._rate_timer = self.loop.call_at(allowed, self._check_body_rate, request)
+            return
+        self._warn_now_and_then(f"closed a connection whose request body arrived slower than {BODY_MIN_RATE_BPS} "
+                                f"bytes/s after {BODY_GRACE_S:g} s")
+        self._close_now()
 
     # -- refusals and the end of a connection --------------------------------------------------------------------
 
@@ -317,10 +343,10 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 cycle.message_event.set()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._body_timer):
+        for timer in (self._head_timer, self._body_timer, self._rate_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._body_timer = None
+        self._head_timer = self._body_timer = self._rate_timer = None
 
     def _cancel_write_timer(self) -> None:
         if self._write_timer is not None:

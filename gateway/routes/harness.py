@@ -109,7 +109,19 @@ async def _dispatch(svc: GatewayContext, scope: dict, receive, send) -> None:
     parts = scope["path"].strip("/").split("/")
     if len(parts) < 3 or not parts[1]:
         raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/...")
-    rollout_id, rest, method = parts[1], tuple(parts[2:]), scope["method"]
+    with svc.request_bytes.holding(parts[1]) as held:  # the body, charged to the rollout until this returns
+        await _route(svc, scope, held.counting(receive, _declared_bytes(scope, svc.config.max_body_bytes)), send,
+                     parts[1], tuple(parts[2:]))
+
+
+def _declared_bytes(scope: dict, max_body_bytes: int) -> int:
+    """The body's Content-Length when it is one the route will read (read_body refuses a larger or malformed one)."""
+    declared = header(scope, b"content-length")
+    return int(declared) if declared is not None and declared.isdigit() and int(declared) <= max_body_bytes else 0
+
+
+async def _route(svc: GatewayContext, scope: dict, receive, send, rollout_id: str, rest: tuple[str, ...]) -> None:
+    method = scope["method"]
     kind = PROXY_KINDS.get(rest)
     adapter = TRANSLATED.get(rest)
     artifact = len(rest) == 2 and rest[0] == "artifacts"

@@ -262,11 +262,43 @@ def test_an_answered_requests_body_that_does_not_end_closes_the_connection(monke
     assert app.paths == ["/slow"] and transport.written.startswith(b"HTTP/1.1 401") and transport.closed_by_server
 
 
-def test_a_body_the_app_is_still_reading_has_no_deadline(monkeypatch):
-    monkeypatch.setattr(http_protocol, "DRAIN_TIMEOUT_S", 0.05)
+def test_a_body_the_app_is_still_reading_has_only_the_rate_deadline(monkeypatch):
+    monkeypatch.setattr(http_protocol, "DRAIN_TIMEOUT_S", 0.05)  # the answered body's: not this one's
     head = b"POST /slow HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n"
     app, transport = run([head, b"x" * 10], settle_s=0.3)  # EchoApp reads the whole body before answering
     assert not transport.closed_by_server and transport.written == b""
+
+
+async def _trickle(pieces: list[bytes], pause_s: float) -> tuple[EchoApp, RecordingTransport]:
+    app = EchoApp()
+    protocol, transport = _open(_config(app), ConnectionLimits.build(0, 100, []), "10.0.0.1")
+    protocol.data_received(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % sum(map(len, pieces)))
+    for piece in pieces:
+        await asyncio.sleep(pause_s)
+        if transport.closed:
+            break
+        protocol.data_received(piece)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    closed = transport.closed
+    if not closed:
+        protocol.connection_lost(None)
+    transport.closed_by_server = closed
+    return app, transport
+
+
+def test_a_body_slower_than_the_minimum_rate_after_the_grace_is_closed_and_its_request_disconnected(monkeypatch):
+    monkeypatch.setattr(http_protocol, "BODY_GRACE_S", 0.1)
+    monkeypatch.setattr(http_protocol, "BODY_MIN_RATE_BPS", 1000)  # 10 bytes every 0.05 s: 200 bytes/s
+    app, transport = asyncio.run(_trickle([b"x" * 10] * 20, pause_s=0.05))
+    assert transport.closed_by_server and transport.written == b"", "the trickled body was read to its end"
+
+
+def test_a_body_that_keeps_up_the_minimum_rate_is_served_however_long_it_takes(monkeypatch):
+    monkeypatch.setattr(http_protocol, "BODY_GRACE_S", 0.1)
+    monkeypatch.setattr(http_protocol, "BODY_MIN_RATE_BPS", 1000)  # 100 bytes every 0.05 s: 2,000 bytes/s
+    app, transport = asyncio.run(_trickle([b"x" * 100] * 10, pause_s=0.05))
+    assert not transport.closed_by_server and app.paths == ["/upload"] and transport.written.endswith(b"1000")
 
 
 def test_a_reset_connection_lets_go_of_its_state_at_once():
