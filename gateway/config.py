@@ -27,7 +27,8 @@ class GatewayConfig(BaseModel):
                                             "may hold at once (429 too_many_connections past it; 0: no limit); "
                                             "gateway/connection_limits.py.")
     max_connections: int | None = Field(default=None, gt=0, description="Most connections the process holds at "
-                                        "once (503 past it); default: its file-descriptor limit less 1024.")
+                                        "once (503 past it); default: half the descriptors left after a "
+                                        "reserve, at most 16,384.")
     connection_limit_exempt: list[str] = Field(default_factory=lambda: ["127.0.0.0/8", "::1/128"],
                                                description="Client networks with no per-client connection limit "
                                                "(loopback: the local sandboxes' forwarders, each bounded, and the "
