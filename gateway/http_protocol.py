@@ -36,6 +36,9 @@ Bodies were bounded already: uvicorn stops reading past 64 KiB unread, the gatew
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -323,6 +326,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._warn_now_and_then(f"aborted a connection whose client read too little of its answers for "
                                 f"{WRITE_STALL_S:g} s")
         self._disconnect_requests()
+        _reset_on_close(self.transport)
         self.transport.abort()
 
     def _start_asgi_task(self, cycle, app) -> None:
@@ -362,6 +366,14 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
         self._unset_keepalive_if_required()  # uvicorn cancels it only on a clean close: a reset kept all for 75 s
         self.headers, self.pipeline, self._answering = [], type(self.pipeline)(), None
+
+
+def _reset_on_close(transport: asyncio.Transport) -> None:
+    """SO_LINGER 0: the close resets the connection and the kernel drops what it still queued for the client (an
+    abort alone left each stalled socket in FIN-WAIT-1 with about 4 MB queued for 5 minutes, outside every limit)."""
+    sock = transport.get_extra_info("socket")
+    with contextlib.suppress(AttributeError, OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 def _too_large() -> tuple[int, str, str]:

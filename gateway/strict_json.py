@@ -20,6 +20,7 @@ again only when the scan finds such a run or orjson refused the body, to name th
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +61,7 @@ def loads(raw: bytes) -> Any:
     """The JSON value of `raw`; BadRequest naming the field of the first value the store cannot keep exactly (see
     the module), NotJson when `raw` is not JSON."""
     try:
-        value = orjson.loads(raw)
+        value = _parsed(raw)
     except orjson.JSONDecodeError as exc:
         _refuse_unkept(raw)  # NaN, Infinity, 1e400 and lone surrogates are JSONDecodeErrors to orjson: name them
         raise NotJson(f"request body is not valid JSON: {exc}") from None
@@ -72,6 +73,19 @@ def loads(raw: bytes) -> Any:
         except orjson.JSONEncodeError:
             _refuse_deep(value)
     return value
+
+
+def _parsed(raw: bytes) -> Any:
+    """`orjson.loads` with the cyclic collector off: a parse allocates only acyclic containers, and a body of
+    millions of small ones set off collection after collection, each scanning them all (an attack review's 32 MiB of
+    `{}` held the event loop 5.2 s; about 1.9 s without)."""
+    if not gc.isenabled():
+        return orjson.loads(raw)
+    gc.disable()
+    try:
+        return orjson.loads(raw)
+    finally:
+        gc.enable()
 
 
 def check(raw: bytes) -> None:

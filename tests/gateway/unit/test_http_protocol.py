@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 
 import pytest
 from uvicorn.config import Config
@@ -25,6 +27,7 @@ class RecordingTransport(asyncio.Transport):
         self.closed = False
         self.closed_by_server = False  # closed before the test ended the connection
         self.aborted = False  # closed with its buffer dropped
+        self.sockopts: list[tuple] = []  # what was set on the socket
         self.eof = False
         self.pauses, self.paused = 0, False
 
@@ -47,7 +50,17 @@ class RecordingTransport(asyncio.Transport):
         self.eof = True
 
     def get_extra_info(self, name, default=None):
-        return {"peername": (self.peer, 5000), "sockname": ("127.0.0.1", 8100)}.get(name, default)
+        return {"peername": (self.peer, 5000), "sockname": ("127.0.0.1", 8100), "socket": self}.get(name, default)
+
+    # the transport stands in for its socket too
+    def getpeername(self) -> tuple[str, int]:
+        return (self.peer, 5000)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", 8100)
+
+    def setsockopt(self, *option) -> None:
+        self.sockopts.append(option)
 
     def pause_reading(self) -> None:
         self.pauses += 1
@@ -492,6 +505,8 @@ def test_an_answer_the_client_does_not_read_is_aborted_after_the_stall_and_its_r
 
     app, protocol, aborted = asyncio.run(scenario())
     assert aborted, "the connection was not aborted after the stall"
+    linger = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    assert protocol.transport.sockopts == [linger], "the kernel would keep what it queued for minutes"
     assert app.sent_second is False and protocol.cycle.disconnected
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 
 import orjson
 import pytest
 
+from gateway import strict_json
 from gateway.errors import BadRequest
 from gateway.strict_json import INT_MAX, INT_MIN, MAX_DEPTH, NotJson, check, is_integer, loads
 
@@ -61,3 +64,19 @@ def test_a_body_that_is_not_json_is_not_json_and_check_leaves_it_to_the_parser()
                                                 (INT_MIN, True), (1e300, False)])
 def test_a_json_integer_is_a_whole_number_however_written(value, integer) -> None:
     assert is_integer(value) is integer
+
+
+@pytest.mark.parametrize("raw", [b'{"a": [{}, {}]}', b"{not json"])
+def test_the_parse_runs_with_the_cyclic_collector_off_and_turns_it_back_on(monkeypatch, raw):
+    """A body of millions of small containers set off collection after collection during the parse."""
+    seen = []
+    real = strict_json.orjson.loads
+
+    def loads(data):
+        seen.append(gc.isenabled())
+        return real(data)
+
+    monkeypatch.setattr(strict_json.orjson, "loads", loads)
+    with contextlib.suppress(Exception):
+        strict_json.loads(raw)
+    assert seen[0] is False and gc.isenabled()
