@@ -20,20 +20,16 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from gateway.errors import GatewayError
+from gateway.errors import RetryLater
 
 READ_WAIT_S = 60.0
 """How long a read waits to start (its rollout's previous read to end, or room among the bytes in flight)."""
 
 
-class ArtifactReadsBusy(GatewayError):
+class ArtifactReadsBusy(RetryLater):
     """No room for another artifact read within the wait: nothing was read; retry after `retry_after_s`."""
 
-    status, type, code = 503, "server_error", "artifact_reads_busy"
-    retry_after_s = 1
-
-    def headers(self) -> dict[str, str]:
-        return {"retry-after": str(self.retry_after_s)}
+    code = "artifact_reads_busy"
 
 
 class ArtifactRead:

@@ -84,14 +84,20 @@ class InternalError(GatewayError):
     status, type, code = 500, "server_error", "internal_error"
 
 
-class StoreUnavailable(GatewayError):
-    """The database is locked, busy, full or unreachable: nothing was written; retry after `retry_after_s`."""
+class RetryLater(GatewayError):
+    """A 503 the client retries after `retry_after_s` (sent as Retry-After): nothing was done."""
 
-    status, type, code = 503, "server_error", "store_unavailable"
+    status, type = 503, "server_error"
     retry_after_s = 1
 
     def headers(self) -> dict[str, str]:
         return {"retry-after": str(self.retry_after_s)}
+
+
+class StoreUnavailable(RetryLater):
+    """The database is locked, busy, full or unreachable: nothing was written; retry after `retry_after_s`."""
+
+    code = "store_unavailable"
 
 
 class QuotaExceeded(GatewayError):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from gateway.errors import GatewayError, QuotaExceeded
+from gateway.errors import QuotaExceeded, RetryLater
 
 
 class RequestBytesInFlight(QuotaExceeded):
@@ -26,14 +26,10 @@ class RequestBytesInFlight(QuotaExceeded):
     code = "request_bytes_in_flight"
 
 
-class RequestBytesFull(GatewayError):
+class RequestBytesFull(RetryLater):
     """The process's requests in flight hold its whole share: 503, retry after `retry_after_s`."""
 
-    status, type, code = 503, "server_error", "gateway_request_bytes_full"
-    retry_after_s = 1
-
-    def headers(self) -> dict[str, str]:
-        return {"retry-after": str(self.retry_after_s)}
+    code = "gateway_request_bytes_full"
 
 
 class Held:
