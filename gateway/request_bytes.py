@@ -15,7 +15,7 @@ body, as it comes) until the request's handler has returned:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gateway.errors import QuotaExceeded, RetryLater
 
@@ -41,13 +41,14 @@ class Held:
         self._arrived = 0  # body bytes received so far
         self._reading = False  # the route has begun to read the body
 
-    def counting(self, receive, declared_bytes: int):
-        """`receive` charging this request: `declared_bytes` at its first call (the route reads a body only once
-        the caller is authenticated: a stranger charges nothing), then whatever arrives past them."""
+    def counting(self, receive, declared_bytes: Callable[[], int]):
+        """`receive` charging this request: `declared_bytes()` (its Content-Length, looked up only by a route that
+        reads a body) at its first call (the route reads a body only once the caller is authenticated: a stranger
+        charges nothing), then whatever arrives past them."""
         async def charged_receive() -> dict:
             if not self._reading:
                 self._reading = True
-                self._ledger.charge(self, declared_bytes)
+                self._ledger.charge(self, declared_bytes())
             message = await receive()
             self._arrived += len(message.get("body", b""))
             if self._arrived > self.bytes:

@@ -110,8 +110,8 @@ async def _dispatch(svc: GatewayContext, scope: dict, receive, send) -> None:
     if len(parts) < 3 or not parts[1]:
         raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/...")
     with svc.request_bytes.holding(parts[1]) as held:  # the body, charged to the rollout until this returns
-        await _route(svc, scope, held.counting(receive, _declared_bytes(scope, svc.config.max_body_bytes)), send,
-                     parts[1], tuple(parts[2:]))
+        await _route(svc, scope, held.counting(receive, lambda: _declared_bytes(scope, svc.config.max_body_bytes)),
+                     send, parts[1], tuple(parts[2:]))
 
 
 def _declared_bytes(scope: dict, max_body_bytes: int) -> int:

@@ -33,7 +33,7 @@ def test_the_declared_length_is_charged_at_the_first_read_and_released_at_the_en
 
     async def scenario():
         with ledger.holding("r1") as held:
-            receive = held.counting(_receive(b"x" * 30, b"y" * 30), declared_bytes=60)
+            receive = held.counting(_receive(b"x" * 30, b"y" * 30), declared_bytes=lambda: 60)
             assert ledger.held == 0, "nothing charged before the route reads (a stranger is refused before that)"
             assert await _read(receive) == b"x" * 30 + b"y" * 30
             assert (ledger.held, ledger.by_rollout) == (60, {"r1": 60})
@@ -47,15 +47,15 @@ def test_a_chunked_body_is_charged_as_it_arrives_and_refused_past_the_rollouts_s
 
     async def scenario():
         with ledger.holding("r1") as first:
-            await _read(first.counting(_receive(b"a" * 70), declared_bytes=0))
+            await _read(first.counting(_receive(b"a" * 70), declared_bytes=lambda: 0))
             with ledger.holding("r1") as second:
-                receive = second.counting(_receive(b"b" * 20, b"c" * 20), declared_bytes=0)
+                receive = second.counting(_receive(b"b" * 20, b"c" * 20), declared_bytes=lambda: 0)
                 assert (await receive())["body"] == b"b" * 20
                 with pytest.raises(RequestBytesInFlight) as refused:
                     await receive()
                 assert ledger.by_rollout == {"r1": 90}, "the refused chunk is not charged"
             with ledger.holding("r2") as other:
-                await _read(other.counting(_receive(b"d" * 90), declared_bytes=90))
+                await _read(other.counting(_receive(b"d" * 90), declared_bytes=lambda: 90))
         return refused.value
 
     error = asyncio.run(scenario())
@@ -69,9 +69,9 @@ def test_the_process_total_is_503_with_retry_after():
 
     async def scenario():
         with ledger.holding("r1") as first:
-            await _read(first.counting(_receive(b"a" * 100), declared_bytes=100))
+            await _read(first.counting(_receive(b"a" * 100), declared_bytes=lambda: 100))
             with ledger.holding("r2") as second, pytest.raises(RequestBytesFull) as refused:
-                await second.counting(_receive(b"b" * 60), declared_bytes=60)()
+                await second.counting(_receive(b"b" * 60), declared_bytes=lambda: 60)()
         return refused.value
 
     error = asyncio.run(scenario())
@@ -84,7 +84,7 @@ def test_a_handler_that_fails_releases_what_it_held():
 
     async def scenario():
         with pytest.raises(RuntimeError), ledger.holding("r1") as held:
-            await _read(held.counting(_receive(b"a" * 50), declared_bytes=50))
+            await _read(held.counting(_receive(b"a" * 50), declared_bytes=lambda: 50))
             raise RuntimeError("the upstream failed")
 
     asyncio.run(scenario())
