@@ -21,10 +21,12 @@ from typing import Any
 
 import orjson
 
+from gateway import strict_json
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest
 from gateway.protocols.base import ProtocolAdapter
 from gateway.records import CallRecord, CallStatus
+from gateway.request_bytes import Held
 
 NONE_STORED = b"[]"
 """The stored JSON of an empty conversation (a call that continues nothing)."""
@@ -44,19 +46,35 @@ NOTHING = Earlier([], NONE_STORED)
 
 
 async def earlier_conversation(svc: GatewayContext, adapter: ProtocolAdapter, body: dict[str, Any], rollout_id: str,
-                               attempt: int) -> Earlier:
+                               attempt: int, held: Held) -> Earlier:
     """The conversation `body` continues (`NOTHING` when it names no earlier answer): the stored continuation of
-    that answer of this rollout attempt; for an answer an older gateway recorded, its chain followed back. BadRequest
-    naming an id that is no ok answer of the adapter's kind in this attempt."""
+    that answer of this rollout attempt, charged to the request `held` before it is read and before it is parsed
+    (`Held.add`: 413 `request_too_costly`, 429, 503: a small call does not make the gateway hold a long
+    conversation it is not charged for); for an answer an older gateway recorded, its chain followed back.
+    BadRequest naming an id that is no ok answer of the adapter's kind in this attempt."""
     previous = adapter.previous_id(body)
     if previous is None:
         return NOTHING
-    stored = await svc.history_store.continuation(rollout_id, attempt, previous, adapter.kind)
+    stored = await _continuation(svc, adapter, previous, rollout_id, attempt, held)
     if stored is not None:
+        held.add(strict_json.parse_bytes(stored), f"parsing the conversation of {previous!r}")
         return Earlier(orjson.loads(stored), stored)
     calls = await svc.history_store.list_calls(rollout_id, attempt)
     turns = recorded_chain(adapter, previous, calls, rollout_id, attempt)
     return Earlier(turns, orjson.dumps(turns))
+
+
+async def _continuation(svc: GatewayContext, adapter: ProtocolAdapter, previous: str, rollout_id: str, attempt: int,
+                        held: Held) -> bytes | None:
+    """The stored continuation of `previous`, read only once `held` is charged its size (None: none stored)."""
+    found = await svc.history_store.continuation(rollout_id, attempt, previous, adapter.kind, max_bytes=held.room())
+    if found is None:
+        return None
+    held.add(found.size_bytes, f"loading the conversation of {previous!r} ({found.size_bytes} bytes stored)")
+    if found.data is not None:
+        return found.data
+    found = await svc.history_store.continuation(rollout_id, attempt, previous, adapter.kind)  # room was made since
+    return found.data if found is not None else None
 
 
 def recorded_chain(adapter: ProtocolAdapter, previous: str, calls: list[CallRecord], rollout_id: str,

@@ -47,9 +47,13 @@ from gateway.continuation import earlier_conversation
 from gateway.errors import GatewayError
 from gateway.protocols.base import ProtocolAdapter
 from gateway.records import CallRecord, CallStatus, ModelRecord
+from gateway.request_bytes import Held
 from gateway.upstream import UpstreamFailed
 
 MAX_CANDIDATES = 8  # the attempt's last ok main calls of the protocol tried, latest first
+CANDIDATE_GROWTH, CANDIDATE_SLACK_BYTES = 2, 64 * 1024
+"""The longest earlier request a call is compared with: twice its own body and 64 KiB (a harness that re-sends a
+conversation sends it whole, re-serialised a little longer at most)."""
 MAX_BRIDGE_TOKENS = 4  # what a template writes after an answer's end-of-turn token (ChatML: a newline)
 ENDED = frozenset({"stop", "tool_calls"})  # an answer that ended on its own (its last token closes the turn)
 STOP_FIELDS = ("stop", "stop_sequences")  # a harness's stop strings: an answer they ended has no end-of-turn token
@@ -171,24 +175,26 @@ def _closes_turns(end: int, bridge: list[int], opened: Sequence[int]) -> bool:
     return list(opened[before + 1:before + 1 + len(bridge)]) == bridge
 
 
-async def _messages_of(svc: GatewayContext, adapter: ProtocolAdapter, call: CallRecord) -> dict[str, Any] | None:
-    """The chat request an earlier call went to the engine as (its messages and tools), or None."""
+async def _messages_of(svc: GatewayContext, adapter: ProtocolAdapter, call: CallRecord,
+                       held: Held) -> dict[str, Any] | None:
+    """The chat request an earlier call went to the engine as (its messages and tools), or None (a conversation it
+    continued that `held` has no room for among them)."""
     try:
-        earlier = await earlier_conversation(svc, adapter, call.request, call.rollout_id, call.attempt)
+        earlier = await earlier_conversation(svc, adapter, call.request, call.rollout_id, call.attempt, held)
         return adapter.to_chat(call.request, earlier.turns)
     except (GatewayError, ValueError, KeyError, TypeError):
         return None
 
 
 async def matched_call(svc: GatewayContext, adapter: ProtocolAdapter, chat: dict[str, Any],
-                       latest: list[CallRecord]) -> Match | None:
+                       latest: list[CallRecord], held: Held) -> Match | None:
     """The latest earlier call whose conversation and answer `chat` continues (`continues`), or None."""
     for call in candidates(latest, adapter.kind):
         try:
             answer = adapter.answer_turn(call.response_raw or "")
         except (ValueError, KeyError, TypeError, IndexError, GatewayError):
             continue
-        earlier = await _messages_of(svc, adapter, call) if answer is not None else None
+        earlier = await _messages_of(svc, adapter, call, held) if answer is not None else None
         if earlier is not None and continues(chat, earlier, answer):
             return Match(call, earlier["messages"], answer)
     return None
@@ -210,14 +216,24 @@ async def _tokenize(svc: GatewayContext, endpoint: ModelRecord, messages: list[d
 
 
 async def recorded_prompt(svc: GatewayContext, adapter: ProtocolAdapter, chat: dict[str, Any], rollout_id: str,
-                          attempt: int, endpoint: ModelRecord) -> RecordedPrompt | None:
+                          attempt: int, endpoint: ModelRecord, held: Held, body_bytes: int) -> RecordedPrompt | None:
     """The recorded prompt of a translated call whose history continues an earlier call of this attempt, or None
-    (no such call, renderings that do not line up, an engine that cannot tokenize: the engine renders as sent)."""
+    (no such call, renderings that do not line up, an engine that cannot tokenize: the engine renders as sent).
+    The earlier calls it compares are charged to the call's request `held` before they are built (a refusal is no
+    recorded prompt), and only those whose request was at most `CANDIDATE_GROWTH` times this call's body (of
+    `body_bytes`, plus `CANDIDATE_SLACK_BYTES`) are read: a conversation grows, and a small call makes the gateway
+    read no large one."""
     if chat.get("tool_choice") not in (None, "auto", "none") or \
             not any(message.get("role") == "assistant" for message in chat["messages"][1:-1]):
         return None  # a forced call (its opening is planned on the engine's rendering), or no answer to continue
-    latest = await svc.history_store.recent_calls(rollout_id, attempt, adapter.kind, MAX_CANDIDATES)
-    match = await matched_call(svc, adapter, chat, latest)
+    try:
+        latest = await svc.history_store.recent_calls(
+            rollout_id, attempt, adapter.kind, MAX_CANDIDATES,
+            max_request_bytes=CANDIDATE_GROWTH * body_bytes + CANDIDATE_SLACK_BYTES,
+            admit=lambda size: held.add(size, "reading the earlier calls this one may continue"))
+    except GatewayError:
+        return None
+    match = await matched_call(svc, adapter, chat, latest, held)
     if match is None:
         return None
     k = len(match.messages)

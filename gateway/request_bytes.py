@@ -10,6 +10,12 @@ body, as it comes) until the request's handler has returned:
 - a rollout holds at most `per_rollout` bytes (429 `request_bytes_in_flight`: send fewer or smaller requests at
   once); a pod holds one rollout's key, so this bounds what one pod holds;
 - the process holds at most `total` (503 `gateway_request_bytes_full` with `Retry-After`: many rollouts at once).
+
+A request is charged more than its body for what the gateway builds from it (`Held.add`): parsing its JSON
+(`strict_json.parse_bytes`: up to 30 times the body for one made of tiny values) before the parse, and the earlier
+conversation a call continues (`gateway.continuation`) or compares (`gateway.recorded_turns`) before it is loaded,
+so that a small request cannot make the gateway hold much more than it is charged. A request whose charge alone
+passes `per_rollout` is refused with a 413 (`request_too_costly`): it would never fit.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from gateway.errors import QuotaExceeded, RetryLater
+from gateway.errors import PayloadTooLarge, QuotaExceeded, RetryLater
 
 
 class RequestBytesInFlight(QuotaExceeded):
@@ -30,6 +36,12 @@ class RequestBytesFull(RetryLater):
     """The process's requests in flight hold its whole share: 503, retry after `retry_after_s`."""
 
     code = "gateway_request_bytes_full"
+
+
+class RequestTooCostly(PayloadTooLarge):
+    """One request would hold more than its rollout may at once, whatever else is in flight: 413."""
+
+    code = "request_too_costly"
 
 
 class Held:
@@ -55,6 +67,24 @@ class Held:
                 self._ledger.charge(self, self._arrived - self.bytes)
             return message
         return charged_receive
+
+    def room(self) -> int:
+        """The bytes this request could be charged more right now (its rollout's share and the process's left)."""
+        ledger = self._ledger
+        return max(0, min(ledger.per_rollout - ledger.by_rollout.get(self.rollout_id, 0), ledger.total - ledger.held))
+
+    def add(self, size_bytes: int, what: str) -> None:
+        """Charge `size_bytes` more for what this request is about to build or load (`what`, as a refusal names it):
+        RequestTooCostly (413) when the request alone would pass its rollout's share, else as any charge (429,
+        503), nothing charged."""
+        per_rollout = self._ledger.per_rollout
+        if self.bytes + size_bytes > per_rollout:
+            raise RequestTooCostly(
+                f"{what} would take about {size_bytes} bytes of memory, which with this request's {self.bytes} "
+                f"passes the {per_rollout} one rollout's requests may hold at once "
+                "(max_request_bytes_in_flight_per_rollout): send a smaller request (fewer, longer values: a long "
+                "list as one string) or raise that limit")
+        self._ledger.charge(self, size_bytes)
 
 
 class RequestBytes:

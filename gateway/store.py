@@ -15,7 +15,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -50,8 +50,8 @@ from gateway.rollout_ops import (
     transition_rollout,
 )
 from gateway.sql import make_engine
-from gateway.store_roles import RolloutBrief, Store
-from gateway.tokens import call_row_to_record
+from gateway.store_roles import RolloutBrief, Store, StoredContinuation
+from gateway.tokens import call_row_to_record, record_memory_bytes
 from gateway.wal_checkpoint import WalCheckpointer
 
 log = logging.getLogger("harnessrl.gateway")
@@ -391,26 +391,39 @@ class SqlStore:
             last = seq
         return last
 
-    async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int) -> list[CallRecord]:
+    async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int, *,
+                           max_request_bytes: int | None = None,
+                           admit: Callable[[int], None] | None = None) -> list[CallRecord]:
         """The attempt's last `limit` ok main calls of `kind`, latest first (the index on rollout, attempt, seq read
-        backwards): what `gateway.recorded_turns` may continue, without reading the attempt's other calls."""
+        backwards): what `gateway.recorded_turns` may continue, without reading the attempt's other calls. Only
+        those whose stored request is at most `max_request_bytes` long; `admit` is told the memory the records will
+        take (`record_memory_bytes`) before they are built, and may refuse it by raising."""
         c = schema.calls.c
         query = (sa.select(*schema.RECORD_COLUMNS)
                  .where(c.rollout_id == rollout_id, c.attempt == attempt, c.kind == kind,
                         c.status == CallStatus.OK.value, c.side.is_(False))
                  .order_by(c.seq.desc()).limit(limit))
+        if max_request_bytes is not None:
+            query = query.where(sa.func.length(c.request) <= max_request_bytes)
         rows = await self._read(lambda conn: conn.execute(query).all())
+        if admit is not None and rows:
+            admit(sum(record_memory_bytes(row) for row in rows))
         return [call_row_to_record(row) for row in rows]
 
-    async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None:
+    async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str,
+                           max_bytes: int | None = None) -> StoredContinuation | None:
         """The stored continuation of the ok `kind` answer `response_id` of that rollout attempt (one indexed
-        lookup, `schema.CONTINUED`), or None when no such answer has one (none recorded, or an older gateway's)."""
+        lookup, `schema.CONTINUED`), or None when no such answer has one (none recorded, or an older gateway's);
+        one longer than `max_bytes` is not read (only its size is)."""
         c = schema.calls.c
-        query = (sa.select(c.continuation)
+        size = sa.func.length(c.continuation)
+        data = c.continuation if max_bytes is None else sa.case((size <= max_bytes, c.continuation), else_=None)
+        query = (sa.select(size, data)
                  .where(c.rollout_id == rollout_id, c.attempt == attempt, c.response_id == to_column(response_id),
                         c.continuation.isnot(None), c.kind == kind, c.status == CallStatus.OK.value)
                  .limit(1))
-        return await self._read(lambda conn: conn.execute(query).scalar())
+        row = await self._read(lambda conn: conn.execute(query).first())
+        return None if row is None else StoredContinuation(int(row[0]), row[1])
 
     # -- models ---------------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ A gateway module reaches the store through the context's view of its role (`Gate
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,6 +52,15 @@ class RolloutBrief:
     """The controller closed the current attempt's calls (its harness ended): none is recorded any more."""
 
 
+@dataclass(frozen=True)
+class StoredContinuation:
+    """An answer's stored continuation (`gateway.continuation`): its size, and its JSON unless it was too long to
+    read."""
+
+    size_bytes: int  # its stored length
+    data: bytes | None  # the JSON of its turns; None when longer than the reader's max_bytes
+
+
 class RecorderStore(Protocol):
     """The harness-facing recorder: one call's number and row, the harness's events and artifacts."""
 
@@ -73,8 +82,11 @@ class RecorderStore(Protocol):
 class HistoryStore(Protocol):
     """The recorder's reads of an attempt's earlier calls: the conversation a call continues."""
 
-    async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None: ...
-    async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int) -> list[CallRecord]: ...
+    async def continuation(self, rollout_id: str, attempt: int, response_id: str, kind: str,
+                           max_bytes: int | None = None) -> StoredContinuation | None: ...
+    async def recent_calls(self, rollout_id: str, attempt: int, kind: str, limit: int, *,
+                           max_request_bytes: int | None = None,
+                           admit: Callable[[int], None] | None = None) -> list[CallRecord]: ...
     async def list_calls(self, rollout_id: str, attempt: int | None, *, after_seq: int | None = None,
                          limit: int | None = None, max_bytes: int | None = None) -> list[CallRecord]: ...
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from gateway import strict_json
 from gateway.capture import Captured
 from gateway.nul_text import from_column
 from gateway.records import CallRecord, CallStatus, ChoiceRecord, SamplingRecord
@@ -71,6 +72,22 @@ def pack_sampling(sampling: SamplingRecord | None) -> bytes | None:
 def unpack_sampling(blob: bytes | None) -> SamplingRecord | None:
     """Inverse of `pack_sampling` (NULL: nothing sampled, or a call recorded before the column existed)."""
     return None if blob is None else SamplingRecord.model_validate_json(blob)
+
+
+ID_BYTES, FLOAT_BYTES = 36, 32
+"""What one unpacked token id (a list slot and an int object; 4 bytes stored) and one logprob (a slot and a float; 8
+stored) take in memory."""
+
+
+def record_memory_bytes(row: Any) -> int:
+    """An upper bound on the memory `call_row_to_record(row)` builds beyond the row: its request parsed
+    (`strict_json.parse_bytes`), its answer as text, its token ids and logprobs as Python lists."""
+    def stored(name: str) -> int:
+        value = getattr(row, name, None)
+        return len(value) if value is not None else 0
+    return (stored("request") + strict_json.parse_bytes(row.request) + 4 * stored("response_raw")
+            + (stored("prompt_token_ids") + stored("response_token_ids")) // 4 * ID_BYTES
+            + stored("response_logprobs") // 8 * FLOAT_BYTES + 4 * (stored("response_text") + stored("extra_choices")))
 
 
 def call_row_to_record(row: Any) -> CallRecord:

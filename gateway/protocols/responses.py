@@ -15,7 +15,7 @@ from gateway.asgi import json_object
 from gateway.errors import BadRequest, error_body
 from gateway.protocols.base import ModelFault
 from gateway.protocols.responses_answer import from_chat, recorded_output, response_id
-from gateway.protocols.responses_request import add_items, as_items, chat_request, check_fields
+from gateway.protocols.responses_request import add_items, as_items, chat_request, check_fields, sent_items
 from gateway.protocols.responses_stream import ResponsesStream
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -50,9 +50,9 @@ class ResponsesAdapter:
         return chat_request(body, [{"input": turn[0]} for turn in earlier], [turn[1] for turn in earlier])
 
     def continued(self, body: dict[str, Any], response_raw: bytes | str) -> list[list[Any]]:
-        """[the call's input items, its answer's output items]: what `previous_response_id` prepends (the
-        instructions are not carried over)."""
-        return [as_items(body.get("input", [])), recorded_output(response_raw)]
+        """[the call's input items as the engine got them (`sent_items`), its answer's output items]: what
+        `previous_response_id` prepends (the instructions are not carried over)."""
+        return [sent_items(as_items(body.get("input", []))), recorded_output(response_raw)]
 
     def answer_turn(self, response_raw: bytes | str) -> dict[str, Any] | None:
         messages: list[dict[str, Any]] = []

@@ -152,6 +152,28 @@ def add_items(messages: list[dict[str, Any]], items: list[Any], where: str) -> N
                              "item_reference)", param=f"{at}.type")
 
 
+def sent_items(items: list[Any]) -> list[dict[str, Any]]:
+    """Input items `add_items` took, as a conversation keeps them for a later call (`ResponsesAdapter.continued`):
+    only what reaches the engine, which `add_items` translates as it translated them: `reasoning` items left out,
+    each other item reduced to the fields its translation reads, a message's or an output's text parts joined.
+    What the engine never saw (reasoning, ids, statuses, any field of the harness's own) is not stored with the
+    answer, and so is not loaded again by each call that continues it."""
+    kept: list[dict[str, Any]] = []
+    for item in items:
+        kind = _name(item.get("type", "message"))
+        if kind == "message":
+            kept.append({"type": kind, "role": item.get("role"),
+                         "content": _content_text(item.get("content"), "input")})
+        elif kind in ("function_call", "custom_tool_call"):
+            field = "arguments" if kind == "function_call" else "input"
+            kept.append({"type": kind, "call_id": item.get("call_id"), "name": item.get("name"),
+                         field: item.get(field, "")})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            kept.append({"type": kind, "call_id": item.get("call_id"),
+                         "output": _content_text(item.get("output"), "output")})
+    return kept
+
+
 def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
     role = MESSAGE_ROLES.get(_name(item.get("role")))
     if role is None:

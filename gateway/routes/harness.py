@@ -18,6 +18,7 @@ import time
 import orjson
 from pydantic import ValidationError
 
+from gateway import strict_json
 from gateway.artifacts import check_name
 from gateway.asgi import header, json_object, read_body, send_bytes, send_error
 from gateway.auth import Principal, Role, check_key_attempt, harness_authorization
@@ -47,6 +48,7 @@ from gateway.proxy import (
 )
 from gateway.recorded_turns import recorded_prompt, with_recorded
 from gateway.records import TERMINAL_STATES, EventIn, EventKind, ModelRecord, RolloutState, SamplingRecord
+from gateway.request_bytes import Held
 from gateway.routing import is_side_call
 from gateway.sampling import apply_policy, requested_sampling, seed_record, seeded_body
 from gateway.store_roles import RolloutBrief
@@ -110,8 +112,8 @@ async def _dispatch(svc: GatewayContext, scope: dict, receive, send) -> None:
     if len(parts) < 3 or not parts[1]:
         raise NotFound(f"no route {scope['path']!r}; harness paths are /r/{{rollout_id}}/v1/...")
     with svc.request_bytes.holding(parts[1]) as held:  # the body, charged to the rollout until this returns
-        await _route(svc, scope, held.counting(receive, lambda: _declared_bytes(scope, svc.config.max_body_bytes)),
-                     send, parts[1], tuple(parts[2:]))
+        counted = held.counting(receive, lambda: _declared_bytes(scope, svc.config.max_body_bytes))
+        await _route(svc, scope, held, counted, send, parts[1], tuple(parts[2:]))
 
 
 def _declared_bytes(scope: dict, max_body_bytes: int) -> int:
@@ -120,22 +122,23 @@ def _declared_bytes(scope: dict, max_body_bytes: int) -> int:
     return int(declared) if declared is not None and declared.isdigit() and int(declared) <= max_body_bytes else 0
 
 
-async def _route(svc: GatewayContext, scope: dict, receive, send, rollout_id: str, rest: tuple[str, ...]) -> None:
+async def _route(svc: GatewayContext, scope: dict, held: Held, receive, send, rollout_id: str,
+                 rest: tuple[str, ...]) -> None:
     method = scope["method"]
     kind = PROXY_KINDS.get(rest)
     adapter = TRANSLATED.get(rest)
     artifact = len(rest) == 2 and rest[0] == "artifacts"
     if kind is not None and method == "POST":
-        await _proxy(svc, scope, receive, send, rollout_id, kind)
+        await _proxy(svc, scope, held, receive, send, rollout_id, kind)
     elif adapter is not None and method == "POST":
-        await _translated(svc, scope, receive, send, rollout_id, adapter)
+        await _translated(svc, scope, held, receive, send, rollout_id, adapter)
     elif rest == COUNT_TOKENS and method == "POST":
-        await _count_tokens(svc, scope, receive, send, rollout_id)
+        await _count_tokens(svc, scope, held, receive, send, rollout_id)
     elif rest == ("v1", "models") and method == "GET":
         svc.auth.require_rollout(_credential(scope), rollout_id)
         await (_anthropic_models if header(scope, b"anthropic-version") else _models)(svc, send)
     elif rest == ("events",) and method == "POST":
-        await _post_event(svc, scope, receive, send, rollout_id)
+        await _post_event(svc, scope, held, receive, send, rollout_id)
     elif artifact and method in ("GET", "PUT"):
         await _artifact(svc, scope, receive, send, rollout_id, rest[1])
     elif kind is not None or adapter is not None or artifact or rest in (("v1", "models"), ("events",), COUNT_TOKENS):
@@ -147,12 +150,11 @@ async def _route(svc: GatewayContext, scope: dict, receive, send, rollout_id: st
                        "/artifacts/{name}")
 
 
-async def _proxy(svc: GatewayContext, scope: dict, receive, send, rollout_id: str, kind: str) -> None:
+async def _proxy(svc: GatewayContext, scope: dict, held: Held, receive, send, rollout_id: str, kind: str) -> None:
     started, created_at = time.perf_counter(), time.time()
     principal = svc.auth.require_rollout(_credential(scope), rollout_id)
-    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    raw, brief = await _call_body(svc, scope, held, receive, principal, rollout_id)
     request = parse_request(raw, kind)
-    brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     forwarded, sampling = apply_policy(request, requested_sampling(request), brief.mode, svc.config.sampling)
     ctx = await _call_context(svc, brief, rollout_id, kind, request, raw, endpoint, started, created_at,
@@ -166,13 +168,10 @@ async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: st
                         traceparent: str | None = None, sampling: SamplingRecord | None = None) -> CallContext:
     """The context of a call about to go upstream, with its arrival number and, for a seeded rollout, its seed in
     `sampling` (`gateway.sampling.seed_record`); QuotaExceeded (429) once the attempt has made
-    `max_calls_per_attempt` calls; BadRequest (400) for a model name with a NUL; PayloadTooLarge (413
-    `call_bytes_quota_exceeded`, before the call takes a number) when its request would pass the attempt's
-    `max_call_bytes_per_attempt`. Every kind of call (chat, completion, translated) is built here."""
+    `max_calls_per_attempt` calls; BadRequest (400) for a model name with a NUL. Every kind of call (chat,
+    completion, translated) is built here, its body counted already (`_call_body`)."""
     model = str(request.get("model", ""))
     refuse_nul(model, "model")  # an identifier the harness sends: a NUL is its error (the store keeps none)
-    await svc.recorder_store.charge_call_bytes(rollout_id, brief.attempt, len(raw),
-                                               svc.config.max_call_bytes_per_attempt, "request")
     seq = await svc.recorder_store.next_call_seq(rollout_id, brief.attempt)
     if seq >= svc.config.max_calls_per_attempt:
         raise QuotaExceeded(f"attempt {brief.attempt} of rollout {rollout_id!r} has made its "
@@ -185,19 +184,18 @@ async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: st
                        sampling=seed_record(sampling, brief.sampling_seed, seq))
 
 
-async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_id: str,
+async def _translated(svc: GatewayContext, scope: dict, held: Held, receive, send, rollout_id: str,
                       adapter: ProtocolAdapter) -> None:
     """A call of a protocol the engine does not speak, translated to chat completions (`gateway.translated`)."""
     started, created_at = time.perf_counter(), time.time()
     principal = svc.auth.require_rollout(_credential(scope), rollout_id)
-    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    raw, brief = await _call_body(svc, scope, held, receive, principal, rollout_id)
     request = adapter.parse(raw)
-    brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     # translated before the call takes a number: a request the adapter refuses leaves no gap in the calls' seq
-    earlier = await earlier_conversation(svc, adapter, request, rollout_id, brief.attempt)
+    earlier = await earlier_conversation(svc, adapter, request, rollout_id, brief.attempt, held)
     chat = adapter.to_chat(request, earlier.turns)
-    recorded = await recorded_prompt(svc, adapter, chat, rollout_id, brief.attempt, endpoint) \
+    recorded = await recorded_prompt(svc, adapter, chat, rollout_id, brief.attempt, endpoint, held, len(raw)) \
         if svc.config.recorded_turns else None
     chat, sampling = apply_policy(with_recorded(chat, recorded), requested_sampling(request), brief.mode,
                                   svc.config.sampling)
@@ -209,18 +207,32 @@ async def _translated(svc: GatewayContext, scope: dict, receive, send, rollout_i
     await forward(svc, ctx, call, send)
 
 
-async def _count_tokens(svc: GatewayContext, scope: dict, receive, send, rollout_id: str) -> None:
+async def _count_tokens(svc: GatewayContext, scope: dict, held: Held, receive, send, rollout_id: str) -> None:
     """Anthropic's `count_tokens`: the prompt the engine would see for this request, counted by its tokenizer."""
     started, created_at = time.perf_counter(), time.time()
     principal = svc.auth.require_rollout(_credential(scope), rollout_id)
-    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    raw, brief = await _call_body(svc, scope, held, receive, principal, rollout_id)
     request = anthropic.ADAPTER.parse_count(raw)
     chat = anthropic.ADAPTER.to_chat(request, [])
-    brief = await _live_brief(svc, principal, rollout_id, "calls are")
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     ctx = await _call_context(svc, brief, rollout_id, anthropic.COUNT_KIND, request, raw, endpoint, started,
                               created_at, header(scope, b"traceparent"))
     await count_tokens(svc, ctx, anthropic.ADAPTER, chat, lambda count: {"input_tokens": count}, send)
+
+
+async def _call_body(svc: GatewayContext, scope: dict, held: Held, receive, principal: Principal,
+                     rollout_id: str) -> tuple[bytes, RolloutBrief]:
+    """A call's body and its rollout's brief, checked before anything parses the body: the rollout live for the
+    caller (409), the body counted against the attempt's `max_call_bytes_per_attempt` (413
+    `call_bytes_quota_exceeded`; it stays counted whatever happens to the call next) and its parse charged to the
+    request (`Held.add`: 413 `request_too_costly`, 429, 503), so that an attempt with no room left costs no parse,
+    and no parse builds more than the request is charged for."""
+    raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    brief = await _live_brief(svc, principal, rollout_id, "calls are")
+    await svc.recorder_store.charge_call_bytes(rollout_id, brief.attempt, len(raw),
+                                               svc.config.max_call_bytes_per_attempt, "request")
+    held.add(strict_json.parse_bytes(raw), f"parsing this JSON body of {len(raw)} bytes")
+    return raw, brief
 
 
 async def _live_brief(svc: GatewayContext, principal: Principal, rollout_id: str, what: str) -> RolloutBrief:
@@ -266,9 +278,10 @@ async def _anthropic_models(svc: GatewayContext, send) -> None:
                                               "last_id": names[-1] if names else None}))
 
 
-async def _post_event(svc: GatewayContext, scope: dict, receive, send, rollout_id: str) -> None:
+async def _post_event(svc: GatewayContext, scope: dict, held: Held, receive, send, rollout_id: str) -> None:
     principal = svc.auth.require_rollout(_credential(scope), rollout_id)
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
+    held.add(strict_json.parse_bytes(raw), f"parsing this JSON body of {len(raw)} bytes")
     try:
         event = EventIn.model_validate(json_object(raw))  # parsed as every harness body is (strict_json)
     except ValidationError as exc:

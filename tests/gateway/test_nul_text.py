@@ -61,7 +61,7 @@ def test_the_engines_text_with_nul_is_recorded_exactly(nul_store_url) -> None:
             store.close()
 
     found, calls, rollout = asyncio.run(main())
-    assert found == b"[[1]]"
+    assert found.data == b"[[1]]"
     assert {name: getattr(calls[0], name) for name in texts} == texts
     assert calls[1].response_text == MARK + "kept"
     assert rollout.error == "harness said \x00"

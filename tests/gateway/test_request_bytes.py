@@ -1,6 +1,7 @@
 """A rollout's request bodies in flight are bounded on the served gateway: a body declared and trickled holds its
-rollout's share until its connection ends, and another rollout is not affected (gateway/request_bytes.py; the
-bookkeeping in unit/test_request_bytes.py)."""
+rollout's share until its connection ends, and another rollout is not affected; a JSON body whose parse would take
+more than the share is refused before it is parsed, and a call past its attempt's call bytes before it is parsed
+(gateway/request_bytes.py, strict_json.parse_bytes; the bookkeeping in unit/test_request_bytes.py)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
 
 SHARE = 100_000
+CALL_BYTES = 150_000
 
 
 @pytest.fixture
 def gateway(tmp_path):
     config = tmp_path / "gateway.yaml"
-    config.write_text(yaml.safe_dump({"max_request_bytes_in_flight_per_rollout": SHARE}))
+    config.write_text(yaml.safe_dump({"max_request_bytes_in_flight_per_rollout": SHARE,
+                                      "max_call_bytes_per_attempt": CALL_BYTES}))
     gw = InProcessGateway(db_path=tmp_path / "store.db", config_path=config).start()
     yield gw
     gw.stop()
@@ -51,3 +54,31 @@ def test_a_trickled_body_holds_its_rollouts_share_until_its_connection_ends(gate
     while _put(mine, "next", 30_000).status_code != 200:
         assert time.monotonic() < deadline, "the ended connection's bytes were never released"
         time.sleep(0.05)
+
+
+def _post(created, path: str, body: bytes) -> httpx.Response:
+    return httpx.post(created.base_url + path, content=body, timeout=30,
+                      headers={"authorization": f"Bearer {created.api_key}", "content-type": "application/json"})
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/messages", "/responses", "/messages/count_tokens",
+                                  "/../events"])
+def test_a_body_of_tiny_values_is_refused_before_it_is_parsed(gateway, path):
+    with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
+        (mine,) = create_rollouts(admin, 1)
+    body = b'{"model":"m","messages":[' + b",".join([b"{}"] * 10_000) + b"]}"  # 30 KB, about 2.6 MB parsed
+    refused = _post(mine, path, body)
+    assert refused.status_code == 413, refused.text
+    error = refused.json().get("error") or refused.json()
+    assert "request_too_costly" in refused.text and "max_request_bytes_in_flight_per_rollout" in refused.text, error
+    assert _put(mine, "after", 90_000).status_code == 200, "the refused request's charge was released"
+
+
+def test_a_call_past_its_attempts_call_bytes_is_refused_before_its_body_is_parsed(gateway):
+    with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
+        (mine,) = create_rollouts(admin, 1)
+    not_json = b"{" * 60_000  # parsed, a 400 (and 60,000 values to count): counted first, it fits the attempt
+    assert _post(mine, "/chat/completions", not_json).status_code in (400, 413)
+    assert _post(mine, "/chat/completions", not_json).status_code in (400, 413)
+    refused = _post(mine, "/chat/completions", not_json)  # 180,000 bytes would pass the 150,000 of the attempt
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "call_bytes_quota_exceeded"

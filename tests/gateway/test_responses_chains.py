@@ -24,6 +24,7 @@ from gateway.records import RolloutSpec, RolloutState
 from gateway.scripted import Script
 from gateway.sql import make_engine
 from gateway.store import SqlStore
+from gateway.store_roles import StoredContinuation
 from tests.gateway.api_support import create_rollouts, current_key
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway, InProcessScripted
@@ -236,13 +237,18 @@ def test_the_store_finds_a_continuation_only_for_its_own_ok_answer(tmp_path):
             await store.create_rollouts([RolloutSpec(id="r", group_id="g")])
             await insert_rows(store, [row(i, **fields) for i, fields in enumerate(
                 [{}, {"status": "error"}, {"kind": "chat"}, {"continuation": None}, {"attempt": 1}])])
-            return [await store.continuation("r", 0, f"resp_{i}", "responses") for i in range(5)] + [
+            found = [await store.continuation("r", 0, f"resp_{i}", "responses") for i in range(5)] + [
                 await store.continuation("r", 1, "resp_4", "responses"),
                 await store.continuation("other", 0, "resp_0", "responses")]
+            bounded = [await store.continuation("r", 0, "resp_0", "responses", max_bytes=size) for size in (5, 4)]
+            return [f.data if f is not None else None for f in found], bounded
         finally:
             store.close()
 
-    assert asyncio.run(main()) == [b"[[1]]", None, None, None, None, b"[[1]]", None]
+    found, bounded = asyncio.run(main())
+    assert found == [b"[[1]]", None, None, None, None, b"[[1]]", None]
+    # one longer than max_bytes: its size read, not its JSON
+    assert bounded == [StoredContinuation(5, b"[[1]]"), StoredContinuation(5, None)]
     (call,) = [c for c in asyncio.run(_listed(tmp_path)) if c.seq == 0]
     assert "continuation" not in call.model_dump()  # a record never carries it
 

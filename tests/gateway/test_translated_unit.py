@@ -17,7 +17,10 @@ from gateway.continuation import NOTHING, Earlier, continuation, earlier_convers
 from gateway.errors import BadRequest
 from gateway.protocols.anthropic import ADAPTER
 from gateway.records import CallRecord, RolloutMode
+from gateway.request_bytes import Held, RequestBytes, RequestBytesInFlight, RequestTooCostly
 from gateway.scripted import Script, _chat_stream
+from gateway.store_roles import StoredContinuation
+from gateway.strict_json import parse_bytes
 from gateway.translated import prepare, tokenize_url, tokenized_ids
 
 REQUEST = {"model": "claude-x", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
@@ -57,13 +60,21 @@ def record(seq: int, response_id: str, previous: str | None = None, *, kind: str
                       n_choices=1, policy_version=0, latency_ms=1.0, created_at=0.0)
 
 
-def lookup(calls: list[CallRecord], body: dict[str, Any], stored: dict[str, bytes] | None = None) -> Earlier:
-    """`earlier_conversation` over a store holding `calls` and the continuations `stored` (by response id)."""
+def lookup(calls: list[CallRecord], body: dict[str, Any], stored: dict[str, bytes] | None = None,
+           held: Held | None = None, read: list[int | None] | None = None) -> Earlier:
+    """`earlier_conversation` over a store holding `calls` and the continuations `stored` (by response id), charged
+    to `held` (a fresh request's by default); `read` collects the max_bytes of each continuation read."""
     listed = []
 
-    async def continuation(rollout_id: str, attempt: int, response_id: str, kind: str) -> bytes | None:
+    async def continuation(rollout_id: str, attempt: int, response_id: str, kind: str,
+                           max_bytes: int | None = None) -> StoredContinuation | None:
         assert (rollout_id, attempt, kind) == ("r", 0, "chained")
-        return (stored or {}).get(response_id)
+        if read is not None:
+            read.append(max_bytes)
+        data = (stored or {}).get(response_id)
+        if data is None:
+            return None
+        return StoredContinuation(len(data), data if max_bytes is None or len(data) <= max_bytes else None)
 
     async def list_calls(rollout_id: str, attempt: int) -> list[CallRecord]:
         assert (rollout_id, attempt) == ("r", 0)
@@ -71,7 +82,10 @@ def lookup(calls: list[CallRecord], body: dict[str, Any], stored: dict[str, byte
         return calls
 
     svc = SimpleNamespace(history_store=SimpleNamespace(continuation=continuation, list_calls=list_calls))
-    earlier = asyncio.run(earlier_conversation(svc, Chained(), body, "r", 0))
+    if held is None:
+        with RequestBytes(64 * 1024 * 1024, 2**31).holding("r") as held:
+            return lookup(calls, body, stored, held, read)
+    earlier = asyncio.run(earlier_conversation(svc, Chained(), body, "r", 0, held))
     assert not (stored and body.get("previous") in stored and listed)  # a stored continuation: no chain read
     return earlier
 
@@ -92,6 +106,31 @@ def test_a_stored_continuation_is_read_alone_and_extended_without_decoding() -> 
     assert orjson.loads(extended) == [[0, "answer 0"], [1, "answer 1"], [2, "answer 2"]]
     assert orjson.loads(continuation(Chained(), {"n": 0}, NOTHING.stored, b"first")) == [[0, "first"]]
     assert continuation(ADAPTER, REQUEST, NOTHING.stored, b"{}") is None  # Messages: nothing continues an answer
+
+
+def test_a_continuation_is_charged_to_the_request_before_it_is_read_and_before_it_is_parsed() -> None:
+    stored = orjson.dumps([[i, "x" * 100] for i in range(100)])
+    ledger = RequestBytes(64 * 1024 * 1024, 2**31)
+    with ledger.holding("r") as held:
+        read: list[int | None] = []
+        earlier = lookup([], {"previous": "b"}, {"b": stored}, held, read)
+        assert earlier.stored == stored and read == [64 * 1024 * 1024]  # read within the request's room
+        assert held.bytes == len(stored) + parse_bytes(stored)  # its bytes, then its parse
+    assert ledger.held == 0  # released with the request
+
+
+def test_a_continuation_past_the_requests_room_is_refused_unread() -> None:
+    stored = orjson.dumps([[i, "x" * 1000] for i in range(100)])
+    read: list[int | None] = []
+    with RequestBytes(len(stored) - 1, 2**31).holding("r") as held, pytest.raises(RequestTooCostly) as refused:
+        lookup([], {"previous": "b"}, {"b": stored}, held, read)
+    assert read == [len(stored) - 1] and held.bytes == 0  # only its size was read; nothing charged
+    assert "max_request_bytes_in_flight_per_rollout" in refused.value.message
+    ledger = RequestBytes(len(stored) * 10, 2**31)
+    with ledger.holding("r") as other:  # another request of the rollout holds most of its share: 429, retry later
+        other.add(len(stored) * 9, "a parse")
+        with ledger.holding("r") as held, pytest.raises(RequestBytesInFlight):
+            lookup([], {"previous": "b"}, {"b": stored}, held)
 
 
 @pytest.mark.parametrize(("calls", "previous", "missing"), [
