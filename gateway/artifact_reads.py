@@ -6,9 +6,10 @@ in memory until the client has read it: 16 connections asking for a 32 MB artifa
 until then). `ArtifactReads` admits a read before its artifact is loaded from the store:
 
 - a rollout reads one artifact at a time (a harness pod holds one rollout's key: one pod, one read);
-- the reads in flight hold at most `max_bytes` (`artifact_read_bytes_in_flight`): a read reserves `max_body_bytes`
-  (the most an artifact can weigh) until its artifact is loaded, then its size, until its answer is handed to the
-  connection (in pieces: the client has read all but the last);
+- the reads in flight hold at most `max_bytes` (`artifact_read_bytes_in_flight`): a read reserves its artifact's
+  stored size (read first, its bytes unread; `max_body_bytes` where it is not known) until its answer is handed to
+  the connection (in pieces: the client has read all but the last; one reading slower than the protocol's
+  `READ_MIN_RATE_BPS` is aborted, `http_protocol.py`, so a read does not stay in flight at a trickle);
 - a read that cannot start within `READ_WAIT_S` is refused, 503 `artifact_reads_busy` with `Retry-After`.
 A read of one artifact larger than `max_bytes` (stored under a larger `max_body_bytes`) starts when nothing else is
 in flight.
@@ -55,11 +56,13 @@ class ArtifactReads:
         self._waiters: list[asyncio.Future[None]] = []
 
     @contextlib.asynccontextmanager
-    async def reading(self, rollout_id: str) -> AsyncIterator[ArtifactRead]:
-        """Admit one read of `rollout_id`'s (waiting for room, at most `READ_WAIT_S`) and hold it for the block."""
-        await self._wait_for_room(rollout_id)
+    async def reading(self, rollout_id: str, size_bytes: int | None = None) -> AsyncIterator[ArtifactRead]:
+        """Admit one read of `rollout_id`'s, of an artifact of `size_bytes` as stored (None: not known, the most an
+        artifact weighs), waiting for room at most `READ_WAIT_S`, and hold it for the block."""
+        reserved = self.reserve_bytes if size_bytes is None else size_bytes
+        await self._wait_for_room(rollout_id, reserved)
         self.rollouts.add(rollout_id)
-        read = ArtifactRead(self, self.reserve_bytes)
+        read = ArtifactRead(self, reserved)
         self.in_flight_bytes += read.reserved
         try:
             yield read
@@ -76,11 +79,11 @@ class ArtifactReads:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _wait_for_room(self, rollout_id: str) -> None:
+    async def _wait_for_room(self, rollout_id: str, size_bytes: int) -> None:
         loop = asyncio.get_running_loop()
         wait_s = READ_WAIT_S if self._wait_s is None else self._wait_s
         deadline = loop.time() + wait_s
-        while not self._room_for(rollout_id):
+        while not self._room_for(rollout_id, size_bytes):
             waiter = loop.create_future()
             self._waiters.append(waiter)
             try:
@@ -96,7 +99,7 @@ class ArtifactReads:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
-    def _room_for(self, rollout_id: str) -> bool:
+    def _room_for(self, rollout_id: str, size_bytes: int) -> bool:
         if rollout_id in self.rollouts:
             return False
-        return self.in_flight_bytes == 0 or self.in_flight_bytes + self.reserve_bytes <= self.max_bytes
+        return self.in_flight_bytes == 0 or self.in_flight_bytes + size_bytes <= self.max_bytes

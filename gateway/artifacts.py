@@ -7,6 +7,7 @@ The harness may write only while its rollout is not finished; the admin may alwa
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
@@ -80,9 +81,18 @@ def _check_quota(conn: sa.Connection, rollout_id: str, attempt: int, name: str, 
 
 def get_artifact(conn: sa.Connection, rollout_id: str, name: str, attempt: int | None) -> bytes:
     """The blob of `name` for `attempt` (default: the rollout's current attempt), or NotFound."""
+    return _artifact_column(conn, rollout_id, name, attempt, A.data)
+
+
+def artifact_size(conn: sa.Connection, rollout_id: str, name: str, attempt: int | None) -> int:
+    """The length of the blob of `name` for `attempt` (default: the current one), its bytes unread; or NotFound."""
+    return _artifact_column(conn, rollout_id, name, attempt, A.size_bytes)
+
+
+def _artifact_column(conn: sa.Connection, rollout_id: str, name: str, attempt: int | None, column: sa.Column) -> Any:
     rollout = _rollout(conn, rollout_id)
     number = rollout.attempt if attempt is None else attempt
-    data = conn.execute(sa.select(A.data).where(
+    data = conn.execute(sa.select(column).where(
         (A.rollout_id == rollout_id) & (A.attempt == number) & (A.name == name))).scalar()
     if data is None:
         raise NotFound(f"rollout {rollout_id!r} has no artifact {name!r} for attempt {number}; it is stored by a "

@@ -24,7 +24,9 @@ Kubernetes, so `GatewayHttpProtocol` bounds each connection before its requests 
 - an answer the client does not read: a connection whose transport stays paused for writing (its buffer past the
   high-water mark, not drained to the low-water mark since) for `WRITE_STALL_S` is aborted, its buffer dropped
   (uvicorn waited forever: 16 connections asking for a 32 MB artifact and reading nothing held 520 MB, past the
-  keep-alive timeout too, since a close waits for the buffer to drain);
+  keep-alive timeout too, since a close waits for the buffer to drain), and so is one whose client, once its answers
+  have waited on it for `READ_GRACE_S` in all, reads them slower than `READ_MIN_RATE_BPS` while they wait (a client
+  that read a little now and then kept a 32 MB artifact, or a streamed call, alive as long as it liked);
 - a new connection past the server's `ConnectionLimits` (`connection_limits.py`: per client address, and in all) is
   refused before it is read: 429 `too_many_connections` (lingering as above) or 503 `gateway_at_connection_limit`
   (closed at once).
@@ -73,6 +75,13 @@ BODY_MIN_RATE_BPS = 8 * 1024
 """The slowest a body may arrive after `BODY_GRACE_S`: each of its bytes extends its deadline by 1 / this."""
 WRITE_STALL_S = 60.0
 """How long an answer may wait on a client that does not read it (the transport paused for writing throughout)."""
+READ_GRACE_S = 10.0
+"""How long a connection's answers may wait on its client in all (its transport paused for writing) before the
+client must keep up `READ_MIN_RATE_BPS` while they wait."""
+READ_MIN_RATE_BPS = 256 * 1024
+"""The slowest a client may read the answers it keeps waiting, on average over the time its transport was paused
+(what the transport's buffer drained over how long it took): a 32 MB artifact is sent in about two minutes at the
+most, and a stream read slowly ends instead of holding its call, and a pause's drain, until the engine's timeout."""
 REFUSAL_LOG_EVERY_S = 10.0
 """At most one warning this often about connections refused for the limits or aborted for a stall."""
 
@@ -102,6 +111,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._paused_at: float | None = None  # when the transport was last paused for writing (None: not paused)
+        self._paused_s, self._buffered_at_pause, self._drained_bytes = 0.0, 0, 0  # over the connection's pauses
         self._rate_timer: asyncio.TimerHandle | None = None
         self._request_body_bytes, self._body_started, self._requests = 0, 0.0, 0
         self._refusal: tuple[int, str, str] | None = None
@@ -312,19 +323,30 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
+        self._paused_at, self._buffered_at_pause = self.loop.time(), self.transport.get_write_buffer_size()
         if self._write_timer is None:
             self._write_timer = self.loop.call_later(WRITE_STALL_S, self._write_stalled)
 
     def resume_writing(self) -> None:
         super().resume_writing()
         self._cancel_write_timer()
+        if self._paused_at is not None:
+            self._paused_s += self.loop.time() - self._paused_at
+            self._drained_bytes += max(0, self._buffered_at_pause - self.transport.get_write_buffer_size())
+            self._paused_at = None
+            if self._paused_s > READ_GRACE_S and self._drained_bytes < READ_MIN_RATE_BPS * self._paused_s:
+                self._abort_for(f"read its answers at {self._drained_bytes / self._paused_s / 1024:.0f} KiB/s "
+                                f"while they waited on it (less than {READ_MIN_RATE_BPS // 1024} KiB/s)")
 
     def _write_stalled(self) -> None:
-        """The client read too little of an answer for `WRITE_STALL_S`: drop the connection and what it buffers (a
-        close would wait for the buffer to drain; the requests under it see a disconnect)."""
+        """The client read too little of an answer for `WRITE_STALL_S`."""
         self._write_timer = None
-        self._warn_now_and_then(f"aborted a connection whose client read too little of its answers for "
-                                f"{WRITE_STALL_S:g} s")
+        self._abort_for(f"read too little of its answers for {WRITE_STALL_S:g} s")
+
+    def _abort_for(self, why: str) -> None:
+        """Drop the connection and what it buffers (a close would wait for the buffer to drain; the requests under
+        it see a disconnect)."""
+        self._warn_now_and_then(f"aborted a connection whose client {why}")
         self._disconnect_requests()
         _reset_on_close(self.transport)
         self.transport.abort()

@@ -471,6 +471,10 @@ class SqlStore:
         """A stored blob of `attempt` (default: the current one), or NotFound."""
         return await self._read(lambda conn: artifacts.get_artifact(conn, rollout_id, name, attempt))
 
+    async def artifact_size(self, rollout_id: str, name: str, attempt: int | None) -> int:
+        """The length of a stored blob of `attempt` (default: the current one), its bytes unread; or NotFound."""
+        return await self._read(lambda conn: artifacts.artifact_size(conn, rollout_id, name, attempt))
+
     async def secret(self) -> bytes:
         """The key-minting secret, created once and kept in the store so keys survive restarts."""
         if self._secret is None:

@@ -50,9 +50,9 @@ class ResponsesAdapter:
         return chat_request(body, [{"input": turn[0]} for turn in earlier], [turn[1] for turn in earlier])
 
     def continued(self, body: dict[str, Any], response_raw: bytes | str) -> list[list[Any]]:
-        """[the call's input items as the engine got them (`sent_items`), its answer's output items]: what
+        """[the call's input items, its answer's output items], each as the engine got them (`sent_items`): what
         `previous_response_id` prepends (the instructions are not carried over)."""
-        return [sent_items(as_items(body.get("input", []))), recorded_output(response_raw)]
+        return [sent_items(as_items(body.get("input", []))), sent_items(recorded_output(response_raw))]
 
     def answer_turn(self, response_raw: bytes | str) -> dict[str, Any] | None:
         messages: list[dict[str, Any]] = []

@@ -301,7 +301,8 @@ async def _artifact(svc: GatewayContext, scope: dict, receive, send, rollout_id:
     if scope["method"] == "GET":
         brief = await svc.recorder_store.brief(rollout_id)
         check_key_attempt(principal, rollout_id, brief.state, brief.attempt, live=False)
-        async with svc.artifact_reads.reading(rollout_id) as read:  # before the artifact is in memory
+        size = await svc.recorder_store.artifact_size(rollout_id, name, None)  # NotFound before a read is admitted
+        async with svc.artifact_reads.reading(rollout_id, size) as read:  # before the artifact is in memory
             data = await svc.recorder_store.get_artifact(rollout_id, name, None)
             read.loaded(len(data))
             await send_bytes(send, 200, data, content_type=b"application/octet-stream")  # in pieces: read by then

@@ -168,3 +168,39 @@ def test_the_store_reads_only_the_attempts_last_ok_main_calls_of_the_protocol(tm
             store.close()
 
     assert asyncio.run(main()) == [7, 6, 1]
+
+
+def test_the_store_reads_only_candidates_within_the_size_asked_and_charges_them_before_building_them(tmp_path):
+    import asyncio
+
+    import pytest
+
+    from gateway.errors import QuotaExceeded
+    from gateway.records import RolloutSpec
+    from gateway.store import SqlStore
+    from gateway.strict_json import parse_bytes
+    from tests.gateway.test_responses_chains import insert_rows, row
+
+    requests = [b'{"input":"' + b"x" * size + b'"}' for size in (10, 5_000, 100)]
+
+    async def main() -> tuple[list[int], list[int]]:
+        store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+        try:
+            await store.create_rollouts([RolloutSpec(id="r", group_id="g")])
+            await insert_rows(store, [row(seq, request=body) for seq, body in enumerate(requests)])
+            charged: list[int] = []
+            latest = await store.recent_calls("r", 0, "responses", 8, max_request_bytes=1_000, admit=charged.append)
+
+            def refuse(size: int) -> None:
+                raise QuotaExceeded(f"no room for {size}")
+
+            with pytest.raises(QuotaExceeded):
+                await store.recent_calls("r", 0, "responses", 8, admit=refuse)
+            return [call.seq for call in latest], charged
+        finally:
+            store.close()
+
+    seqs, charged = asyncio.run(main())
+    assert seqs == [2, 0]  # the 5,000-byte request is longer than asked: not read
+    small = [requests[2], requests[0]]
+    assert charged == [sum(len(body) + parse_bytes(body) + 4 * 2 for body in small)]  # + each answer, "{}" x 4

@@ -31,6 +31,11 @@ def chat_of(body: dict[str, Any], history: list[dict[str, Any]] | None = None) -
     return RESPONSES.to_chat(RESPONSES.parse(orjson.dumps(body)), orjson.loads(orjson.dumps(turns)))
 
 
+def as_list(value: Any) -> list[Any]:
+    """`input` as items: a string is one user message."""
+    return [{"role": "user", "content": value}] if isinstance(value, str) else list(value)
+
+
 def tool_call(call: dict[str, Any]) -> dict[str, Any]:
     return {"id": call["call_id"], "type": "function",
             "function": {"name": call["name"], "arguments": call["arguments"]}}
@@ -350,6 +355,26 @@ def test_an_empty_answer_still_gets_one_message_item():
     stream = RESPONSES.stream({"model": "m", "input": "go"}, "resp_1")
     events = events_of(stream.feed(chunk({"content": ""}, finish="stop")) + stream.finish())
     assert Response.model_validate(events[-1]["response"]).output[0].type == "message"
+
+
+@pytest.mark.parametrize("body", [case[1] for case in REQUEST_CASES], ids=[case[0] for case in REQUEST_CASES])
+def test_a_continued_turn_keeps_only_what_reached_the_engine_and_translates_the_same(body):
+    body = {"model": "m", **body}
+    answer = orjson.dumps(RESPONSES.from_chat(chat_answer("ok", [], "stop"), body, "resp_1"))
+    continuing = {"model": "m", "previous_response_id": "resp_1", "input": "next"}
+    direct = chat_of({"model": "m", "input": [*as_list(body["input"]), *orjson.loads(answer)["output"],
+                                              {"role": "user", "content": "next"}]})
+    assert chat_of(continuing, [{"request": body, "response_raw": answer}]) == direct
+    stored = orjson.dumps(RESPONSES.continued(RESPONSES.parse(orjson.dumps(body)), answer))
+    assert b"reasoning" not in stored and b"encrypted_content" not in stored and b"annotations" not in stored
+
+
+def test_a_continued_turn_drops_the_harnesss_own_fields_and_large_reasoning():
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "z" * 100_000}
+    body = {"model": "m", "input": [reasoning, {"type": "message", "role": "user", "id": "msg_1", "status": "done",
+                                                "content": [{"type": "input_text", "text": "hi"}]}, reasoning]}
+    turn = RESPONSES.continued(RESPONSES.parse(orjson.dumps(body)), orjson.dumps({"output": []}))
+    assert turn == [[{"type": "message", "role": "user", "content": "hi"}], []]
 
 
 def test_previous_response_history_is_earlier_inputs_then_their_outputs():

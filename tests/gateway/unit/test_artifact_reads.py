@@ -100,3 +100,24 @@ def test_an_artifact_larger_than_the_budget_is_read_alone_and_a_failed_read_free
 
     reads = asyncio.run(scenario())
     assert (reads.in_flight_bytes, reads.rollouts) == (0, set())
+
+
+def test_a_read_of_a_known_size_reserves_that_size_not_the_largest_an_artifact_may_weigh():
+    """Reads of small artifacts were admitted as if each weighed max_body_bytes: a few filled the bytes in flight."""
+    async def scenario():
+        reads, release, log = ArtifactReads(100, 60), asyncio.Event(), []
+
+        async def read(rollout_id: str, size: int) -> None:
+            async with reads.reading(rollout_id, size):
+                log.append(rollout_id)
+                await release.wait()
+
+        tasks = [asyncio.ensure_future(read(f"r{i}", 20)) for i in range(5)]
+        await asyncio.sleep(0.01)
+        started, held = list(log), reads.in_flight_bytes
+        release.set()
+        await asyncio.gather(*tasks)
+        return started, held, reads.in_flight_bytes
+
+    started, held, left = asyncio.run(scenario())
+    assert started == [f"r{i}" for i in range(5)] and held == 100 and left == 0  # five of 20 in 100; one of 60 alone

@@ -30,6 +30,10 @@ class RecordingTransport(asyncio.Transport):
         self.sockopts: list[tuple] = []  # what was set on the socket
         self.eof = False
         self.pauses, self.paused = 0, False
+        self.buffered = 0  # what its write buffer holds (the test says)
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
 
     def write(self, data) -> None:
         self.written += bytes(data)
@@ -527,6 +531,33 @@ def test_a_client_that_reads_in_time_is_not_aborted(monkeypatch):
     app, transport = asyncio.run(scenario())
     assert app.sent_second is True and not transport.aborted
     assert transport.written.endswith(b"12345678")
+
+
+@pytest.mark.parametrize(("pause_s", "aborted"), [(0.3, True), (0.05, False)])
+def test_a_client_that_keeps_its_answers_waiting_must_read_them_at_the_minimum_rate(monkeypatch, pause_s, aborted):
+    """A client reading a little now and then (each pause short of the stall) kept an answer alive for good."""
+    monkeypatch.setattr(http_protocol, "READ_GRACE_S", 0.4)
+    high, low = 64 * 1024, 16 * 1024  # each pause drains 48 KiB: in 0.3 s, 160 KiB/s; in 0.05 s, 960 KiB/s
+
+    async def scenario():
+        app = WaitingApp()
+        protocol, transport = _open(_config(app), ConnectionLimits.build(0, 100, []), "10.0.0.1")
+        protocol.data_received(_request())
+        for _ in range(int(0.9 / pause_s) + 1):
+            if transport.aborted:
+                break
+            transport.buffered = high
+            protocol.pause_writing()
+            await asyncio.sleep(pause_s)
+            transport.buffered = low
+            protocol.resume_writing()
+        return protocol, transport
+
+    protocol, transport = asyncio.run(scenario())
+    assert transport.aborted is aborted
+    if aborted:
+        linger = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert transport.sockopts == [linger] and protocol.cycle.disconnected
 
 
 def test_a_websocket_upgrade_is_served_as_a_plain_request_and_gives_its_place_back():
