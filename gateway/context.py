@@ -13,7 +13,15 @@ from gateway.pause import PauseGate
 from gateway.request_bytes import RequestBytes
 from gateway.routing import Router
 from gateway.store import SqlStore
-from gateway.store_roles import AdminStore, FeedStore, HistoryStore, LeaseStore, RecorderStore, Store
+from gateway.store_roles import (
+    AdminStore,
+    ArtifactStore,
+    FeedStore,
+    HistoryStore,
+    LeaseStore,
+    RecorderStore,
+    Store,
+)
 from gateway.telemetry import CallTelemetry, from_environment
 from gateway.upstream import RetryPolicy, Upstream
 
@@ -53,6 +61,11 @@ class GatewayContext:
     @property
     def lease_store(self) -> LeaseStore:
         """The store as a controller's requests reach it."""
+        return self.store
+
+    @property
+    def artifact_store(self) -> ArtifactStore:
+        """The store of artifacts, as the harness's and the controller's artifact routes reach it."""
         return self.store
 
     @property

@@ -3,12 +3,14 @@
 The roles (README glossary, gateway/README.md "Roles"), found from the call sites:
 
 - recorder: the harness-facing routes (`routes/harness.py`, `proxy.py`): a rollout's brief, call numbers and rows,
-  the harness's own events and artifacts. `HistoryStore`: the earlier calls a call continues (`continuation.py`,
+  the harness's own events. `HistoryStore`: the earlier calls a call continues (`continuation.py`,
   `recorded_turns.py`).
 - admin: endpoints and their policy versions, the key-minting secret (`routes/models.py`, `routes/control.py`,
   `context.py`).
 - lease: what a controller does to the rollouts it holds: claim (with each claimed attempt's key), renew, move
-  along the state machine, reward, its events and artifacts (`routes/rollouts.py`, `routes/artifacts.py`).
+  along the state machine, reward, its events (`routes/rollouts.py`).
+- artifact: artifacts stored, read and sized, a harness's own and a controller's (`routes/harness.py`,
+  `routes/artifacts.py`).
 - feed: what the trainer's rollout feed submits and reads back: creation (with the keys), the finished cursor, a
   rollout, its calls and events (`routes/rollouts.py`, `routes/calls.py`).
 
@@ -74,10 +76,6 @@ class RecorderStore(Protocol):
     async def insert_call(self, row: dict[str, Any]) -> None: ...
     async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any], *,
                         attempt: int | None = None, quota_bytes: int | None = None) -> Event: ...
-    async def put_artifact(self, rollout_id: str, name: str, data: bytes, *, refuse_finished: bool,
-                           attempt: int | None = None, quota_bytes: int | None = None) -> ArtifactInfo: ...
-    async def get_artifact(self, rollout_id: str, name: str, attempt: int | None) -> bytes: ...
-    async def artifact_size(self, rollout_id: str, name: str, attempt: int | None) -> int: ...
 
 
 class HistoryStore(Protocol):
@@ -112,11 +110,16 @@ class LeaseStore(Protocol):
     async def set_reward(self, rollout_id: str, reward: RewardIn) -> Rollout: ...
     async def add_event(self, rollout_id: str, kind: EventKind, payload: dict[str, Any], *,
                         attempt: int | None = None, quota_bytes: int | None = None) -> Event: ...
+    async def secret(self) -> bytes: ...
+
+
+class ArtifactStore(Protocol):
+    """Artifacts: a harness's own (the harness-facing routes) and any rollout's (a controller's)."""
+
     async def put_artifact(self, rollout_id: str, name: str, data: bytes, *, refuse_finished: bool,
                            attempt: int | None = None, quota_bytes: int | None = None) -> ArtifactInfo: ...
     async def get_artifact(self, rollout_id: str, name: str, attempt: int | None) -> bytes: ...
     async def artifact_size(self, rollout_id: str, name: str, attempt: int | None) -> int: ...
-    async def secret(self) -> bytes: ...
 
 
 class FeedStore(Protocol):
@@ -133,12 +136,12 @@ class FeedStore(Protocol):
     async def secret(self) -> bytes: ...
 
 
-class Store(RecorderStore, HistoryStore, AdminStore, LeaseStore, FeedStore, Protocol):
+class Store(RecorderStore, HistoryStore, AdminStore, LeaseStore, ArtifactStore, FeedStore, Protocol):
     """Everything the gateway persists: every role's protocol, and closing."""
 
     def close(self) -> None: ...
 
 
 ROLES: dict[str, type] = {"recorder": RecorderStore, "history": HistoryStore, "admin": AdminStore,
-                          "lease": LeaseStore, "feed": FeedStore}
+                          "lease": LeaseStore, "artifact": ArtifactStore, "feed": FeedStore}
 """Each role's protocol by the name of the context's view of it (`GatewayContext.<role>_store`)."""

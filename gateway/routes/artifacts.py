@@ -20,7 +20,7 @@ async def put_artifact(rollout_id: str, name: str, request: Request,
                        svc: GatewayContext = Depends(context)) -> ArtifactInfo:
     """Store (or replace) an artifact of the rollout's current attempt; the body is opaque bytes."""
     data = await request.body()
-    return await svc.lease_store.put_artifact(rollout_id, check_name(name), data, refuse_finished=False)
+    return await svc.artifact_store.put_artifact(rollout_id, check_name(name), data, refuse_finished=False)
 
 
 @router.get("/{rollout_id}/artifacts/{name}", dependencies=[Depends(grader)], response_class=Response,
@@ -30,5 +30,5 @@ async def get_artifact(rollout_id: str, name: str,
                                                     description="Attempt (default: the current one)."),
                        svc: GatewayContext = Depends(context)) -> Response:
     """An artifact's bytes (404 when absent)."""
-    data = await svc.lease_store.get_artifact(rollout_id, check_name(name), attempt)
+    data = await svc.artifact_store.get_artifact(rollout_id, check_name(name), attempt)
     return Response(data, media_type="application/octet-stream")

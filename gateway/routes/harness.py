@@ -301,14 +301,14 @@ async def _artifact(svc: GatewayContext, scope: dict, receive, send, rollout_id:
     if scope["method"] == "GET":
         brief = await svc.recorder_store.brief(rollout_id)
         check_key_attempt(principal, rollout_id, brief.state, brief.attempt, live=False)
-        size = await svc.recorder_store.artifact_size(rollout_id, name, None)  # NotFound before a read is admitted
+        size = await svc.artifact_store.artifact_size(rollout_id, name, None)  # NotFound before a read is admitted
         async with svc.artifact_reads.reading(rollout_id, size) as read:  # before the artifact is in memory
-            data = await svc.recorder_store.get_artifact(rollout_id, name, None)
+            data = await svc.artifact_store.get_artifact(rollout_id, name, None)
             read.loaded(len(data))
             await send_bytes(send, 200, data, content_type=b"application/octet-stream")  # in pieces: read by then
         return
     brief = await _live_brief(svc, principal, rollout_id, "artifacts are")
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
-    stored = await svc.recorder_store.put_artifact(rollout_id, name, raw, refuse_finished=True, attempt=brief.attempt,
+    stored = await svc.artifact_store.put_artifact(rollout_id, name, raw, refuse_finished=True, attempt=brief.attempt,
                                           quota_bytes=svc.config.max_artifact_bytes_per_attempt)
     await send_bytes(send, 200, stored.model_dump_json().encode())
