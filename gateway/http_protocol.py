@@ -24,9 +24,11 @@ Kubernetes, so `GatewayHttpProtocol` bounds each connection before its requests 
 - an answer the client does not read: a connection whose transport stays paused for writing (its buffer past the
   high-water mark, not drained to the low-water mark since) for `WRITE_STALL_S` is aborted, its buffer dropped
   (uvicorn waited forever: 16 connections asking for a 32 MB artifact and reading nothing held 520 MB, past the
-  keep-alive timeout too, since a close waits for the buffer to drain), and so is one whose client, once its answers
-  have waited on it for `READ_GRACE_S` in all, reads them slower than `READ_MIN_RATE_BPS` while they wait (a client
-  that read a little now and then kept a 32 MB artifact, or a streamed call, alive as long as it liked);
+  keep-alive timeout too, since a close waits for the buffer to drain); an idle connection whose client has not read
+  all of its last answer is aborted at the keep-alive timeout, not closed (the kernel kept such an answer queued for
+  minutes after a close); each connection's kernel send buffer is `SEND_BUFFER_BYTES` (autotuned, it held up to 4 MB
+  for a client that read nothing); the app drops a connection through the scope extension `ABORT_EXTENSION`
+  (`answer_pace.py`: a client too slow to read its answers);
 - a new connection past the server's `ConnectionLimits` (`connection_limits.py`: per client address, and in all) is
   refused before it is read: 429 `too_many_connections` (lingering as above) or 503 `gateway_at_connection_limit`
   (closed at once).
@@ -39,8 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import socket
 import struct
+import termios
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -75,13 +79,12 @@ BODY_MIN_RATE_BPS = 8 * 1024
 """The slowest a body may arrive after `BODY_GRACE_S`: each of its bytes extends its deadline by 1 / this."""
 WRITE_STALL_S = 60.0
 """How long an answer may wait on a client that does not read it (the transport paused for writing throughout)."""
-READ_GRACE_S = 10.0
-"""How long a connection's answers may wait on its client in all (its transport paused for writing) before the
-client must keep up `READ_MIN_RATE_BPS` while they wait."""
-READ_MIN_RATE_BPS = 256 * 1024
-"""The slowest a client may read the answers it keeps waiting, on average over the time its transport was paused
-(what the transport's buffer drained over how long it took): a 32 MB artifact is sent in about two minutes at the
-most, and a stream read slowly ends instead of holding its call, and a pause's drain, until the engine's timeout."""
+SEND_BUFFER_BYTES = 256 * 1024
+"""The kernel's send buffer of each connection (the kernel doubles it; autotuned, it grew to 4 MB): what a client
+that reads nothing leaves queued outside the process, and how far an answer is ahead of what the client has read."""
+ABORT_EXTENSION = "harnessrl.abort_connection"
+"""The scope extension through which the app drops the connection it answers on (`answer_pace.py`: a client too slow
+to read): a callable taking the reason, for the warning."""
 REFUSAL_LOG_EVERY_S = 10.0
 """At most one warning this often about connections refused for the limits or aborted for a stall."""
 
@@ -111,14 +114,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
-        self._paused_at: float | None = None  # when the transport was last paused for writing (None: not paused)
-        self._paused_s, self._buffered_at_pause, self._drained_bytes = 0.0, 0, 0  # over the connection's pauses
         self._rate_timer: asyncio.TimerHandle | None = None
         self._request_body_bytes, self._body_started, self._requests = 0, 0.0, 0
         self._refusal: tuple[int, str, str] | None = None
         self._answering = None  # the cycle whose app runs (uvicorn keeps only the newest in `cycle`)
         self._dropping: int | None = None  # refused: the bytes dropped since (None: serving)
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        _set_send_buffer(transport)
         self._client = client_address(transport.get_extra_info("peername"))
         self._admission = Admission.EXEMPT if self._limits is None else self._limits.admit(self._client)
         if self._admission not in SERVED:
@@ -323,20 +325,21 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
-        self._paused_at, self._buffered_at_pause = self.loop.time(), self.transport.get_write_buffer_size()
         if self._write_timer is None:
             self._write_timer = self.loop.call_later(WRITE_STALL_S, self._write_stalled)
 
     def resume_writing(self) -> None:
         super().resume_writing()
         self._cancel_write_timer()
-        if self._paused_at is not None:
-            self._paused_s += self.loop.time() - self._paused_at
-            self._drained_bytes += max(0, self._buffered_at_pause - self.transport.get_write_buffer_size())
-            self._paused_at = None
-            if self._paused_s > READ_GRACE_S and self._drained_bytes < READ_MIN_RATE_BPS * self._paused_s:
-                self._abort_for(f"read its answers at {self._drained_bytes / self._paused_s / 1024:.0f} KiB/s "
-                                f"while they waited on it (less than {READ_MIN_RATE_BPS // 1024} KiB/s)")
+
+    def timeout_keep_alive_handler(self) -> None:
+        """An idle connection is closed; one whose client has not read all of its last answer yet is aborted, so the
+        kernel does not keep that answer queued for minutes after the close (a FIN-WAIT-1 orphan, outside every
+        limit)."""
+        if not self.transport.is_closing() and _unsent_bytes(self.transport):
+            self._abort_for("left its last answer unread past the keep-alive timeout")
+            return
+        super().timeout_keep_alive_handler()
 
     def _write_stalled(self) -> None:
         """The client read too little of an answer for `WRITE_STALL_S`."""
@@ -352,6 +355,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self.transport.abort()
 
     def _start_asgi_task(self, cycle, app) -> None:
+        cycle.scope.setdefault("extensions", {})[ABORT_EXTENSION] = self._abort_for
         self._answering = cycle
         super()._start_asgi_task(cycle, app)
 
@@ -388,6 +392,22 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
         self._unset_keepalive_if_required()  # uvicorn cancels it only on a clean close: a reset kept all for 75 s
         self.headers, self.pipeline, self._answering = [], type(self.pipeline)(), None
+
+
+def _set_send_buffer(transport: asyncio.Transport) -> None:
+    sock = transport.get_extra_info("socket")
+    with contextlib.suppress(AttributeError, OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+
+
+def _unsent_bytes(transport: asyncio.Transport) -> int:
+    """What the transport and the kernel still hold for the client (0 where the kernel cannot say)."""
+    sock = transport.get_extra_info("socket")
+    try:
+        queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+    except (AttributeError, OSError, ValueError):
+        queued = 0
+    return transport.get_write_buffer_size() + queued
 
 
 def _reset_on_close(transport: asyncio.Transport) -> None:

@@ -19,6 +19,7 @@ import orjson
 from pydantic import ValidationError
 
 from gateway import strict_json
+from gateway.answer_pace import AnswerPace
 from gateway.artifacts import check_name
 from gateway.asgi import header, json_object, read_body, send_bytes, send_error
 from gateway.auth import Principal, Role, check_key_attempt, harness_authorization
@@ -67,11 +68,12 @@ async def handle_harness(svc: GatewayContext, scope: dict, receive, send) -> Non
     """Entry point for every request whose path starts with /r/: every error is answered OpenAI-shaped (when the
     answer has not begun; a stream under way ends the way the proxy ends it)."""
     started = False
+    paced = AnswerPace.of(scope).paced(send)  # a client too slow to read its answer is dropped
 
     async def tracked(message: dict) -> None:
         nonlocal started
         started = started or message["type"] == "http.response.start"
-        await send(message)
+        await paced(message)
 
     try:
         await _dispatch(svc, scope, receive, tracked)
@@ -223,15 +225,15 @@ async def _count_tokens(svc: GatewayContext, scope: dict, held: Held, receive, s
 async def _call_body(svc: GatewayContext, scope: dict, held: Held, receive, principal: Principal,
                      rollout_id: str) -> tuple[bytes, RolloutBrief]:
     """A call's body and its rollout's brief, checked before anything parses the body: the rollout live for the
-    caller (409), the body counted against the attempt's `max_call_bytes_per_attempt` (413
-    `call_bytes_quota_exceeded`; it stays counted whatever happens to the call next) and its parse charged to the
-    request (`Held.add`: 413 `request_too_costly`, 429, 503), so that an attempt with no room left costs no parse,
-    and no parse builds more than the request is charged for."""
+    caller (409), its parse charged to the request (`Held.add`: 413 `request_too_costly`, 429, 503: refusals that
+    leave nothing counted, as a client retries a 429) and the body counted against the attempt's
+    `max_call_bytes_per_attempt` (413 `call_bytes_quota_exceeded`; it stays counted whatever happens to the call
+    next), so that an attempt with no room left costs no parse, and no parse builds more than it is charged for."""
     raw = await read_body(scope, receive, svc.config.max_body_bytes)
     brief = await _live_brief(svc, principal, rollout_id, "calls are")
+    held.add(strict_json.parse_bytes(raw), f"parsing this JSON body of {len(raw)} bytes")
     await svc.recorder_store.charge_call_bytes(rollout_id, brief.attempt, len(raw),
                                                svc.config.max_call_bytes_per_attempt, "request")
-    held.add(strict_json.parse_bytes(raw), f"parsing this JSON body of {len(raw)} bytes")
     return raw, brief
 
 

@@ -77,8 +77,18 @@ def test_a_body_of_tiny_values_is_refused_before_it_is_parsed(gateway, path):
 def test_a_call_past_its_attempts_call_bytes_is_refused_before_its_body_is_parsed(gateway):
     with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
         (mine,) = create_rollouts(admin, 1)
-    not_json = b"{" * 60_000  # parsed, a 400 (and 60,000 values to count): counted first, it fits the attempt
-    assert _post(mine, "/chat/completions", not_json).status_code in (400, 413)
-    assert _post(mine, "/chat/completions", not_json).status_code in (400, 413)
+    not_json = b"x" * 30_000  # parsed, a 400; counted first
+    for _ in range(5):
+        assert _post(mine, "/chat/completions", not_json).status_code == 400
     refused = _post(mine, "/chat/completions", not_json)  # 180,000 bytes would pass the 150,000 of the attempt
     assert refused.status_code == 413 and refused.json()["error"]["code"] == "call_bytes_quota_exceeded"
+
+
+def test_a_refusal_of_the_parse_charge_leaves_the_attempts_call_bytes_uncounted(gateway):
+    """A 429 for the rollout's requests in flight is retried as it says: it must not spend the attempt's budget."""
+    with GatewayClient(gateway.url, ADMIN_TOKEN) as admin:
+        (mine,) = create_rollouts(admin, 1)
+    dense = b'{"model":"m","messages":[' + b",".join([b"{}"] * 10_000) + b"]}"  # refused for its parse each time
+    for _ in range(6):  # 6 x 30 KB would pass the attempt's 150,000 bytes had they been counted
+        assert _post(mine, "/chat/completions", dense).status_code == 413
+    assert _post(mine, "/chat/completions", b"x" * 30_000).status_code == 400, "the budget was spent"

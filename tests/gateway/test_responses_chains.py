@@ -1,9 +1,10 @@
 """Responses chains in constant time (issue 29 point 3): a call that continues an answer by `previous_response_id`
 reads that answer's stored continuation (`gateway/continuation.py`), and what the engine gets is exactly what it got
 before the continuation was stored: the chain's recorded calls followed back (`recorded_chain`, the earlier gateway's
-algorithm), and the same conversation sent whole. Deep chains (unary and streamed answers, parallel function calls
-and their outputs), a chain across a gateway restart, a chain an older gateway recorded (no continuation column: the
-store gets it and its index when it opens), and ids of another rollout, another attempt, a failed call or another
+algorithm, kept here as the oracle), and the same conversation sent whole. Deep chains (unary and streamed answers,
+parallel function calls and their outputs), a chain across a gateway restart, a store an older gateway wrote (no
+continuation column: the store gets it and its index when it opens; its answers are not continued, a 400 naming the
+fix, and the chains begun after continue), and ids of another rollout, another attempt, a failed call or another
 protocol refused as before."""
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import pytest
 import sqlalchemy as sa
 
 from gateway.client import GatewayClient
-from gateway.continuation import recorded_chain
+from gateway.errors import BadRequest
+from gateway.protocols.base import ProtocolAdapter
 from gateway.protocols.responses import RESPONSES
-from gateway.records import RolloutSpec, RolloutState
+from gateway.records import CallRecord, CallStatus, RolloutSpec, RolloutState
 from gateway.scripted import Script
 from gateway.sql import make_engine
 from gateway.store import SqlStore
@@ -119,6 +121,25 @@ def stored_continuation(store_path: Path, response_id: str) -> bytes | None:
         engine.dispose()
 
 
+def recorded_chain(adapter: ProtocolAdapter, previous: str, calls: list[CallRecord], rollout_id: str,
+                   attempt: int) -> list[Any]:
+    """The turns of the chain ending with the answer `previous`, followed back through `calls` (one attempt's ok
+    calls of the adapter's kind count), oldest first; BadRequest naming the first id that is not among them."""
+    by_id: dict[str, CallRecord] = {c.response_id: c for c in calls if c.response_id is not None
+                                    and c.kind == adapter.kind and c.status == CallStatus.OK}
+    chain: list[CallRecord] = []
+    current: str | None = previous
+    while current is not None:
+        call = by_id.pop(current, None)  # popped: a cycle ends as a missing id
+        if call is None:
+            raise BadRequest(f"previous response {current!r} is not a recorded answer of attempt {attempt} of "
+                             f"rollout {rollout_id!r}; send the whole conversation instead, or an id this rollout's "
+                             "gateway returned", param="previous_response_id")
+        chain.append(call)
+        current = adapter.previous_id(call.request)
+    return [adapter.continued(call.request, call.response_raw) for call in reversed(chain)]
+
+
 def previous_algorithm(admin: GatewayClient, rollout_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The engine's messages for `body` as the gateway computed them before continuations were stored: the chain
     followed back through the attempt's recorded calls, each call's input and output items prepended."""
@@ -161,10 +182,10 @@ def test_a_chain_continues_across_a_gateway_restart(gateway, admin, upstream):
         chain.step(6, stream=False)
 
 
-def test_an_older_gateways_chain_continues_and_the_store_gets_the_column(store_path, upstream):
+def test_an_older_gateways_store_gets_the_column_and_its_answers_are_refused_naming_the_fix(store_path, upstream):
     """A chain recorded before continuations were stored (the calls table without the column and its index): the
-    store adds both when it opens, the chain is followed back once, and the call that continues it is stored with its
-    continuation."""
+    store adds both when it opens; an answer recorded then is not followed back (that read every call of the
+    attempt), its id is a 400 naming the fix; the conversation sent whole once, the chain continues."""
     path = store_path.parent / "older.db"
     gw = InProcessGateway(path).start()
     try:
@@ -185,12 +206,19 @@ def test_an_older_gateways_chain_continues_and_the_store_gets_the_column(store_p
             assert "ix_calls_continued" in {i["name"] for i in sa.inspect(conn).get_indexes("calls")}
         engine.dispose()
         with GatewayClient(gw.url, ADMIN_TOKEN) as admin:
-            body = chain.step(4, stream=False)
-            assert engine_messages(upstream) == previous_algorithm(admin, created.id, body)
-            turns = recorded_chain(RESPONSES, chain.last, admin.calls(created.id, attempt=0), created.id, 0)
-            assert orjson.loads(stored_continuation(path, chain.last)) == turns
+            refused = respond(created.base_url, created.api_key, chain.body(next_input(4, chain.output),
+                                                                             stream=False, previous=chain.last))
+            assert refused.status_code == 400 and chain.last in refused.json()["error"]["message"]
+            assert "send the whole conversation" in refused.json()["error"]["message"]
+            items = next_input(4, chain.output)
+            whole = answer_of(respond(created.base_url, created.api_key,
+                                      chain.body([*chain.conversation, *items], stream=False, previous=None)))
+            chain.conversation += [*items, *whole["output"]]
+            chain.last, chain.output = whole["id"], whole["output"]
             body = chain.step(5, stream=True)
             assert engine_messages(upstream) == previous_algorithm(admin, created.id, body)
+            turns = recorded_chain(RESPONSES, chain.last, admin.calls(created.id, attempt=0), created.id, 0)
+            assert orjson.loads(stored_continuation(path, chain.last)) == turns and len(turns) == 2
     finally:
         gw.stop()
 

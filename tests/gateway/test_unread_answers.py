@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from gateway import artifact_reads, http_protocol
+from gateway import answer_pace, artifact_reads, http_protocol
 from tests.gateway.api_support import create_rollouts
 
 SIZE = 24 << 20  # past what the kernel's socket buffers take on loopback: the rest waits in the gateway
@@ -54,3 +54,32 @@ def _read_all(sock: socket.socket, deadline_s: float) -> tuple[int, bool]:
     except ConnectionResetError:
         return received, True
     return received, received < SIZE
+
+
+def test_a_client_reading_an_artifact_slowly_is_dropped_and_one_reading_it_normally_is_served(
+        gateway, admin, monkeypatch):
+    """A client reading a little now and then was never stalled and kept the read (and its rollout's artifact-read
+    slot) as long as it liked; the pace asks 256 KiB/s of what waits on it (gateway/answer_pace.py)."""
+    monkeypatch.setattr(answer_pace, "GRACE_S", 1.0)
+    [created] = create_rollouts(admin)
+    blob = os.urandom(SIZE)
+    admin.put_artifact(created.id, "big", blob)
+    url = created.base_url.removesuffix("/v1") + "/artifacts/big"
+    auth = {"authorization": f"Bearer {created.api_key}"}
+    target = urlparse(url)
+    with socket.socket() as slow:
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        slow.connect((target.hostname, target.port))
+        slow.sendall(f"GET {target.path} HTTP/1.1\r\nhost: x\r\nauthorization: {auth['authorization']}\r\n\r\n"
+                     .encode())
+        slow.settimeout(30)
+        received, started, cut = 0, time.monotonic(), False
+        try:
+            while time.monotonic() - started < 25 and (chunk := slow.recv(16384)):
+                received += len(chunk)
+                time.sleep(0.25)  # about 64 KB/s at the most
+        except ConnectionResetError:
+            cut = True
+    assert cut and received < 4 << 20, f"a 64 KB/s reader was not dropped ({received} bytes in 25 s)"
+    got = httpx.get(url, headers=auth, timeout=60)
+    assert got.status_code == 200 and got.content == blob, "a client reading as it comes is served"

@@ -510,7 +510,7 @@ def test_an_answer_the_client_does_not_read_is_aborted_after_the_stall_and_its_r
     app, protocol, aborted = asyncio.run(scenario())
     assert aborted, "the connection was not aborted after the stall"
     linger = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    assert protocol.transport.sockopts == [linger], "the kernel would keep what it queued for minutes"
+    assert protocol.transport.sockopts == [SEND_BUFFER, linger], "the kernel would keep what it queued for minutes"
     assert app.sent_second is False and protocol.cycle.disconnected
 
 
@@ -533,31 +533,42 @@ def test_a_client_that_reads_in_time_is_not_aborted(monkeypatch):
     assert transport.written.endswith(b"12345678")
 
 
-@pytest.mark.parametrize(("pause_s", "aborted"), [(0.3, True), (0.05, False)])
-def test_a_client_that_keeps_its_answers_waiting_must_read_them_at_the_minimum_rate(monkeypatch, pause_s, aborted):
-    """A client reading a little now and then (each pause short of the stall) kept an answer alive for good."""
-    monkeypatch.setattr(http_protocol, "READ_GRACE_S", 0.4)
-    high, low = 64 * 1024, 16 * 1024  # each pause drains 48 KiB: in 0.3 s, 160 KiB/s; in 0.05 s, 960 KiB/s
+SEND_BUFFER = (socket.SOL_SOCKET, socket.SO_SNDBUF, http_protocol.SEND_BUFFER_BYTES)
+LINGER_0 = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+@pytest.mark.parametrize(("unsent", "aborted"), [(1, True), (0, False)])
+def test_an_idle_connection_with_its_last_answer_unread_is_aborted_not_closed(unsent, aborted):
+    """A close left an answer that fit the kernel's buffers queued for minutes (FIN-WAIT-1, outside every limit)."""
+    async def scenario():
+        protocol, transport = _open(_config(EchoApp()), ConnectionLimits.build(0, 100, []), "10.0.0.1")
+        transport.buffered = unsent
+        protocol.timeout_keep_alive_handler()
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert transport.closed and transport.aborted is aborted
+    assert transport.sockopts == ([SEND_BUFFER, LINGER_0] if aborted else [SEND_BUFFER])
+
+
+def test_the_app_drops_its_connection_through_the_scope_extension():
+    seen = []
+
+    class Dropping:
+        async def __call__(self, scope, receive, send):
+            seen.append(http_protocol.ABORT_EXTENSION in scope["extensions"])
+            scope["extensions"][http_protocol.ABORT_EXTENSION]("was too slow")
+            await send({"type": "http.response.start", "status": 200, "headers": []})
 
     async def scenario():
-        app = WaitingApp()
-        protocol, transport = _open(_config(app), ConnectionLimits.build(0, 100, []), "10.0.0.1")
+        protocol, transport = _open(_config(Dropping()), ConnectionLimits.build(0, 100, []), "10.0.0.1")
         protocol.data_received(_request())
-        for _ in range(int(0.9 / pause_s) + 1):
-            if transport.aborted:
-                break
-            transport.buffered = high
-            protocol.pause_writing()
-            await asyncio.sleep(pause_s)
-            transport.buffered = low
-            protocol.resume_writing()
+        await asyncio.sleep(0.05)
         return protocol, transport
 
     protocol, transport = asyncio.run(scenario())
-    assert transport.aborted is aborted
-    if aborted:
-        linger = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        assert transport.sockopts == [linger] and protocol.cycle.disconnected
+    assert seen == [True] and transport.aborted and LINGER_0 in transport.sockopts
+    assert b"200" not in transport.written  # the answer went nowhere
 
 
 def test_a_websocket_upgrade_is_served_as_a_plain_request_and_gives_its_place_back():
