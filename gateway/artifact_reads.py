@@ -8,8 +8,8 @@ until then). `ArtifactReads` admits a read before its artifact is loaded from th
 - a rollout reads one artifact at a time (a harness pod holds one rollout's key: one pod, one read);
 - the reads in flight hold at most `max_bytes` (`artifact_read_bytes_in_flight`): a read reserves its artifact's
   stored size (read first, its bytes unread; `max_body_bytes` where it is not known) until its answer is handed to
-  the connection (in pieces: the client has read all but the last; one reading slower than the protocol's
-  `READ_MIN_RATE_BPS` is aborted, `http_protocol.py`, so a read does not stay in flight at a trickle);
+  the connection (in pieces: the client has read all but the last; one reading slower than
+  `answer_pace.MIN_RATE_BPS` is dropped, so a read does not stay in flight at a trickle);
 - a read that cannot start within `READ_WAIT_S` is refused, 503 `artifact_reads_busy` with `Retry-After`.
 A read of one artifact larger than `max_bytes` (stored under a larger `max_body_bytes`) starts when nothing else is
 in flight.

@@ -18,6 +18,7 @@ import asyncio
 import base64
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, unquote, urlsplit
 
@@ -58,13 +59,15 @@ class _Connection(asyncio.Protocol):
         self._chunks: list[bytes] = []
         self._head_done = False
         self._waiter: asyncio.Future | None = None
+        self._charge: Callable[[int], None] | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
-    def request(self, head: bytes, body: bytes) -> asyncio.Future:
-        """Write the request; the future holds its `Answer`."""
-        self._waiter = asyncio.get_running_loop().create_future()
+    def request(self, head: bytes, body: bytes, charge: Callable[[int], None] | None = None) -> asyncio.Future:
+        """Write the request; the future holds its `Answer`. `charge` is told each piece of the answer's body as it
+        arrives; whatever it raises ends the read (and the connection) with that error."""
+        self._waiter, self._charge = asyncio.get_running_loop().create_future(), charge
         self._parser, self._answer, self._chunks, self._head_done = httptools.HttpResponseParser(self), None, [], False
         self.transport.write(head + body)
         return self._waiter
@@ -85,6 +88,15 @@ class _Connection(asyncio.Protocol):
         self._answer = Answer(self._parser.get_status_code(), self._headers)
 
     def on_body(self, body: bytes) -> None:
+        if self._waiter is None or self._waiter.done():
+            return
+        if self._charge is not None:
+            try:
+                self._charge(len(body))
+            except Exception as exc:  # the caller's refusal: read no further
+                self._finish(None, exc)
+                self.close()
+                return
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
@@ -185,8 +197,9 @@ class Http1Pool:
         self._connect_timeout_s = connect_timeout_s
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
 
-    async def post(self, url: str, body: bytes, content_type: str = "application/json") -> Answer:
-        """POST `body` to an http:// `url` and read the whole answer."""
+    async def post(self, url: str, body: bytes, content_type: str = "application/json",
+                   charge: Callable[[int], None] | None = None) -> Answer:
+        """POST `body` to an http:// `url` and read the whole answer (`charge`: as `_Connection.request`)."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"{url!r} is not an http:// URL with a host")
@@ -196,7 +209,7 @@ class Http1Pool:
                 f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n").encode("latin-1")
         connection = self._take(host, port) or await self._connect(host, port)
         try:
-            answer = await connection.request(head, body)
+            answer = await connection.request(head, body, charge)
         except BaseException:
             connection.close()  # an error or a cancelled call: whatever is left on the wire is not ours
             raise

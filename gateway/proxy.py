@@ -10,19 +10,22 @@ harness received is in the store.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from gateway import strict_json
 from gateway.asgi import json_object, send_error
 from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, parse_version_header
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
 from gateway.records import CallErrorCode, CallStatus, ModelRecord, RolloutMode, SamplingRecord
+from gateway.request_bytes import Held
 from gateway.request_fields import CHAT, COMPLETION, check_refused
 from gateway.tokens import pack_extra_choices, pack_floats, pack_ids, pack_sampling
-from gateway.upstream import UpstreamFailed, answer_timed_out, read_refused
+from gateway.upstream import AnswerRefused, UpstreamFailed, answer_timed_out, read_refused
 
 PATHS = {CHAT: "/chat/completions", COMPLETION: "/completions"}
 DONE_TOKEN = b"[DONE]"  # the final SSE event is `data: [DONE]`
@@ -75,6 +78,34 @@ class CallContext:
     side: bool = False  # a harness's side call (gateway.routing.is_side_call)
     traceparent: str | None = None  # the W3C trace context the harness sent (the parent of the call's span)
     sampling: SamplingRecord | None = None  # what the engine was asked to sample with (gateway.sampling); None: nothing
+    held: Held | None = None  # the request's charge (gateway.request_bytes), which its answer joins; None: not charged
+
+
+ANSWER_WHAT = "the engine's answer (the request's n, max_tokens and top_logprobs decide its size)"
+SHORTER_ANSWER = "ask for a shorter answer (a lower max_tokens, n or top_logprobs) or raise that limit"
+STREAM_TIMES = 3
+"""What a streamed answer holds per byte as it arrives: its chunks, once joined, and what is captured of them."""
+
+
+def answer_charge(ctx: CallContext, times: int = 1) -> Callable[[int], None] | None:
+    """Charges `times` each piece of the engine's answer to the call's request as it arrives (`Held.add`); a
+    refusal is raised as `AnswerRefused` (the read stops: the call is recorded as `answer_too_large`)."""
+    held = ctx.held
+    if held is None:
+        return None
+
+    def charge(size_bytes: int) -> None:
+        try:
+            held.add(times * size_bytes, ANSWER_WHAT, SHORTER_ANSWER)
+        except GatewayError as exc:
+            raise AnswerRefused(exc) from None
+    return charge
+
+
+def charge_parse(ctx: CallContext, payload: bytes) -> None:
+    """Charge the parse of a whole answer before it is parsed (`AnswerRefused` when refused)."""
+    if (charge := answer_charge(ctx)) is not None:
+        charge(strict_json.parse_bytes(payload))
 
 
 def call_row(ctx: CallContext, cap: Captured, *, status: CallStatus, http_status: int, error: str | None,
@@ -134,9 +165,13 @@ async def forward_unary(svc: GatewayContext, ctx: CallContext, body: bytes, send
     url = ctx.endpoint.base_url + PATHS[ctx.kind]
     async with svc.gate.admit():
         try:
-            status, version_header, payload = await svc.upstream.request(url, body)
+            status, version_header, payload = await svc.upstream.request(url, body, answer_charge(ctx))
+            charge_parse(ctx, payload)
         except UpstreamFailed as exc:
             await _record_failure(svc, ctx, exc, send)
+            return
+        except AnswerRefused as refused:
+            await _record_refused_answer(svc, ctx, refused.error, send)
             return
         cap = _capture_unary(status, payload)
         try:
@@ -192,6 +227,15 @@ def failure_message(exc: UpstreamFailed) -> str:
     return f"{exc}; the engine did not answer, try again later" if exc.retryable else str(exc)
 
 
+async def _record_refused_answer(svc: GatewayContext, ctx: CallContext, error: GatewayError, send) -> None:
+    """An answer too large for the request's share, read no further: recorded as `answer_too_large`, the harness
+    answered with the refusal (413, or 429 / 503 when other requests hold the share)."""
+    await record_call(svc, ctx, call_row(ctx, Captured(), status=CallStatus.ERROR, http_status=error.status,
+                                         error=error.message, response_raw=None, policy_version=None,
+                                         error_code=CallErrorCode.ANSWER_TOO_LARGE))
+    await send_error(send, type(error)(error.message, code=CallErrorCode.ANSWER_TOO_LARGE.value))
+
+
 async def _record_failure(svc: GatewayContext, ctx: CallContext, exc: UpstreamFailed, send) -> None:
     code = failure_code(exc)
     error = UpstreamUnavailable(failure_message(exc), code=code.value)
@@ -241,7 +285,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, response, send) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache"),
                             *_answer_headers(ctx, version)]})
-    received, held, broke = await _pass_through(response, send)
+    received, held, broke = await _pass_through(response, send, answer_charge(ctx, STREAM_TIMES))
     raw = b"".join(received)
     cap = capture_sse(raw) if status == 200 else Captured(error=raw[:2000].decode("utf-8", "replace"))
     if broke is None and cap.broken:
@@ -282,15 +326,18 @@ def _error_event(message: str, code: str) -> bytes:
     return b"data: " + error_body(message, "upstream_error", code=code) + b"\n\n"
 
 
-async def _pass_through(response, send) -> tuple[list[bytes], bytes, tuple[str, CallErrorCode] | None]:
+async def _pass_through(response, send, charge: Callable[[int], None] | None = None,
+                        ) -> tuple[list[bytes], bytes, tuple[str, CallErrorCode] | None]:
     """Relay the stream's complete lines as they come, holding back the line with `[DONE]` and everything after it
-    (and any incomplete last line): (every chunk received, the bytes held back, (why the stream broke, its code) or
-    None)."""
+    (and any incomplete last line), each chunk charged first (`answer_charge`): (every chunk received, the bytes
+    held back, (why the stream broke, its code) or None)."""
     received: list[bytes] = []
     pending = b""
     done = False
     try:
         async for chunk in response.content.iter_any():
+            if charge is not None:
+                charge(len(chunk))
             received.append(chunk)
             if done:
                 pending += chunk
@@ -300,10 +347,18 @@ async def _pass_through(response, send) -> tuple[list[bytes], bytes, tuple[str, 
                 await send({"type": "http.response.body", "body": ready, "more_body": True})
     except GatewayError:
         raise
+    except AnswerRefused as refused:  # read no further: the engine's generation is dropped with the response
+        broke = refused_broke(refused)
+        return received, _error_event(*broke), broke
     except Exception as exc:  # the engine dropped the stream, or it ran past the timeout: record what came
         broke = stream_broke(exc)
         return received, _error_event(*broke), broke
     return received, pending, None
+
+
+def refused_broke(refused: AnswerRefused) -> tuple[str, CallErrorCode]:
+    """(error, code) of a stream whose answer was refused as it came (`answer_charge`)."""
+    return f"the stream was cut: {refused.error.message}", CallErrorCode.ANSWER_TOO_LARGE
 
 
 def split_held(data: bytes) -> tuple[bytes, bytes, bool]:

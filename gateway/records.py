@@ -83,6 +83,8 @@ class CallErrorCode(StrEnum):
     # the policy's: counted against the answer)
     UPSTREAM_ERROR = "upstream_error"  # the engine refused the request (4xx: the context is full, a bad field) or
     # answered an error of its own in a 200 body or chunk
+    ANSWER_TOO_LARGE = "answer_too_large"  # the engine's answer would hold more of the gateway's memory than the
+    # rollout's share (`n`, `max_tokens`, `top_logprobs` are the request's): read no further
     MODEL_TOOL_ARGUMENTS = "model_tool_arguments"  # an ok call: the model's tool call has arguments the harness
     # protocol cannot carry (not a JSON object, for Anthropic Messages); answered as text, `error` says which
 

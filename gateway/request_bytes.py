@@ -38,6 +38,9 @@ class RequestBytesFull(RetryLater):
     code = "gateway_request_bytes_full"
 
 
+SMALLER_REQUEST = "send a smaller request (fewer, longer values: a long list as one string) or raise that limit"
+
+
 class RequestTooCostly(PayloadTooLarge):
     """One request would hold more than its rollout may at once, whatever else is in flight: 413."""
 
@@ -73,17 +76,16 @@ class Held:
         ledger = self._ledger
         return max(0, min(ledger.per_rollout - ledger.by_rollout.get(self.rollout_id, 0), ledger.total - ledger.held))
 
-    def add(self, size_bytes: int, what: str) -> None:
+    def add(self, size_bytes: int, what: str, fix: str = SMALLER_REQUEST) -> None:
         """Charge `size_bytes` more for what this request is about to build or load (`what`, as a refusal names it):
-        RequestTooCostly (413) when the request alone would pass its rollout's share, else as any charge (429,
-        503), nothing charged."""
+        RequestTooCostly (413, saying `fix`) when the request alone would pass its rollout's share, else as any
+        charge (429, 503), nothing charged."""
         per_rollout = self._ledger.per_rollout
         if self.bytes + size_bytes > per_rollout:
             raise RequestTooCostly(
                 f"{what} would take about {size_bytes} bytes of memory, which with this request's {self.bytes} "
                 f"passes the {per_rollout} one rollout's requests may hold at once "
-                "(max_request_bytes_in_flight_per_rollout): send a smaller request (fewer, longer values: a long "
-                "list as one string) or raise that limit")
+                f"(max_request_bytes_in_flight_per_rollout): {fix}")
         self._ledger.charge(self, size_bytes)
 
 

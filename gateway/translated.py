@@ -37,16 +37,20 @@ from gateway.errors import GatewayError
 from gateway.protocols.base import ProtocolAdapter, StreamTranslator
 from gateway.proxy import (
     CHAT,
+    STREAM_TIMES,
     CallContext,
+    answer_charge,
     call_row,
+    charge_parse,
     failure_code,
     failure_message,
     record_call,
+    refused_broke,
     stream_broke,
     upstream_request,
 )
 from gateway.records import CallErrorCode, CallStatus, RolloutMode
-from gateway.upstream import UpstreamFailed, read_refused
+from gateway.upstream import AnswerRefused, UpstreamFailed, read_refused
 
 if TYPE_CHECKING:
     from gateway.recorded_turns import RecordedPrompt
@@ -156,9 +160,16 @@ async def forward(svc: GatewayContext, ctx: CallContext, call: Translated, send)
     async with svc.gate.admit():
         if not ctx.stream:
             try:
-                status, version_header, payload = await svc.upstream.request(url, call.upstream_body)
+                status, version_header, payload = await svc.upstream.request(url, call.upstream_body,
+                                                                             answer_charge(ctx))
+                charge_parse(ctx, payload)
             except UpstreamFailed as exc:
                 await _upstream_failed(svc, ctx, call.adapter, send, exc)
+                return
+            except AnswerRefused as refused:
+                error = refused.error
+                await _fail(svc, ctx, call.adapter, send, status=error.status, code=CallErrorCode.ANSWER_TOO_LARGE,
+                            reason=error.message, message=error.message)
                 return
             await _unary(svc, ctx, call, send, status, version_header, payload)
             return
@@ -223,7 +234,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
     await send({"type": "http.response.start", "status": 200,
                 "headers": [*_headers(ctx, version, b"text/event-stream"), (b"cache-control", b"no-cache")]})
     translator = adapter.stream(call.body, call.response_id)
-    cap, sent, problem = await _translate(response, translator, send)
+    cap, sent, problem = await _translate(response, translator, send, answer_charge(ctx, STREAM_TIMES))
     events, failure = _closing(translator, problem)
     fault = translator.model_fault if failure is None else None
     error, code = failure or ((fault.message, fault.code) if fault else (None, None))
@@ -257,15 +268,18 @@ def _closing(translator: StreamTranslator, problem: Problem | None) -> tuple[byt
         return translator.error(*failed), failed
 
 
-async def _translate(response, translator: StreamTranslator,
-                     send) -> tuple[Captured, list[bytes], Problem | None]:
-    """Capture the upstream's chunks, feed them to the translator and send its events as they come: (what was
-    captured, the events sent, (why the stream stopped early, its error code) or None)."""
+async def _translate(response, translator: StreamTranslator, send,
+                     charge: Callable[[int], None] | None = None) -> tuple[Captured, list[bytes], Problem | None]:
+    """Capture the upstream's chunks (each charged first, `answer_charge`), feed them to the translator and send its
+    events as they come: (what was captured, the events sent, (why the stream stopped early, its error code) or
+    None)."""
     cap = Captured()
     sent: list[bytes] = []
     pending = b""
     try:
         async for data in response.content.iter_any():
+            if charge is not None:
+                charge(len(data))
             lines = (pending + data).split(b"\n")
             pending = lines.pop()
             for line in lines:
@@ -274,6 +288,8 @@ async def _translate(response, translator: StreamTranslator,
                     return cap, sent, problem
     except GatewayError:
         raise
+    except AnswerRefused as refused:  # read no further: the engine's generation is dropped with the response
+        return cap, sent, refused_broke(refused)
     except Exception as exc:  # the engine dropped the stream, or it ran past the timeout: record what came
         return cap, sent, stream_broke(exc)
     return cap, sent, await _feed_line(pending, cap, translator, sent, send)

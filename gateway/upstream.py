@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -48,6 +49,15 @@ class UpstreamFailed(Exception):
         self.retryable = retryable
 
 
+class AnswerRefused(Exception):  # noqa: N818 (a refusal, not an error of the engine's)
+    """The caller's `charge` refused the answer as it arrived (`error`: its refusal): the read stopped, nothing is
+    retried."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Upstream:
     """The clients shared by all calls: the lean pool for unary http calls, one aiohttp session for the rest."""
 
@@ -66,23 +76,27 @@ class Upstream:
         self._pool.close()
         await self._session.close()
 
-    async def request(self, url: str, body: bytes) -> tuple[int, str | None, bytes]:
-        """POST and read the whole answer: (status, X-Policy-Version header, body). Transient failures are retried."""
+    async def request(self, url: str, body: bytes,
+                      charge: Callable[[int], None] | None = None) -> tuple[int, str | None, bytes]:
+        """POST and read the whole answer: (status, X-Policy-Version header, body). Transient failures are retried.
+        `charge` is told each piece of the answer as it arrives; it refuses by raising `AnswerRefused`, which ends
+        the call."""
         if url.startswith("http://"):
-            return await self._retrying(url, lambda: self._lean_once(url, body))
+            return await self._retrying(url, lambda: self._lean_once(url, body, charge))
 
         async def once() -> tuple[int, str | None, bytes]:
             async with self._session.post(url, data=body, headers=JSON_HEADERS) as response:
-                payload = await response.read()
+                payload = await _read_charged(response, charge)
                 if response.status in RETRY_STATUSES:
                     raise _RetryableStatus(response.status, payload)
                 return response.status, response.headers.get("x-policy-version"), payload
 
         return await self._retrying(url, once)
 
-    async def _lean_once(self, url: str, body: bytes) -> tuple[int, str | None, bytes]:
+    async def _lean_once(self, url: str, body: bytes,
+                         charge: Callable[[int], None] | None) -> tuple[int, str | None, bytes]:
         async with asyncio.timeout(self._timeout_s):
-            answer = await self._pool.post(url, body)
+            answer = await self._pool.post(url, body, charge=charge)
         if answer.status in RETRY_STATUSES:
             raise _RetryableStatus(answer.status, answer.body)
         return answer.status, answer.headers.get("x-policy-version"), answer.body
@@ -118,6 +132,8 @@ class Upstream:
             tries += 1
             try:
                 return await once()
+            except AnswerRefused:
+                raise
             except _RetryableStatus as exc:
                 last_error, last_status, last_body, timed_out = f"HTTP {exc.status}", exc.status, exc.body, False
             except TRANSIENT_ERRORS as exc:
@@ -129,6 +145,16 @@ class Upstream:
                                      "(POST /v1/admin/models)", retryable=False) from exc  # trying again won't help
         raise UpstreamFailed(f"upstream {url} failed after {tries} tries: {last_error}", last_status, last_body,
                              timed_out=timed_out)
+
+
+async def _read_charged(response: aiohttp.ClientResponse, charge: Callable[[int], None] | None) -> bytes:
+    if charge is None:
+        return await response.read()
+    pieces = []
+    async for piece in response.content.iter_any():
+        charge(len(piece))
+        pieces.append(piece)
+    return b"".join(pieces)
 
 
 async def read_refused(response: aiohttp.ClientResponse) -> bytes:

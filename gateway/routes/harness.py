@@ -160,14 +160,15 @@ async def _proxy(svc: GatewayContext, scope: dict, held: Held, receive, send, ro
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     forwarded, sampling = apply_policy(request, requested_sampling(request), brief.mode, svc.config.sampling)
     ctx = await _call_context(svc, brief, rollout_id, kind, request, raw, endpoint, started, created_at,
-                              header(scope, b"traceparent"), sampling)
+                              header(scope, b"traceparent"), sampling, held)
     body = upstream_request(seeded_body(forwarded, ctx.sampling), kind, brief.mode, endpoint.served_name)
     await (forward_stream if ctx.stream else forward_unary)(svc, ctx, body, send)
 
 
 async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: str, kind: str, request: dict,
                         raw: bytes, endpoint: ModelRecord, started: float, created_at: float,
-                        traceparent: str | None = None, sampling: SamplingRecord | None = None) -> CallContext:
+                        traceparent: str | None = None, sampling: SamplingRecord | None = None,
+                        held: Held | None = None) -> CallContext:
     """The context of a call about to go upstream, with its arrival number and, for a seeded rollout, its seed in
     `sampling` (`gateway.sampling.seed_record`); QuotaExceeded (429) once the attempt has made
     `max_calls_per_attempt` calls; BadRequest (400) for a model name with a NUL. Every kind of call (chat,
@@ -183,7 +184,7 @@ async def _call_context(svc: GatewayContext, brief: RolloutBrief, rollout_id: st
                        stream=bool(request.get("stream", False)), model=model, endpoint=endpoint, request_raw=raw,
                        created_at=created_at, started=started,
                        side=is_side_call(kind, model, svc.config.side_models), traceparent=traceparent,
-                       sampling=seed_record(sampling, brief.sampling_seed, seq))
+                       sampling=seed_record(sampling, brief.sampling_seed, seq), held=held)
 
 
 async def _translated(svc: GatewayContext, scope: dict, held: Held, receive, send, rollout_id: str,
@@ -202,7 +203,7 @@ async def _translated(svc: GatewayContext, scope: dict, held: Held, receive, sen
     chat, sampling = apply_policy(with_recorded(chat, recorded), requested_sampling(request), brief.mode,
                                   svc.config.sampling)
     ctx = await _call_context(svc, brief, rollout_id, adapter.kind, request, raw, endpoint, started, created_at,
-                              header(scope, b"traceparent"), sampling)
+                              header(scope, b"traceparent"), sampling, held)
     call = prepare(adapter, request, seeded_body(chat, ctx.sampling), rollout_id=rollout_id, attempt=brief.attempt,
                    seq=ctx.seq, mode=brief.mode, served_name=endpoint.served_name, earlier=earlier.stored,
                    recorded=recorded)
@@ -218,7 +219,7 @@ async def _count_tokens(svc: GatewayContext, scope: dict, held: Held, receive, s
     chat = anthropic.ADAPTER.to_chat(request, [])
     endpoint = svc.router.pick(request.get("model"), rollout_id)
     ctx = await _call_context(svc, brief, rollout_id, anthropic.COUNT_KIND, request, raw, endpoint, started,
-                              created_at, header(scope, b"traceparent"))
+                              created_at, header(scope, b"traceparent"), held=held)
     await count_tokens(svc, ctx, anthropic.ADAPTER, chat, lambda count: {"input_tokens": count}, send)
 
 

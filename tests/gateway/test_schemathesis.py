@@ -167,7 +167,7 @@ HARNESS_JSON = [path for path, method in OPERATIONS if path.startswith("/r/") an
 INEXPRESSIBLE = re.compile("|".join([
     r"final assistant turn \(prefill\)", r"names a tool, but the request has no function tools",
     r"which is not among the tools", r"two function tools are named", r"'input' is empty",
-    r"previous response .* is not a recorded answer", r"outside the range the gateway stores exactly",
+    r"previous response .* is not an answer of attempt", r"outside the range the gateway stores exactly",
 ]))
 """Refusals of what a JSON schema cannot say (gateway/openapi_schemas.py lists them)."""
 
