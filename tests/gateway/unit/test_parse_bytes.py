@@ -1,7 +1,8 @@
 """`strict_json.parse_bytes` bounds what a parse really takes: for bodies of every shape (text, tiny containers,
 short strings, escapes, wide characters, numbers), the peak memory a fresh process gains parsing the body (its
 resident set's high-water mark, read before and after) stays under the bound, and an honest chat body is charged a
-small multiple of its size."""
+small multiple of its size; an engine's answer (its shape the engine's) parses within the proxy's
+`ANSWER_PARSE_TIMES`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import orjson
 import pytest
 
 from gateway import strict_json
+from gateway.proxy import ANSWER_PARSE_TIMES
 from gateway.strict_json import VALUE_BYTES, parse_bytes
 
 N = 300_000
@@ -78,3 +80,23 @@ def test_text_that_may_widen_is_charged_five_times_its_size() -> None:
 def test_a_chat_body_of_code_is_charged_a_small_multiple_of_its_size() -> None:
     body = SHAPES["chat of code"]
     assert parse_bytes(body) < 6 * len(body)
+
+
+def _engine_answer(tokens: int, alternatives: int) -> bytes:
+    """A chat answer in the engine's shape: prompt token ids, and per token its logprob and `alternatives`."""
+    content = [{"token": f"t{i}", "logprob": -0.01 * i, "bytes": [116, 48 + i % 10],
+                "top_logprobs": [{"token": f"a{j}", "logprob": -1.5 - j, "bytes": [97, 48 + j % 10]}
+                                 for j in range(alternatives)]} for i in range(tokens)]
+    return orjson.dumps({"id": "x", "object": "chat.completion", "model": "m",
+                         "prompt_token_ids": list(range(1000, 1000 + 4 * tokens)),
+                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "t" * tokens},
+                                      "logprobs": {"content": content}, "finish_reason": "length"}]})
+
+
+@pytest.mark.parametrize(("tokens", "alternatives"), [(60_000, 0), (8_000, 20)])
+def test_an_engine_answer_parses_within_the_proxys_factor(tokens: int, alternatives: int, tmp_path) -> None:
+    raw = _engine_answer(tokens, alternatives)
+    (tmp_path / "answer.json").write_bytes(raw)
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(tmp_path / "answer.json")], capture_output=True,
+                          text=True, check=True)
+    assert int(done.stdout) <= ANSWER_PARSE_TIMES * len(raw), int(done.stdout) / len(raw)
