@@ -41,15 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import socket
-import struct
-import termios
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.connection_limits import SERVED, Admission, ConnectionLimits, client_address
+from gateway.drained_close import DrainingTransport, reset_on_close, unsent_bytes
 from gateway.errors import error_body
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -107,7 +105,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._limits = limits
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(DrainingTransport(transport, self.loop, self._warn_reset))  # type: ignore[arg-type]
         self._state, self._head_bytes, self._head_headers = IDLE, 0, 0
         self._frame_bytes, self._chunks, self._body_bytes, self._completed, self._head_ended = 0, 0, 0, False, False
         self._read_size, self._read_chunks = 0, 0
@@ -336,7 +334,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         """An idle connection is closed; one whose client has not read all of its last answer yet is aborted, so the
         kernel does not keep that answer queued for minutes after the close (a FIN-WAIT-1 orphan, outside every
         limit)."""
-        if not self.transport.is_closing() and _unsent_bytes(self.transport):
+        if not self.transport.is_closing() and unsent_bytes(self.transport):
             self._abort_for("left its last answer unread past the keep-alive timeout")
             return
         super().timeout_keep_alive_handler()
@@ -346,12 +344,15 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._write_timer = None
         self._abort_for(f"read too little of its answers for {WRITE_STALL_S:g} s")
 
+    def _warn_reset(self, why: str) -> None:
+        self._warn_now_and_then(f"reset a connection whose client {why}")
+
     def _abort_for(self, why: str) -> None:
         """Drop the connection and what it buffers (a close would wait for the buffer to drain; the requests under
         it see a disconnect)."""
         self._warn_now_and_then(f"aborted a connection whose client {why}")
         self._disconnect_requests()
-        _reset_on_close(self.transport)
+        reset_on_close(self.transport)
         self.transport.abort()
 
     def _start_asgi_task(self, cycle, app) -> None:
@@ -398,24 +399,6 @@ def _set_send_buffer(transport: asyncio.Transport) -> None:
     sock = transport.get_extra_info("socket")
     with contextlib.suppress(AttributeError, OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-
-
-def _unsent_bytes(transport: asyncio.Transport) -> int:
-    """What the transport and the kernel still hold for the client (0 where the kernel cannot say)."""
-    sock = transport.get_extra_info("socket")
-    try:
-        queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
-    except (AttributeError, OSError, ValueError):
-        queued = 0
-    return transport.get_write_buffer_size() + queued
-
-
-def _reset_on_close(transport: asyncio.Transport) -> None:
-    """SO_LINGER 0: the close resets the connection and the kernel drops what it still queued for the client (an
-    abort alone left each stalled socket in FIN-WAIT-1 with about 4 MB queued for 5 minutes, outside every limit)."""
-    sock = transport.get_extra_info("socket")
-    with contextlib.suppress(AttributeError, OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 def _too_large() -> tuple[int, str, str]:

@@ -46,9 +46,10 @@ from gateway.context import GatewayContext
 from gateway.continuation import earlier_conversation
 from gateway.errors import GatewayError
 from gateway.protocols.base import ProtocolAdapter
+from gateway.proxy import answer_charge, charge_parse
 from gateway.records import CallRecord, CallStatus, ModelRecord
 from gateway.request_bytes import Held
-from gateway.upstream import UpstreamFailed
+from gateway.upstream import AnswerRefused, UpstreamFailed
 
 MAX_CANDIDATES = 8  # the attempt's last ok main calls of the protocol tried, latest first
 CANDIDATE_GROWTH, CANDIDATE_SLACK_BYTES = 2, 64 * 1024
@@ -201,16 +202,19 @@ async def matched_call(svc: GatewayContext, adapter: ProtocolAdapter, chat: dict
 
 
 async def _tokenize(svc: GatewayContext, endpoint: ModelRecord, messages: list[dict[str, Any]],
-                    tools: list[dict[str, Any]] | None, generation_prompt: bool) -> list[int] | None:
+                    tools: list[dict[str, Any]] | None, generation_prompt: bool, held: Held) -> list[int] | None:
+    """The engine's tokens of `messages` rendered with its chat template, charged to the call's request as they
+    arrive and before they are parsed (a refusal, or any failure: None)."""
     request: dict[str, Any] = {"model": endpoint.served_name, "messages": messages,
                                "add_generation_prompt": generation_prompt}
     if tools:
         request["tools"] = tools
     url = endpoint.base_url.rstrip("/").removesuffix("/v1") + TOKENIZE_PATH
     try:
-        status, _, payload = await svc.upstream.request(url, orjson.dumps(request))
+        status, _, payload = await svc.upstream.request(url, orjson.dumps(request), answer_charge(held))
+        charge_parse(held, payload)
         tokens = orjson.loads(payload).get("tokens") if status == 200 else None
-    except (UpstreamFailed, orjson.JSONDecodeError, AttributeError, ProtocolError):
+    except (UpstreamFailed, AnswerRefused, orjson.JSONDecodeError, AttributeError, ProtocolError):
         return None
     return tokens if isinstance(tokens, list) and all(type(t) is int for t in tokens) else None
 
@@ -241,9 +245,9 @@ async def recorded_prompt(svc: GatewayContext, adapter: ProtocolAdapter, chat: d
     tools = chat.get("tools")
     async with svc.gate.admit():
         opened, closed, whole = await asyncio.gather(
-            _tokenize(svc, endpoint, match.messages, tools, True),
-            _tokenize(svc, endpoint, [*match.messages, match.answer], tools, False),
-            _tokenize(svc, endpoint, messages, tools, True))
+            _tokenize(svc, endpoint, match.messages, tools, True, held),
+            _tokenize(svc, endpoint, [*match.messages, match.answer], tools, False, held),
+            _tokenize(svc, endpoint, messages, tools, True, held))
     if opened is None or closed is None or whole is None:
         return None
     earlier = match.call

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.asgi import send_bytes
 from gateway.capture import (
     Captured,
     ProtocolError,
@@ -100,9 +101,10 @@ def _headers(ctx: CallContext, version: int | None, content_type: bytes) -> list
 
 
 async def _answer(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    """A whole answer, a large one in pieces (`asgi.send_bytes`: the client has read all but the last by the end)."""
+    content_type = next((value for name, value in headers if name == b"content-type"), b"application/json")
+    await send_bytes(send, status, body, [(name, value) for name, value in headers if name != b"content-type"],
+                     content_type=content_type)
 
 
 async def _fail(svc: GatewayContext, ctx: CallContext, adapter: ProtocolAdapter, send, *, status: int,
@@ -161,8 +163,8 @@ async def forward(svc: GatewayContext, ctx: CallContext, call: Translated, send)
         if not ctx.stream:
             try:
                 status, version_header, payload = await svc.upstream.request(url, call.upstream_body,
-                                                                             answer_charge(ctx))
-                charge_parse(ctx, payload)
+                                                                             answer_charge(ctx.held))
+                charge_parse(ctx.held, payload)
             except UpstreamFailed as exc:
                 await _upstream_failed(svc, ctx, call.adapter, send, exc)
                 return
@@ -234,7 +236,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
     await send({"type": "http.response.start", "status": 200,
                 "headers": [*_headers(ctx, version, b"text/event-stream"), (b"cache-control", b"no-cache")]})
     translator = adapter.stream(call.body, call.response_id)
-    cap, sent, problem = await _translate(response, translator, send, answer_charge(ctx, STREAM_TIMES))
+    cap, sent, problem = await _translate(response, translator, send, answer_charge(ctx.held, STREAM_TIMES))
     events, failure = _closing(translator, problem)
     fault = translator.model_fault if failure is None else None
     error, code = failure or ((fault.message, fault.code) if fault else (None, None))
@@ -340,9 +342,15 @@ async def count_tokens(svc: GatewayContext, ctx: CallContext, adapter: ProtocolA
     async with svc.gate.admit():
         try:
             status, version_header, payload = await svc.upstream.request(tokenize_url(ctx.endpoint.base_url),
-                                                                         orjson.dumps(request))
+                                                                         orjson.dumps(request), answer_charge(ctx.held))
+            charge_parse(ctx.held, payload)  # one token id a prompt token: the prompt's tokenizer decides its size
         except UpstreamFailed as exc:
             await _upstream_failed(svc, ctx, adapter, send, exc)
+            return
+        except AnswerRefused as refused:
+            error = refused.error
+            await _fail(svc, ctx, adapter, send, status=error.status, code=CallErrorCode.ANSWER_TOO_LARGE,
+                        reason=error.message, message=error.message)
             return
     if status >= 500:
         await _broken(svc, ctx, adapter, send, status, None, payload)

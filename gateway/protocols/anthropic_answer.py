@@ -133,6 +133,7 @@ def recorded_content(response_raw: bytes | str) -> list[dict[str, Any]]:
         return list(orjson.loads(raw).get("content") or [])
     blocks: list[dict[str, Any]] = []
     partial: dict[int, list[str]] = {}
+    texts: dict[int, list[str]] = {}  # text deltas by block, joined at the end (adding to a string was quadratic)
     for line in raw.split(b"\n"):
         if not line.startswith(b"data:"):
             continue
@@ -142,9 +143,11 @@ def recorded_content(response_raw: bytes | str) -> list[dict[str, Any]]:
         elif event.get("type") == "content_block_delta":
             delta = event["delta"]
             if delta.get("type") == "text_delta":
-                blocks[event["index"]]["text"] += delta["text"]
+                texts.setdefault(event["index"], [blocks[event["index"]]["text"]]).append(delta["text"])
             elif delta.get("type") == "input_json_delta":
                 partial.setdefault(event["index"], []).append(delta["partial_json"])
+    for index, parts in texts.items():
+        blocks[index]["text"] = "".join(parts)
     for index, parts in partial.items():
         blocks[index]["input"] = orjson.loads("".join(parts))
     return blocks

@@ -102,8 +102,8 @@ class ResponsesStream:
             self._emit("response.output_item.added", output_index=index, item=self.open)
             self._emit("response.content_part.added", item_id=self.open["id"], output_index=index, content_index=0,
                        part=text_part(""))
-            self.open["text"] = ""
-        self.open["text"] += text
+            self.open["text"] = []  # its deltas, joined once it closes (adding to a string was quadratic)
+        self.open["text"].append(text)
         self._emit("response.output_text.delta", item_id=self.open["id"], output_index=len(self.items),
                    content_index=0, delta=text, logprobs=[])
 
@@ -161,7 +161,7 @@ class ResponsesStream:
         index = len(self.items)
         status, _ = status_of(self.finish_reason)
         if item["type"] == "message":
-            text = item.pop("text")
+            text = "".join(item.pop("text"))
             done = message_item(item["id"], text, status)
             self._emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
                        text=text, logprobs=[])
@@ -204,7 +204,7 @@ class ResponsesStream:
         failed = self._final("failed", error={"code": "server_error", "message": f"{message} ({code})"})
         if self.open is not None:  # the item cut short, as far as it came
             cut = self.open
-            failed["output"] = [*self.items, message_item(cut["id"], cut.get("text", ""), "incomplete")
+            failed["output"] = [*self.items, message_item(cut["id"], "".join(cut.get("text", ())), "incomplete")
                                 if cut["type"] == "message" else {**cut, "status": "incomplete"}]
         self._emit("error", code=code, message=message, param=None)
         self._emit("response.failed", response=failed)

@@ -10,8 +10,9 @@ import time
 from urllib.parse import urlparse
 
 import httpx
+import pytest
 
-from gateway import answer_pace, artifact_reads, http_protocol
+from gateway import answer_pace, artifact_reads, drained_close, http_protocol
 from tests.gateway.api_support import create_rollouts
 
 SIZE = 24 << 20  # past what the kernel's socket buffers take on loopback: the rest waits in the gateway
@@ -83,3 +84,28 @@ def test_a_client_reading_an_artifact_slowly_is_dropped_and_one_reading_it_norma
     assert cut and received < 4 << 20, f"a 64 KB/s reader was not dropped ({received} bytes in 25 s)"
     got = httpx.get(url, headers=auth, timeout=60)
     assert got.status_code == 200 and got.content == blob, "a client reading as it comes is served"
+
+
+@pytest.mark.parametrize("request_line", [b"HTTP/1.1\r\nconnection: close", b"HTTP/1.0"])
+def test_an_answer_left_unread_on_a_closing_connection_is_reset_not_left_to_the_kernel(
+        gateway, admin, monkeypatch, request_line):
+    """A `Connection: close` or HTTP/1.0 answer never read stayed queued in the kernel for good (the connection
+    open, or an orphan outside every limit): now its close waits, then resets (gateway/drained_close.py)."""
+    monkeypatch.setattr(drained_close, "GRACE_S", 1.0)
+    [created] = create_rollouts(admin)
+    admin.put_artifact(created.id, "mid", os.urandom(400_000))  # fits the kernel's buffers: never paused
+    target = urlparse(created.base_url.removesuffix("/v1") + "/artifacts/mid")
+    with socket.socket() as unread:
+        unread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        unread.connect((target.hostname, target.port))
+        unread.sendall(b"GET %s %s\r\nhost: x\r\nauthorization: Bearer %s\r\n\r\n"
+                       % (target.path.encode(), request_line, created.api_key.encode()))
+        time.sleep(6.0)  # the close's grace and the size's time at the rate, then a reset
+        unread.settimeout(10)
+        received, cut = 0, False
+        try:
+            while chunk := unread.recv(1 << 16):
+                received += len(chunk)
+        except ConnectionResetError:
+            cut = True
+    assert cut and received < 400_000, f"the unread answer was not reset ({received} bytes read after 6 s)"
