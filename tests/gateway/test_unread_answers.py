@@ -22,17 +22,8 @@ def test_an_unread_artifact_answer_is_aborted_after_the_stall_and_holds_the_roll
         gateway, admin, monkeypatch):
     monkeypatch.setattr(http_protocol, "WRITE_STALL_S", 3.0)
     monkeypatch.setattr(artifact_reads, "READ_WAIT_S", 0.5)
-    [created] = create_rollouts(admin)
-    blob = os.urandom(SIZE)
-    admin.put_artifact(created.id, "big", blob)
-    url = created.base_url.removesuffix("/v1") + "/artifacts/big"
-    auth = {"authorization": f"Bearer {created.api_key}"}
-    target = urlparse(url)
-    with socket.socket() as stuck:
-        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
-        stuck.connect((target.hostname, target.port))
-        stuck.sendall(f"GET {target.path} HTTP/1.1\r\nhost: x\r\nauthorization: {auth['authorization']}\r\n\r\n"
-                      .encode())
+    url, auth, blob = _stored_artifact(admin, SIZE)
+    with _requested(url, auth, 4096) as stuck:
         time.sleep(0.5)
         started = time.monotonic()
         busy = httpx.get(url, headers=auth, timeout=30)
@@ -42,6 +33,26 @@ def test_an_unread_artifact_answer_is_aborted_after_the_stall_and_holds_the_roll
     assert aborted and received < SIZE, "the unread answer was sent whole or never cut"
     got = httpx.get(url, headers=auth, timeout=60)
     assert got.status_code == 200 and got.content == blob, "the rollout reads again once the stuck read ended"
+
+
+def _stored_artifact(admin, size: int) -> tuple[str, dict[str, str], bytes]:
+    """A fresh rollout's artifact of `size` random bytes: (its URL, the rollout's auth header, the bytes)."""
+    [created] = create_rollouts(admin)
+    blob = os.urandom(size)
+    admin.put_artifact(created.id, "blob", blob)
+    return (created.base_url.removesuffix("/v1") + "/artifacts/blob",
+            {"authorization": f"Bearer {created.api_key}"}, blob)
+
+
+def _requested(url: str, auth: dict[str, str], window: int, version: bytes = b"HTTP/1.1") -> socket.socket:
+    """A socket with a small receive window (set before connecting) that has asked for `url` and read nothing."""
+    target = urlparse(url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
+    sock.connect((target.hostname, target.port))
+    sock.sendall(b"GET %s %s\r\nhost: x\r\nauthorization: %s\r\n\r\n"
+                 % (target.path.encode(), version, auth["authorization"].encode()))
+    return sock
 
 
 def _read_all(sock: socket.socket, deadline_s: float) -> tuple[int, bool]:
@@ -62,17 +73,8 @@ def test_a_client_reading_an_artifact_slowly_is_dropped_and_one_reading_it_norma
     """A client reading a little now and then was never stalled and kept the read (and its rollout's artifact-read
     slot) as long as it liked; the pace asks 256 KiB/s of what waits on it (gateway/answer_pace.py)."""
     monkeypatch.setattr(answer_pace, "GRACE_S", 1.0)
-    [created] = create_rollouts(admin)
-    blob = os.urandom(SIZE)
-    admin.put_artifact(created.id, "big", blob)
-    url = created.base_url.removesuffix("/v1") + "/artifacts/big"
-    auth = {"authorization": f"Bearer {created.api_key}"}
-    target = urlparse(url)
-    with socket.socket() as slow:
-        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-        slow.connect((target.hostname, target.port))
-        slow.sendall(f"GET {target.path} HTTP/1.1\r\nhost: x\r\nauthorization: {auth['authorization']}\r\n\r\n"
-                     .encode())
+    url, auth, blob = _stored_artifact(admin, SIZE)
+    with _requested(url, auth, 16384) as slow:
         slow.settimeout(30)
         received, started, cut = 0, time.monotonic(), False
         try:
@@ -92,14 +94,8 @@ def test_an_answer_left_unread_on_a_closing_connection_is_reset_not_left_to_the_
     """A `Connection: close` or HTTP/1.0 answer never read stayed queued in the kernel for good (the connection
     open, or an orphan outside every limit): now its close waits, then resets (gateway/drained_close.py)."""
     monkeypatch.setattr(drained_close, "GRACE_S", 1.0)
-    [created] = create_rollouts(admin)
-    admin.put_artifact(created.id, "mid", os.urandom(400_000))  # fits the kernel's buffers: never paused
-    target = urlparse(created.base_url.removesuffix("/v1") + "/artifacts/mid")
-    with socket.socket() as unread:
-        unread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        unread.connect((target.hostname, target.port))
-        unread.sendall(b"GET %s %s\r\nhost: x\r\nauthorization: Bearer %s\r\n\r\n"
-                       % (target.path.encode(), request_line, created.api_key.encode()))
+    url, auth, _ = _stored_artifact(admin, 400_000)  # fits the kernel's buffers: never paused
+    with _requested(url, auth, 4096, request_line) as unread:
         time.sleep(6.0)  # the close's grace and the size's time at the rate, then a reset
         unread.settimeout(10)
         received, cut = 0, False
