@@ -53,6 +53,12 @@ async def send_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, 
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})
+    await send_last_body(send, body)
+
+
+async def send_last_body(send, body: bytes) -> None:
+    """The last of a response's body (a large one in pieces of `PIECE_BYTES`, each once the client has read the one
+    before)."""
     if len(body) <= PIECE_BYTES:
         await send({"type": "http.response.body", "body": body})
         return

@@ -7,8 +7,11 @@ memory a connection for good, with the gateway's descriptor; one asking for 100 
 counted against any limit of the gateway's (an attack review: 40 of them still there after 100 s). `DrainingTransport`
 stands in for the connection's transport: everything passes through to it but `close`, which waits while the
 transport or the kernel still holds bytes for the client (polled, from 50 ms up to 1 s apart), closes once they
-have gone, and resets the connection (`SO_LINGER` 0, `abort`) when they have not gone within `GRACE_S` and the time
-they take at `MIN_RATE_BPS`. The connection keeps its place in the limits until then.
+have gone (the connection's end sent right behind them), and resets the connection (`SO_LINGER` 0, `abort`) when
+they have not gone within `GRACE_S` and the time they take at `MIN_RATE_BPS`. The connection keeps its place in the
+limits until then. A client's half-close closes the same way (`GatewayHttpProtocol.eof_received`: the transport had
+closed itself, past every deadline), and a stopping server resets what is left unread
+(`GatewayHttpProtocol.shutdown`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import termios
 from collections.abc import Callable
 from typing import Any
 
-GRACE_S = 10.0
-"""How long a closed connection's client has to read what was still queued for it, besides its size's time."""
+GRACE_S = 75.0
+"""How long a closed connection's client has to read what was still queued for it, besides its size's time: as long
+as an idle keep-alive connection is kept with an answer unread (`server.KEEP_ALIVE_S`; a 10 s grace cut an honest
+client that read a 1 MB answer 12 s after asking for it with `Connection: close`)."""
 MIN_RATE_BPS = 256 * 1024
 """The rate at which that size's time is counted."""
 FIRST_POLL_S, LAST_POLL_S = 0.05, 1.0
@@ -75,8 +80,10 @@ class DrainingTransport:
         if not unsent:
             self._transport.close()
             return
-        with contextlib.suppress(RuntimeError, AttributeError):
+        with contextlib.suppress(RuntimeError, AttributeError, NotImplementedError):
             self._transport.pause_reading()  # nothing more is read from a connection being closed
+            if self._transport.can_write_eof():
+                self._transport.write_eof()  # the end follows the data at once; the descriptor stays ours
         self._deadline = self._loop.time() + GRACE_S + unsent / MIN_RATE_BPS
         self._timer = self._loop.call_later(FIRST_POLL_S, self._look, FIRST_POLL_S)
 

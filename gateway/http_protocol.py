@@ -330,6 +330,21 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().resume_writing()
         self._cancel_write_timer()
 
+    def eof_received(self) -> bool:
+        """The client half-closed: close through the transport's drained close (returning None let the transport
+        close itself, past every deadline: half-closed clients left orphans, held connections for good and kept
+        `serve` from stopping)."""
+        self.transport.close()
+        return True
+
+    def shutdown(self) -> None:
+        """The server stops: a connection whose answer its client has not read is reset at once, not drained."""
+        if (self.cycle is None or self.cycle.response_complete) and unsent_bytes(self.transport):
+            reset_on_close(self.transport)
+            self.transport.abort()
+            return
+        super().shutdown()
+
     def timeout_keep_alive_handler(self) -> None:
         """An idle connection is closed; one whose client has not read all of its last answer yet is aborted, so the
         kernel does not keep that answer queued for minutes after the close (a FIN-WAIT-1 orphan, outside every

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.asgi import send_bytes
+from gateway.asgi import send_bytes, send_last_body
 from gateway.capture import (
     Captured,
     ProtocolError,
@@ -251,7 +251,7 @@ async def _relay(svc: GatewayContext, ctx: CallContext, call: Translated, respon
             recorded_prefix=recorded_prefix(call, cap)))
     except GatewayError as exc:  # not recorded: the harness must not take the answer as final
         events = translator.error(exc.message, exc.code or "store_unavailable")
-    await send({"type": "http.response.body", "body": events, "more_body": False})
+    await send_last_body(send, events)  # Responses' closing events repeat the whole text: in pieces
 
 
 Problem = tuple[str, CallErrorCode]

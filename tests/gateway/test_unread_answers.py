@@ -105,3 +105,22 @@ def test_an_answer_left_unread_on_a_closing_connection_is_reset_not_left_to_the_
         except ConnectionResetError:
             cut = True
     assert cut and received < 400_000, f"the unread answer was not reset ({received} bytes read after 6 s)"
+
+
+def test_a_half_closed_client_that_never_reads_is_reset_not_left_as_an_orphan(gateway, admin, monkeypatch):
+    """A client sending its request, then its end (SHUT_WR), and reading nothing: the transport closed itself, the
+    answer stayed queued in the kernel as an orphan past every limit (an attack review: 40 of them)."""
+    monkeypatch.setattr(drained_close, "GRACE_S", 1.0)
+    url, auth, _ = _stored_artifact(admin, 400_000)
+    with _requested(url, auth, 4096) as half:
+        time.sleep(0.3)
+        half.shutdown(socket.SHUT_WR)
+        time.sleep(6.0)
+        half.settimeout(10)
+        received, cut = 0, False
+        try:
+            while chunk := half.recv(1 << 16):
+                received += len(chunk)
+        except ConnectionResetError:
+            cut = True
+    assert cut and received < 400_000, f"the half-closed client's answer was not reset ({received} bytes)"

@@ -551,6 +551,36 @@ def test_an_idle_connection_with_its_last_answer_unread_is_aborted_not_closed(un
     assert transport.sockopts == ([SEND_BUFFER, LINGER_0] if aborted else [SEND_BUFFER])
 
 
+@pytest.mark.parametrize(("unsent", "aborted"), [(1, True), (0, False)])
+def test_a_stopping_server_resets_a_connection_whose_answer_is_unread(unsent, aborted):
+    """The drained close would have kept `serve` waiting for clients that never read."""
+    async def scenario():
+        protocol, transport = _open(_config(EchoApp()), ConnectionLimits.build(0, 100, []), "10.0.0.1")
+        transport.buffered = unsent
+        protocol.shutdown()
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert transport.closed and transport.aborted is aborted
+    assert (LINGER_0 in transport.sockopts) is aborted
+
+
+def test_a_half_close_closes_through_the_drained_close():
+    """uvicorn let the transport close itself on a client's half-close: past every deadline and limit."""
+    async def scenario():
+        protocol, transport = _open(_config(EchoApp()), ConnectionLimits.build(0, 100, []), "10.0.0.1")
+        transport.buffered = 1
+        keeps_open = protocol.eof_received()
+        closed_now = transport.closed
+        transport.buffered = 0
+        await asyncio.sleep(0.2)
+        return keeps_open, closed_now, transport
+
+    keeps_open, closed_now, transport = asyncio.run(scenario())
+    assert keeps_open is True and not closed_now, "the transport closed itself with an answer still queued"
+    assert transport.closed and not transport.aborted  # once the client had it
+
+
 def test_the_app_drops_its_connection_through_the_scope_extension():
     seen = []
 
