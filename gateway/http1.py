@@ -7,8 +7,10 @@ no Accept-Encoding, and a gzip or deflate answer sent anyway is decoded), at abo
 request. Streams and https engines stay on aiohttp (`gateway.upstream`).
 
 Errors: the connection could not be made, or broke before the answer's head arrived, is `UpstreamConnectionError`
-(a `ConnectionError`); a head that is not HTTP, or a body cut short or broken, is `UpstreamPayloadError`. The caller
-bounds the whole call with its own timeout; a cancelled call closes its connection. Interim (1xx) answers are
+(a `ConnectionError`); a head that is not HTTP, or a body cut short or broken, is `UpstreamPayloadError`; an answer
+not whole within the pool's `answer_timeout_s` of its request's write is a `TimeoutError` (one timer for the pool:
+every call shares the timeout, so the calls in flight are in the order of their deadlines); a cancelled call closes
+its connection. Interim (1xx) answers are
 skipped; bytes after an answer close its connection.
 """
 
@@ -159,6 +161,11 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def time_out(self, timeout_s: float) -> None:
+        """The answer took longer than `timeout_s`: the call fails with a TimeoutError, the connection is closed."""
+        self._finish(None, TimeoutError(f"the engine's answer was not whole within {timeout_s} s"))
+        self.close()
+
 
 def _decoded(body: bytes, encoding: str) -> bytes:
     encoding = encoding.strip().lower()
@@ -190,35 +197,82 @@ def _authorization(parts: SplitResult) -> str:
     return f"Authorization: Basic {base64.b64encode(credentials).decode()}\r\n"
 
 
-class Http1Pool:
-    """Keep-alive connections per (host, port); `post` takes an idle one or opens one."""
+@dataclass(frozen=True)
+class _Target:
+    """What a URL decides of a request: where it goes and its head up to the Content-Length."""
 
-    def __init__(self, connect_timeout_s: float = 10.0) -> None:
+    host: str
+    port: int
+    head_start: str  # the request line and the head's lines but the Content-Length and the blank line
+
+
+MAX_TARGETS = 1024
+"""URLs whose `_Target` a pool remembers (the registered engines' paths); past it, it forgets them all."""
+
+
+def _target(url: str, content_type: str) -> _Target:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http:// URL with a host")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return _Target(parts.hostname, parts.port or 80, f"POST {path} HTTP/1.1\r\nHost: {_host_header(parts)}\r\n"
+                   f"{_authorization(parts)}Content-Type: {content_type}\r\n")
+
+
+class Http1Pool:
+    """Keep-alive connections per (host, port); `post` takes an idle one or opens one. An answer not whole within
+    `answer_timeout_s` of its request's write fails with a TimeoutError (None: the caller bounds the call)."""
+
+    def __init__(self, connect_timeout_s: float = 10.0, answer_timeout_s: float | None = None) -> None:
         self._connect_timeout_s = connect_timeout_s
+        self._answer_timeout_s = answer_timeout_s
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._targets: dict[tuple[str, str], _Target] = {}
+        self._deadlines: dict[_Connection, float] = {}
+        """The calls in flight and when each times out: in the order they were written, which is their deadlines'."""
+        self._timer: asyncio.TimerHandle | None = None
 
     async def post(self, url: str, body: bytes, content_type: str = "application/json",
                    charge: Callable[[int], None] | None = None) -> Answer:
         """POST `body` to an http:// `url` and read the whole answer (`charge`: as `_Connection.request`)."""
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"{url!r} is not an http:// URL with a host")
-        host, port = parts.hostname, parts.port or 80
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = (f"POST {target} HTTP/1.1\r\nHost: {_host_header(parts)}\r\n{_authorization(parts)}"
-                f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n").encode("latin-1")
-        connection = self._take(host, port) or await self._connect(host, port)
+        target = self._targets.get((url, content_type))
+        if target is None:
+            if len(self._targets) >= MAX_TARGETS:
+                self._targets.clear()
+            target = self._targets[(url, content_type)] = _target(url, content_type)
+        head = f"{target.head_start}Content-Length: {len(body)}\r\n\r\n".encode("latin-1")
+        connection = self._take(target.host, target.port) or await self._connect(target.host, target.port)
         try:
+            if self._answer_timeout_s is not None:
+                self._watch(connection)
             answer = await connection.request(head, body, charge)
         except BaseException:
             connection.close()  # an error or a cancelled call: whatever is left on the wire is not ours
             raise
+        finally:
+            self._deadlines.pop(connection, None)
         if answer.keep_alive and not connection.closed:
             connection.idle_since = time.monotonic()
-            self._idle.setdefault((host, port), []).append(connection)
+            self._idle.setdefault((target.host, target.port), []).append(connection)
         else:
             connection.close()
         return answer
+
+    def _watch(self, connection: _Connection) -> None:
+        self._deadlines[connection] = time.monotonic() + self._answer_timeout_s
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._answer_timeout_s, self._expire)
+
+    def _expire(self) -> None:
+        """Time out the calls past their deadline (the first ones in flight), then wait for the next deadline."""
+        self._timer, now = None, time.monotonic()
+        while self._deadlines:
+            connection, deadline = next(iter(self._deadlines.items()))
+            if deadline > now:
+                self._timer = asyncio.get_running_loop().call_later(deadline - now, self._expire)
+                return
+            del self._deadlines[connection]
+            connection.time_out(self._answer_timeout_s)
 
     def _take(self, host: str, port: int) -> _Connection | None:
         idle, now = self._idle.get((host, port)), time.monotonic()
@@ -242,7 +296,10 @@ class Http1Pool:
         return connection
 
     def close(self) -> None:
-        """Close every idle connection."""
+        """Close every idle connection and stop timing the calls in flight."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for idle in self._idle.values():
             for connection in idle:
                 connection.close()

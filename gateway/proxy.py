@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.asgi import json_object, send_bytes, send_error
-from gateway.capture import Captured, ProtocolError, capture_json, capture_sse, parse_version_header
+from gateway.capture import Captured, ProtocolError, capture_bytes, capture_sse, parse_version_header
 from gateway.context import GatewayContext
 from gateway.errors import BadRequest, GatewayError, UpstreamProtocolError, UpstreamUnavailable, error_body
 from gateway.records import CallErrorCode, CallStatus, ModelRecord, RolloutMode, SamplingRecord
@@ -195,13 +195,7 @@ async def forward_unary(svc: GatewayContext, ctx: CallContext, body: bytes, send
 
 
 def _capture_unary(status: int, payload: bytes) -> Captured:
-    if status != 200:
-        return Captured()
-    try:
-        decoded = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return Captured(error="the upstream's answer breaks the protocol: a 200 body that is not JSON", broken=True)
-    return capture_json(decoded)
+    return capture_bytes(payload) if status == 200 else Captured()
 
 
 async def _record_protocol_failure(svc: GatewayContext, ctx: CallContext, status: int, problem: str | None,

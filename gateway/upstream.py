@@ -67,8 +67,7 @@ class Upstream:
             timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=CONNECT_TIMEOUT_S),
             skip_auto_headers=("User-Agent",),
         )
-        self._pool = Http1Pool(connect_timeout_s=CONNECT_TIMEOUT_S)
-        self._timeout_s = timeout_s
+        self._pool = Http1Pool(connect_timeout_s=CONNECT_TIMEOUT_S, answer_timeout_s=timeout_s)
         self._retry = retry
 
     async def close(self) -> None:
@@ -95,8 +94,7 @@ class Upstream:
 
     async def _lean_once(self, url: str, body: bytes,
                          charge: Callable[[int], None] | None) -> tuple[int, str | None, bytes]:
-        async with asyncio.timeout(self._timeout_s):
-            answer = await self._pool.post(url, body, charge=charge)
+        answer = await self._pool.post(url, body, charge=charge)  # the pool times the answer out (TimeoutError)
         if answer.status in RETRY_STATUSES:
             raise _RetryableStatus(answer.status, answer.body)
         return answer.status, answer.headers.get("x-policy-version"), answer.body

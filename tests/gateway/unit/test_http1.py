@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import time
 import zlib
 from urllib.parse import urlsplit
 
@@ -141,6 +142,44 @@ def test_a_cancelled_call_closes_its_connection() -> None:
 
     server, answer = asyncio.run(go())
     assert answer.body == b"next" and server.connections == 2
+
+
+SLOW = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nslow"  # 4 bytes of 10: never whole (the server then waits)
+
+
+def test_an_answer_not_whole_within_the_pools_timeout_is_a_timeout_and_its_connection_is_not_reused() -> None:
+    async def go():
+        async with RawServer([SLOW, ok(b"next")]) as url:
+            pool = Http1Pool(answer_timeout_s=0.2)
+            started = time.monotonic()
+            with pytest.raises(TimeoutError, match="not whole within 0.2 s"):
+                await pool.post(url, b"{}")
+            waited = time.monotonic() - started
+            answer = await pool.post(url, b"{}")
+            pool.close()
+        return waited, answer
+
+    waited, answer = asyncio.run(go())
+    assert waited >= 0.2 and answer.body == b"next"
+
+
+def test_each_call_has_its_own_deadline_on_the_pools_one_timer() -> None:
+    """A call that ended leaves the timer armed for its deadline; a later call is not cut at that deadline but at its
+    own, and calls in flight together each time out."""
+    async def go():
+        async with (RawServer([ok(b"fast")]) as fast, RawServer([SLOW, None]) as slow_a,
+                    RawServer([SLOW, None]) as slow_b):
+            pool = Http1Pool(answer_timeout_s=0.3)
+            assert (await pool.post(fast, b"{}")).body == b"fast"
+            await asyncio.sleep(0.2)  # the first call's deadline is 0.1 s away
+            started = time.monotonic()
+            results = await asyncio.gather(pool.post(slow_a, b"{}"), pool.post(slow_b, b"{}"), return_exceptions=True)
+            waited = time.monotonic() - started
+            pool.close()
+        return waited, results
+
+    waited, results = asyncio.run(go())
+    assert waited >= 0.3 and all(isinstance(result, TimeoutError) for result in results)
 
 
 def test_interim_answers_are_skipped_and_an_upgrade_is_not_an_answer() -> None:
