@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from array import array
 from collections.abc import Sequence
 from typing import Any
@@ -16,8 +17,8 @@ from gateway.records import CallRecord, CallStatus, ChoiceRecord, SamplingRecord
 
 
 def pack_ids(ids: Sequence[int]) -> bytes:
-    """Token IDs as little-endian int32 bytes."""
-    return array("i", ids).tobytes()
+    """Token IDs as int32 bytes in this machine's order (little-endian on the platforms served)."""
+    return struct.pack(f"{len(ids)}i", *ids)
 
 
 def unpack_ids(blob: bytes) -> list[int]:
