@@ -20,8 +20,7 @@ passes `per_rollout` is refused with a 413 (`request_too_costly`): it would neve
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from gateway.errors import PayloadTooLarge, QuotaExceeded, RetryLater
 
@@ -55,6 +54,12 @@ class Held:
         self.bytes = 0  # charged so far
         self._arrived = 0  # body bytes received so far
         self._reading = False  # the route has begun to read the body
+
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._ledger.release(self)  # a class, not a generator: half the cost of contextlib's on every call
 
     def counting(self, receive, declared_bytes: Callable[[], int]):
         """`receive` charging this request: `declared_bytes()` (its Content-Length, looked up only by a route that
@@ -98,20 +103,20 @@ class RequestBytes:
         self.held = 0
         self.by_rollout: dict[str, int] = {}
 
-    @contextlib.contextmanager
-    def holding(self, rollout_id: str) -> Iterator[Held]:
-        """Charge one request of `rollout_id` for the block; everything it charged is released at its end."""
-        held = Held(self, rollout_id)
-        try:
-            yield held
-        finally:
-            if held.bytes:
-                self.held -= held.bytes
-                left = self.by_rollout[rollout_id] - held.bytes
-                if left:
-                    self.by_rollout[rollout_id] = left
-                else:
-                    del self.by_rollout[rollout_id]
+    def holding(self, rollout_id: str) -> Held:
+        """Charge one request of `rollout_id` for a `with` block; everything it charged is released at its end."""
+        return Held(self, rollout_id)
+
+    def release(self, held: Held) -> None:
+        """Give back everything `held` was charged (its `with` block ended)."""
+        if held.bytes:
+            self.held -= held.bytes
+            left = self.by_rollout[held.rollout_id] - held.bytes
+            if left:
+                self.by_rollout[held.rollout_id] = left
+            else:
+                del self.by_rollout[held.rollout_id]
+            held.bytes = 0
 
     def charge(self, held: Held, size_bytes: int) -> None:
         """Charge `size_bytes` more to `held`, or refuse (nothing charged)."""

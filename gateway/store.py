@@ -506,18 +506,25 @@ RAISE_NEXT_SEQ = sa.text("UPDATE rollouts SET next_seq = GREATEST(next_seq, :nex
                          " WHERE id = :id AND attempt = :attempt")
 
 
-@contextlib.contextmanager
-def unavailable_as_503():
+class _UnavailableAs503:
     """A database that is locked past the write's deadline, busy, full or unreachable as StoreUnavailable (503 with
-    Retry-After), naming the database's own words."""
-    try:
-        yield
-    except StoreBusy as exc:
-        raise StoreUnavailable(f"the store is busy: {exc}; nothing was written, retry after "
-                               f"{StoreUnavailable.retry_after_s} s") from None
-    except sa.exc.OperationalError as exc:
-        raise StoreUnavailable(f"the store is unavailable ({exc.orig}); nothing was written, retry after "
-                               f"{StoreUnavailable.retry_after_s} s") from None
+    Retry-After), naming the database's own words (a class, not contextlib's generator: on every call's insert)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, traceback) -> None:
+        if isinstance(exc, StoreBusy):
+            raise StoreUnavailable(f"the store is busy: {exc}; nothing was written, retry after "
+                                   f"{StoreUnavailable.retry_after_s} s") from None
+        if isinstance(exc, sa.exc.OperationalError):
+            raise StoreUnavailable(f"the store is unavailable ({exc.orig}); nothing was written, retry after "
+                                   f"{StoreUnavailable.retry_after_s} s") from None
+
+
+def unavailable_as_503() -> _UnavailableAs503:
+    """A block whose locked, busy, full or unreachable database is answered 503 (`_UnavailableAs503`)."""
+    return _UnavailableAs503()
 
 
 def _finished_page(conn: sa.Connection, after: int, limit: int) -> FinishedPage:
