@@ -157,6 +157,22 @@ def curves_from_json(text: str) -> Curves:
             for arm, per_seed in json.loads(text).items()}
 
 
+def merge_curves(parts: Sequence[tuple[str, Curves]]) -> Curves:
+    """The curves of several (label, curves), e.g. two invocations of one experiment saved apart: each arm's seeds
+    joined; a seed of an arm in two of them is a ValueError naming both (the same run cannot be counted twice)."""
+    merged: dict[str, dict] = {}
+    seen: dict[tuple[str, int], str] = {}
+    for label, curves in parts:
+        for arm, per_seed in curves.items():
+            for seed, metrics in per_seed.items():
+                if (arm, seed) in seen:
+                    raise ValueError(f"arm {arm!r} seed {seed} is in both {seen[arm, seed]} and {label}: give each "
+                                     "run once (save the invocations' data apart, with other seeds)")
+                seen[arm, seed] = label
+                merged.setdefault(arm, {})[seed] = metrics
+    return merged
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from flows.config import DEFAULT_TRACKING_URI, load_run_config
 

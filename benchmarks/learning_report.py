@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the project's packages
 
 from benchmarks.ablation_report import ablation_runs, with_report  # noqa: E402
-from benchmarks.curve_report import VAL, curves_from_json, curves_to_json, read_curves  # noqa: E402
+from benchmarks.curve_report import VAL, curves_from_json, curves_to_json, merge_curves, read_curves  # noqa: E402
 from tracking.learning_plots import plot_claims, plot_curves  # noqa: E402
 from tracking.learning_stats import (  # noqa: E402
     Claim,
@@ -222,16 +222,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="default benchmarks/learning_NAME.md")
     parser.add_argument("--images", type=Path, default=Path(__file__).resolve().parent / "images")
     parser.add_argument("--save-data", type=Path, default=None, help="also write the curves as JSON here")
-    parser.add_argument("--load-data", type=Path, default=None, help="render from this JSON instead of MLflow")
+    parser.add_argument("--load-data", type=Path, nargs="+", default=None,
+                        help="render from these JSON files instead of MLflow (several: their runs joined, each "
+                             "arm's seed in one file only)")
+    parser.add_argument("--log-to", default=None, metavar="ABLATION",
+                        help="with --load-data: log the report to this ablation's umbrella run in --experiment")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to the umbrella run")
     args = parser.parse_args(argv)
     uri = args.tracking_uri or load_run_config("calculator-local").tracking_uri()
-    raw = curves_from_json(args.load_data.read_text()) if args.load_data else read_curves(uri, args.experiment,
-                                                                                           args.ablation)
+    raw = (merge_curves([(str(path), curves_from_json(path.read_text())) for path in args.load_data])
+           if args.load_data else read_curves(uri, args.experiment, args.ablation))
     if args.save_data is not None:
         args.save_data.parent.mkdir(parents=True, exist_ok=True)
         args.save_data.write_text(curves_to_json(raw))
-    umbrella = None if args.load_data else umbrella_run_id(uri, args.experiment, args.ablation)
+    logged_to = args.log_to if args.load_data else args.ablation
+    umbrella = None if logged_to is None else umbrella_run_id(uri, args.experiment, logged_to)
+    if args.log_to is not None and umbrella is None:
+        raise SystemExit(f"--log-to {args.log_to!r}: no umbrella run of that ablation in experiment "
+                         f"{args.experiment!r}; name an ablation the flow ran there")
     pairs = [tuple(pair) for pair in args.rerun] or (rerun_pairs_from_arms(read_arms(uri, umbrella)) if umbrella
                                                       else [])
     report = build_report(val_curves(raw), None if args.control == "none" else args.control, pairs)

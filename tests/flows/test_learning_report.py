@@ -111,3 +111,33 @@ def test_the_report_reads_mlflow_writes_the_page_and_logs_to_the_umbrella_run(tm
     main(["--ablation", "calc", "--experiment", "learning", "--load-data", str(tmp_path / "data.json"), "--out",
           str(again), "--images", str(tmp_path / "images"), "--rerun", "trained", "trained-rerun"])
     assert again.read_text() == page.split("\n\n", 1)[1].split("\n\nafter")[0] + "\n", "the same from the saved data"
+
+
+def test_two_invocations_saved_apart_are_joined_and_logged_to_a_named_umbrella(tmp_path, monkeypatch):
+    """Seeds of one experiment run in two invocations, one's data saved as JSON: the report joins them (a run given
+    twice is refused) and logs the page to the umbrella named by --log-to."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    umbrella = make_experiment(uri, "calc")
+    first = {arm: {0: {"val/reward_mean": steps}} for arm, steps in ((a, CURVES[a][0]) for a in CURVES)}
+    later = {arm: {seed: {"val/reward_mean": CURVES[arm][seed]} for seed in (1, 2)} for arm in CURVES}
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    out = tmp_path / "joined.md"
+    main(["--ablation", "calc-joined", "--experiment", "learning", "--tracking-uri", uri, "--load-data",
+          str(tmp_path / "first.json"), str(tmp_path / "later.json"), "--log-to", "calc", "--out", str(out),
+          "--images", str(tmp_path / "images"), "--rerun", "trained", "trained-rerun",
+          "--save-data", str(tmp_path / "joined.json")])
+    joined = json.loads((tmp_path / "joined.json").read_text())
+    assert {arm: sorted(seeds) for arm, seeds in joined.items()} == {arm: ["0", "1", "2"] for arm in CURVES}
+    assert "| trained vs trained-rerun | 3 |" in out.read_text()
+    logged = {a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(umbrella, "learning-report")}
+    assert logged == {"learning-report/calc-joined-curves.png", "learning-report/calc-joined-claims.png",
+                      "learning-report/joined.md"}
+    with pytest.raises(ValueError, match="arm '(trained|trained-rerun|lr0)' seed 0 is in both"):
+        main(["--ablation", "x", "--load-data", str(tmp_path / "first.json"), str(tmp_path / "joined.json"),
+              "--out", str(tmp_path / "x.md"), "--images", str(tmp_path / "images"), "--no-log"])
+    with pytest.raises(SystemExit, match="no umbrella run"):
+        main(["--ablation", "x", "--experiment", "learning", "--tracking-uri", uri, "--load-data",
+              str(tmp_path / "first.json"), "--log-to", "nothing", "--out", str(tmp_path / "x.md"),
+              "--images", str(tmp_path / "images")])
