@@ -10,8 +10,7 @@ Errors: the connection could not be made, or broke before the answer's head arri
 (a `ConnectionError`); a head that is not HTTP, or a body cut short or broken, is `UpstreamPayloadError`; an answer
 not whole within the pool's `answer_timeout_s` of its request's write is a `TimeoutError` (one timer for the pool:
 every call shares the timeout, so the calls in flight are in the order of their deadlines); a cancelled call closes
-its connection. Interim (1xx) answers are
-skipped; bytes after an answer close its connection.
+its connection. Interim (1xx) answers are skipped; bytes after an answer close its connection.
 """
 
 from __future__ import annotations
