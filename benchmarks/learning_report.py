@@ -121,12 +121,16 @@ def verdict(item: Claim) -> str:
     return "interval excludes 0, not after Holm" if excludes else "not shown (interval holds 0)"
 
 
-def render(name: str, experiment: str, report: Report, images: Mapping[str, str]) -> str:
-    """The markdown page of the report; `images` maps "curves" and "claims" to paths relative to the page."""
+def render(name: str, experiment: str, report: Report, images: Mapping[str, str],
+           sources: Sequence[str] = ()) -> str:
+    """The markdown page of the report; `images` maps "curves" and "claims" to paths relative to the page; `sources`:
+    the saved data files it was read from (none: MLflow's runs tagged with the ablation `name`)."""
     seeds = sorted({seed for curve in report.curves.values() for seed in curve})
     arms = sorted(report.curves, key=lambda arm: (arm == report.control, arm))
+    read_from = (f"runs read from {', '.join(f'`{source}`' for source in sources)}" if sources
+                 else f"runs tagged `ablation={name}`")
     lines = [f"# Learning report `{name}`", "",
-             f"MLflow experiment `{experiment}`, runs tagged `ablation={name}`: arms {arms}, seeds {seeds}; control "
+             f"MLflow experiment `{experiment}`, {read_from}: arms {arms}, seeds {seeds}; control "
              f"`{report.control or 'none'}`. Metric `{VAL}` (step 0: before any update; the same seeded validation "
              f"set for every run). Claims are compared at step {report.step}, the last every arm validated; "
              "differences are paired by seed (same training tasks, same validation set), 95% Student-t intervals "
@@ -246,7 +250,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = args.out or Path(__file__).resolve().parent / f"learning_{args.ablation}.md"
     images = write_images(args.ablation, report, args.images)
     relative = {key: os.path.relpath(path, out.resolve().parent) for key, path in images.items()}
-    markdown = render(args.ablation, args.experiment, report, relative)
+    sources = [os.path.relpath(path, PROJECT_ROOT) if path.resolve().is_relative_to(PROJECT_ROOT) else str(path)
+               for path in args.load_data or ()]
+    markdown = render(args.ablation, args.experiment, report, relative, sources)
     out.write_text(with_report(out.read_text() if out.is_file() else None, markdown, START, END))
     print(markdown)
     print(f"written: {out.relative_to(PROJECT_ROOT) if out.is_relative_to(PROJECT_ROOT) else out}, "
