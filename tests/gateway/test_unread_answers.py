@@ -55,17 +55,23 @@ def _requested(url: str, auth: dict[str, str], window: int, version: bytes = b"H
     return sock
 
 
-def _read_all(sock: socket.socket, deadline_s: float) -> tuple[int, bool]:
-    """Wait (reading nothing) until the gateway has given up, then read what is left: (bytes, cut short)."""
-    time.sleep(4.0)  # past the stall: the gateway aborts and drops what it buffered
-    sock.settimeout(deadline_s)
+def _read_rest(sock: socket.socket, timeout_s: float) -> tuple[int, bool]:
+    """(the bytes `sock` still receives, whether the gateway reset it) once the test reads at last."""
+    sock.settimeout(timeout_s)
     received = 0
     try:
         while chunk := sock.recv(1 << 20):
             received += len(chunk)
     except ConnectionResetError:
         return received, True
-    return received, received < SIZE
+    return received, False
+
+
+def _read_all(sock: socket.socket, deadline_s: float) -> tuple[int, bool]:
+    """Wait (reading nothing) until the gateway has given up, then read what is left: (bytes, cut short)."""
+    time.sleep(4.0)  # past the stall: the gateway aborts and drops what it buffered
+    received, reset = _read_rest(sock, deadline_s)
+    return received, reset or received < SIZE
 
 
 def test_a_client_reading_an_artifact_slowly_is_dropped_and_one_reading_it_normally_is_served(
@@ -97,13 +103,7 @@ def test_an_answer_left_unread_on_a_closing_connection_is_reset_not_left_to_the_
     url, auth, _ = _stored_artifact(admin, 400_000)  # fits the kernel's buffers: never paused
     with _requested(url, auth, 4096, request_line) as unread:
         time.sleep(6.0)  # the close's grace and the size's time at the rate, then a reset
-        unread.settimeout(10)
-        received, cut = 0, False
-        try:
-            while chunk := unread.recv(1 << 16):
-                received += len(chunk)
-        except ConnectionResetError:
-            cut = True
+        received, cut = _read_rest(unread, 10)
     assert cut and received < 400_000, f"the unread answer was not reset ({received} bytes read after 6 s)"
 
 
@@ -116,11 +116,5 @@ def test_a_half_closed_client_that_never_reads_is_reset_not_left_as_an_orphan(ga
         time.sleep(0.3)
         half.shutdown(socket.SHUT_WR)
         time.sleep(6.0)
-        half.settimeout(10)
-        received, cut = 0, False
-        try:
-            while chunk := half.recv(1 << 16):
-                received += len(chunk)
-        except ConnectionResetError:
-            cut = True
+        received, cut = _read_rest(half, 10)
     assert cut and received < 400_000, f"the half-closed client's answer was not reset ({received} bytes)"

@@ -538,31 +538,22 @@ LINGER_0 = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 @pytest.mark.parametrize(("unsent", "aborted"), [(1, True), (0, False)])
-def test_an_idle_connection_with_its_last_answer_unread_is_aborted_not_closed(unsent, aborted):
-    """A close left an answer that fit the kernel's buffers queued for minutes (FIN-WAIT-1, outside every limit)."""
+@pytest.mark.parametrize("closing", [
+    pytest.param(lambda protocol: protocol.timeout_keep_alive_handler(), id="idle-past-keep-alive"),  # a close left
+    # an answer that fit the kernel's buffers queued for minutes (FIN-WAIT-1, outside every limit)
+    pytest.param(lambda protocol: protocol.shutdown(), id="server-stopping"),  # the drained close would have kept
+    # `serve` waiting for clients that never read
+])
+def test_a_connection_closed_with_its_last_answer_unread_is_aborted_and_with_none_closed(closing, unsent, aborted):
     async def scenario():
         protocol, transport = _open(_config(EchoApp()), ConnectionLimits.build(0, 100, []), "10.0.0.1")
         transport.buffered = unsent
-        protocol.timeout_keep_alive_handler()
+        closing(protocol)
         return transport
 
     transport = asyncio.run(scenario())
     assert transport.closed and transport.aborted is aborted
     assert transport.sockopts == ([SEND_BUFFER, LINGER_0] if aborted else [SEND_BUFFER])
-
-
-@pytest.mark.parametrize(("unsent", "aborted"), [(1, True), (0, False)])
-def test_a_stopping_server_resets_a_connection_whose_answer_is_unread(unsent, aborted):
-    """The drained close would have kept `serve` waiting for clients that never read."""
-    async def scenario():
-        protocol, transport = _open(_config(EchoApp()), ConnectionLimits.build(0, 100, []), "10.0.0.1")
-        transport.buffered = unsent
-        protocol.shutdown()
-        return transport
-
-    transport = asyncio.run(scenario())
-    assert transport.closed and transport.aborted is aborted
-    assert (LINGER_0 in transport.sockopts) is aborted
 
 
 def test_a_half_close_closes_through_the_drained_close():
