@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gateway import capture as capture_module
 from gateway.capture import (
     ProtocolError,
+    capture_bytes,
     capture_json,
     capture_sse,
     logprob_values,
@@ -224,3 +225,16 @@ def test_the_engines_forced_opening_is_captured_unary_and_streamed_and_absent_wh
 def test_a_forced_token_count_that_is_not_one_breaks_the_answer(value) -> None:
     cap = capture_json({"id": "c", "tool_choice_forced_tokens": value, "choices": [chat_body()]})
     assert cap.broken and "tool_choice_forced_tokens" in cap.error
+
+
+@pytest.mark.parametrize("item", [1, "x", None, [0.5]])
+def test_a_logprob_entry_that_is_not_an_object_breaks_the_answer(item) -> None:
+    cap = capture_json({"choices": [{"index": 0, "token_ids": [5, 6],
+                                     "logprobs": {"content": [{"logprob": -0.5}, item]}}]})
+    assert cap.broken and "logprobs.content must be a list of objects" in cap.error
+
+
+def test_capture_bytes_breaks_on_a_body_that_is_not_json_and_captures_one_that_is() -> None:
+    assert capture_bytes(b"{not json").broken
+    cap = capture_bytes(b'{"prompt_token_ids": [1, 2], "choices": [{"index": 0, "token_ids": [3]}]}')
+    assert not cap.broken and (cap.prompt_token_ids, cap.response_token_ids) == ([1, 2], [3])
