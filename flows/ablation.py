@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(DEFAULT_SEEDS)}")
     parser.add_argument("--arms", default=None, help="a JSON file (a list of {name, overrides, reference}) or a named "
                         "set: report+lr0 (the default: the report's three arms and lr = 0), report, learning "
-                        "(trained, lr0), learning+rerun (trained, trained-rerun, lr0)")
+                        "(trained, lr0), learning+rerun (trained, trained-rerun, lr0), rerun (trained-rerun alone)")
     parser.add_argument("--set", dest="set_", action="append", default=[], help="key.path=value (repeatable)")
     parser.add_argument("--run-config", type=Path, default=None, help="(internal) train one run: a JSON file of "
                         "{profile, overrides}")

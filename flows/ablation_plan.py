@@ -47,8 +47,10 @@ ABLATION_ARMS: tuple[Arm, ...] = (*REPORT_ARMS, LEARNING_ARMS[1])
 weight change), so that the page can say whether any arm learned at all."""
 NAMED_ARMS: dict[str, tuple[Arm, ...]] = {"report": REPORT_ARMS, "report+lr0": ABLATION_ARMS,
                                           "learning": LEARNING_ARMS,
-                                          "learning+rerun": (LEARNING_ARMS[0], RERUN_ARM, LEARNING_ARMS[1])}
-"""Arm sets by name (`python -m flows.ablation --arms NAME`)."""
+                                          "learning+rerun": (LEARNING_ARMS[0], RERUN_ARM, LEARNING_ARMS[1]),
+                                          "rerun": (RERUN_ARM,)}
+"""Arm sets by name (`python -m flows.ablation --arms NAME`); `rerun` alone adds the rerun to an experiment run
+before, under a name of its own (its report joins both with `learning_report.py --load-data`)."""
 
 
 @dataclass(frozen=True)

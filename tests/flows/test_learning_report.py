@@ -70,7 +70,9 @@ def test_reruns_are_arms_with_the_same_overrides():
     assert rerun_pairs_from_arms(arms) == [("trained", "trained-rerun")]
     assert rerun_pairs_from_arms(named_arms("learning")) == []
     assert parse_arms(named_arms("learning")) == LEARNING_ARMS
-    assert set(NAMED_ARMS) == {"report", "report+lr0", "learning", "learning+rerun"}
+    assert set(NAMED_ARMS) == {"report", "report+lr0", "learning", "learning+rerun", "rerun"}
+    assert [a["name"] for a in named_arms("rerun")] == ["trained-rerun"]
+    assert named_arms("rerun")[0]["overrides"] == named_arms("learning")[0]["overrides"] == {}
     with pytest.raises(ValueError, match="no arm set 'lerning'"):
         named_arms("lerning")
 
