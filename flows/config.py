@@ -129,6 +129,11 @@ class GatewaySection(Section):
     sampling: SamplingPolicy = Field(default_factory=SamplingPolicy, description="How train calls sample "
                                      "(gateway.sampling: enforce the policy's temperature, or record the "
                                      "harness's); applies to the gateway a run starts, not to one at `url`.")
+    recorded_turns: bool | None = Field(default=None, description="Give the engine the recorded tokens of an "
+                                        "assistant turn a harness sends back re-serialised or reordered "
+                                        "(gateway/recorded_turns.py), so that the next call continues the same "
+                                        "sample; null: the recipe's choice (on for claude-code and codex). "
+                                        "Applies to the gateway a run starts, not to one at `url`.")
 
 
 class ControllerSection(Section):

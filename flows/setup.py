@@ -136,7 +136,14 @@ def process_settings(config: RunConfig, plan: RunPlan, pin_recipe: bool = True) 
                            model_name=config.gateway.model_name, engine=config.engine, gateway_url=config.gateway.url,
                            start_controller=c.start, controller_args=controller_args,
                            sampling=config.gateway.sampling,
-                           recorded_turns=recipe_hooks(get_recipe(config.recipe)).recorded_turns)
+                           recorded_turns=recorded_turns(config))
+
+
+def recorded_turns(config: RunConfig) -> bool:
+    """Whether the run's gateway gives the engine the recorded tokens of re-sent turns: the profile's
+    `gateway.recorded_turns`, else the recipe's choice (`RecipeHooks.recorded_turns`)."""
+    chosen = config.gateway.recorded_turns
+    return recipe_hooks(get_recipe(config.recipe)).recorded_turns if chosen is None else chosen
 
 
 def feed_config(config: RunConfig, plan: RunPlan, mix: TaskMix | None = None) -> FeedConfig:

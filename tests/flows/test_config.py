@@ -343,6 +343,28 @@ def test_the_coding_clis_runs_start_their_gateway_with_recorded_turns(recipe, re
     assert started.recorded_turns is recorded_turns
 
 
+@pytest.mark.parametrize(("profile", "recipe", "chosen"), [("calculator-local", "calculator", True),
+                                                             ("swe-local", "codex", False)])
+def test_a_profile_chooses_recorded_turns_over_its_recipe(profile, recipe, chosen, tmp_path):
+    """`gateway.recorded_turns` set in the profile wins over the recipe's choice, both ways; unset, the recipe's."""
+    from flows.run_processes import gateway_settings
+    from gateway.config import GatewayConfig
+
+    base = {"work_dir": str(tmp_path), "recipe": recipe}
+    if recipe == "codex":  # the profile's task options and format term are mini-swe-agent's
+        base |= {"algorithm.advantage.format_reward": 0, "rollout.task_overrides": {}}
+
+    def started(overrides: dict) -> bool:
+        config = load_run_config(profile, {**base, **overrides})
+        settings = process_settings(config, fresh_plan(config, "r", Path("/models/base")))
+        return GatewayConfig.model_validate(yaml.safe_load(yaml.safe_dump(gateway_settings(settings)))).recorded_turns
+
+    assert started({}) is not chosen
+    assert started({"gateway.recorded_turns": chosen}) is chosen
+    with pytest.raises(ValueError, match="gateway.recorded_turns"):
+        load_run_config("calculator-local", {"gateway.recorded_turns": "sometimes"})
+
+
 def test_field_docs_retries_the_parsers_thread_error_and_gives_up_after_its_tries(monkeypatch):
     """The docs of a section still read when another thread's parse made ours fail once (CPython 3.11)."""
     import ast

@@ -51,6 +51,17 @@ def admin(upstream, tmp_path_factory):
     gateway.stop()
 
 
+@pytest.fixture(scope="module")
+def plain(upstream, tmp_path_factory):
+    """A gateway without recorded turns, in front of the same upstream."""
+    root = tmp_path_factory.mktemp("rendered-turns")
+    gateway = InProcessGateway(root / "gateway.db").start()
+    with GatewayClient(gateway.url, ADMIN_TOKEN) as client:
+        client.register_model("policy", upstream.base_url)
+        yield client
+    gateway.stop()
+
+
 def play(upstream: EpisodeUpstream, steps: list[ToolStep]) -> None:
     upstream.episode.steps = steps
     upstream.episode.requests.clear()
@@ -109,6 +120,26 @@ def test_a_history_changed_otherwise_or_a_forced_call_is_rendered_as_sent(admin,
     assert [call.recorded_prefix for call in calls] == [None, None, None, None]
     assert all("kv_transfer_params" not in request for request in upstream.episode.requests)
     assert samples_of(admin, created.id) == 3  # the forced call, rendered as sent, happens to extend the first
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_text_written_after_a_forced_call_continues_on_the_recorded_tokens(admin, plain, upstream, recorded):
+    """The calculator recipe's turn: the first call forced, the model writes text after its call; the answer holds the
+    text block first (as Messages lays it out), the SDK sends it back so and the template renders text before calls:
+    without recorded turns the next call opens a second sample, with them it continues the first."""
+    play(upstream, [ToolStep("Bash", {"command": "echo 9065"}, after="The answer is coming.")])
+    (created,) = create_rollouts(admin if recorded else plain, prefix="after")
+    content = messages_call(created, [ASK], stream=False, tool_choice={"type": "tool", "name": "Bash"})
+    assert [block["type"] for block in content] == ["text", "tool_use"]
+    call = content[1]
+    messages_call(created, [ASK, {"role": "assistant", "content": content}, result(call, "9065")], stream=False)
+    client = admin if recorded else plain
+    first, second = client.calls(created.id)
+    assert first.sampling.forced_prompt_tokens > 0  # the opening was the prompt's, as the embedded engine reports it
+    assert (second.recorded_prefix is not None) is recorded
+    stats = build_samples([to_recorded_call(call, "g") for call in client.calls(created.id)]).stats
+    assert (stats.samples, stats.calls_merged, stats.merge_failures) == ((1, 1, 0) if recorded else (2, 0, 1))
+    assert stats.penalized_tokens_masked == 0
 
 
 def test_another_attempts_answer_is_never_substituted(admin, upstream):

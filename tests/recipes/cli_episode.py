@@ -35,6 +35,8 @@ class ToolStep:
 
     name: str
     arguments: dict[str, Any]
+    after: str | None = None
+    """Text the model writes after the call (generated in that order; the message carries it as its content)."""
 
 
 def fix_of(bug_patch: str) -> tuple[str, str]:
@@ -139,7 +141,7 @@ class Episode:
         done = sum(1 for message in request.get("messages", []) if message.get("role") == "tool")
         if done < len(self.steps):
             self.answered.append(f"step {done}")
-            return None, [self.steps[done]], "tool_calls"
+            return self.steps[done].after, [self.steps[done]], "tool_calls"
         self.answered.append("final")
         return FINAL_TEXT, [], "stop"
 
@@ -159,17 +161,31 @@ def prompt_ids(request: dict[str, Any]) -> list[int]:
     return list(given) if given else render(request.get("messages", []), request.get("tools"))
 
 
+def forced_opening(request: dict[str, Any]) -> list[int]:
+    """The opening of a call to the function `tool_choice` names, as the embedded engine forces it: at the end of the
+    prompt, reported as prompt tokens (`tool_choice_forced_tokens`); none for any other `tool_choice`."""
+    choice = request.get("tool_choice")
+    name = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+    return encode('<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": ') if name else []
+
+
 def chat_answer(number: int, request: dict[str, Any], text: str | None, calls: list[ToolStep],
                 finish: str) -> dict[str, Any]:
-    """The unary chat completion (vLLM's shape, token IDs and logprobs included)."""
-    prompt = prompt_ids(request)
+    """The unary chat completion (vLLM's shape, token IDs and logprobs included); a forced call's opening is the
+    prompt's, as the embedded engine reports it."""
     tool_calls = [_tool_call(step, i, f"call_{number}_{i}") for i, step in enumerate(calls)]
     ids = turn_body({"content": text, "tool_calls": tool_calls}) + [IM_END]
+    if any(step.after for step in calls):  # generated as the calls, then the text
+        ids = encode("\n".join([*(_call_text(call) for call in tool_calls), text or ""])) + [IM_END]
+    forced = forced_opening(request)
+    forced = forced if ids[:len(forced)] == forced else []
+    prompt, ids = prompt_ids(request) + forced, ids[len(forced):]
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in tool_calls]
     return {"id": f"chatcmpl-{number}", "object": "chat.completion", "created": 0, "model": request.get("model"),
             "prompt_token_ids": prompt, "policy_version": 0,
+            **({"tool_choice_forced_tokens": len(forced)} if forced else {}),
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "stop_reason": None,
                          "token_ids": ids, "logprobs": _logprobs(ids)}],
             "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
