@@ -15,7 +15,8 @@ resumes each run from its last checkpoint.
 Default arms: the Agent Lightning v1.0 report's three and an lr = 0 control (`flows.ablation_plan.ABLATION_ARMS`);
 other arms (an lr sweep) are the `arms` parameter: `[{"name": "lr1e-5", "overrides": {"backend.optimizer.lr": 1e-5}}]`.
 A learning experiment with controls is this flow with the arms `learning` (the profile as it is, and lr = 0; with
-`learning+rerun` the trained configuration twice) on any profile, reported by `benchmarks/learning_report.py`:
+`learning+rerun` the trained configuration twice; `rerun` alone adds the second to an experiment run before) on any
+profile, reported by `benchmarks/learning_report.py`:
 
     .venv/bin/python -m flows.ablation --profile calculator-local --arms learning --seeds 0 1 2 --name calc-learning
     .venv/bin/python benchmarks/learning_report.py --ablation calc-learning --experiment harnessrl
