@@ -128,16 +128,16 @@ def test_text_written_after_a_forced_call_continues_on_the_recorded_tokens(admin
     text block first (as Messages lays it out), the SDK sends it back so and the template renders text before calls:
     without recorded turns the next call opens a second sample, with them it continues the first."""
     play(upstream, [ToolStep("Bash", {"command": "echo 9065"}, after="The answer is coming.")])
-    (created,) = create_rollouts(admin if recorded else plain, prefix="after")
+    client = admin if recorded else plain
+    (created,) = create_rollouts(client, prefix="after")
     content = messages_call(created, [ASK], stream=False, tool_choice={"type": "tool", "name": "Bash"})
     assert [block["type"] for block in content] == ["text", "tool_use"]
     call = content[1]
     messages_call(created, [ASK, {"role": "assistant", "content": content}, result(call, "9065")], stream=False)
-    client = admin if recorded else plain
     first, second = client.calls(created.id)
     assert first.sampling.forced_prompt_tokens > 0  # the opening was the prompt's, as the embedded engine reports it
     assert (second.recorded_prefix is not None) is recorded
-    stats = build_samples([to_recorded_call(call, "g") for call in client.calls(created.id)]).stats
+    stats = build_samples([to_recorded_call(recorded_call, "g") for recorded_call in (first, second)]).stats
     assert (stats.samples, stats.calls_merged, stats.merge_failures) == ((1, 1, 0) if recorded else (2, 0, 1))
     assert stats.penalized_tokens_masked == 0
 

@@ -13,7 +13,9 @@ then each message; a tool call's arguments as parsed JSON in `json.dumps` spacin
 token per character and `<|im_end|>` one token (`IM_END`), and the answer is the rendering of its assistant turn
 closed by `IM_END`. So a conversation re-sent as it was answered renders to a prompt that extends the earlier call's
 prompt and answer (one sample), and one re-sent otherwise does not. A request with vLLM's
-`kv_transfer_params.prompt_token_ids` is answered on those prompt tokens, as vLLM does.
+`kv_transfer_params.prompt_token_ids` is answered on those prompt tokens, as vLLM does. A request whose `tool_choice`
+names a function gets that call's opening at the end of its prompt, reported as `tool_choice_forced_tokens` (the
+embedded engine's forcing); a step's `after` text is written after its call.
 """
 
 from __future__ import annotations
