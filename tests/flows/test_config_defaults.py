@@ -17,6 +17,7 @@ from gateway.config import GatewayConfig
 DIFFERENT_SETTINGS = {  # name -> why the classes holding it mean different things
     "dtype": "the torch backend's training dtype vs vLLM's serving dtype",
     "kind": "the backend's kind vs the engine's kind",
+    "recorded_turns": "a run's choice (None: its recipe's) vs the gateway process's setting (off unless told)",
     "schedule": "the rollout schedule (async/sync) vs the backend's micro-batching",
     "startup_timeout_s": "the embedded engine's start-up vs vLLM's (a much larger model load)",
     "temperature": "verl's removed option (None) vs the gateway's sampling temperature",
