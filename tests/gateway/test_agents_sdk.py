@@ -114,7 +114,8 @@ def test_an_agent_runs_its_function_tools_end_to_end(gateway_admin, tmp_path):
     assert [(c.kind, c.stream, c.status) for c in calls] == [("responses", stream, "ok") for stream in
                                                               (False, False, True, True, False, False)]
     for episode, (first, second) in zip(episodes, (calls[:2], calls[2:4], calls[4:]), strict=True):
-        assert episode["ran"] == [["read_file", 0], ["run", 1]]
+        # the SDK runs one response's function calls concurrently: both ran once, in either order
+        assert sorted(episode["ran"]) == [["read_file", 0], ["run", 1]]
         assert episode["final"] == "t" * RESPONSE_TOKENS
         assert [first.response_id, second.response_id] == episode["response_ids"]
         for call in (first, second):
