@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.cpu_time import CpuTimeReport
 from tests.file_order import costliest_first
 
 TINY_SERVED_NAME = "tiny"
@@ -30,6 +31,11 @@ INTEGRATION_FIXTURES = {
 }
 """Fixtures that make a test an integration test: any test using one (directly or through another fixture) is
 marked `slow` at collection, so `make test-fast` (-m "not slow") leaves it out without a marker per test."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every run ends with the CPU seconds of its costliest test files (tests/cpu_time.py)."""
+    config.pluginmanager.register(CpuTimeReport(), "harnessrl-cpu-time")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
