@@ -310,19 +310,22 @@ def test_a_running_gateway_without_its_admin_token_is_refused_with_the_fix(tmp_p
     assert RunProcesses(settings).admin_token == "secret"
 
 
-def test_the_started_gateway_gets_the_runs_sampling_policy(tmp_path):
+def started_gateway(profile: str, overrides: dict):
+    """The `GatewayConfig` a run of `profile` with `overrides` starts its gateway with (its YAML read back)."""
     from flows.run_processes import gateway_settings
     from gateway.config import GatewayConfig
 
-    def started_gateway(overrides):
-        config = load_run_config("if-local", {"work_dir": str(tmp_path), **overrides})
-        settings = process_settings(config, fresh_plan(config, "r", Path("/models/base")))
-        return GatewayConfig.model_validate(yaml.safe_load(yaml.safe_dump(gateway_settings(settings))))
+    config = load_run_config(profile, overrides)
+    settings = process_settings(config, fresh_plan(config, "r", Path("/models/base")))
+    return GatewayConfig.model_validate(yaml.safe_load(yaml.safe_dump(gateway_settings(settings))))
 
-    default = started_gateway({})
+
+def test_the_started_gateway_gets_the_runs_sampling_policy(tmp_path):
+    default = started_gateway("if-local", {"work_dir": str(tmp_path)})
     assert (default.sampling.train, default.sampling.temperature) == ("enforce", 1.0)
     assert default.model_aliases and default.side_models
-    chosen = started_gateway({"gateway.sampling.train": "record", "gateway.sampling.temperature": 0.7})
+    chosen = started_gateway("if-local", {"work_dir": str(tmp_path), "gateway.sampling.train": "record",
+                                          "gateway.sampling.temperature": 0.7})
     assert (chosen.sampling.train, chosen.sampling.temperature) == ("record", 0.7)
     with pytest.raises(ValueError, match="gateway.sampling"):
         load_run_config("if-local", {"gateway.sampling.train": "ignore"})
@@ -332,14 +335,9 @@ def test_the_started_gateway_gets_the_runs_sampling_policy(tmp_path):
 def test_the_coding_clis_runs_start_their_gateway_with_recorded_turns(recipe, recorded_turns, tmp_path):
     """Claude Code and Codex re-serialise the history they re-send: their runs' gateway gives the engine the recorded
     tokens of those turns (gateway/recorded_turns.py); other recipes' gateways render what is sent."""
-    from flows.run_processes import gateway_settings
-    from gateway.config import GatewayConfig
-
-    config = load_run_config("swe-local", {"work_dir": str(tmp_path), "recipe": recipe,
-                                           "algorithm.advantage.format_reward": 0,
-                                           "rollout.task_overrides": {}})  # the profile's are mini-swe-agent's
-    settings = process_settings(config, fresh_plan(config, "r", Path("/models/base")))
-    started = GatewayConfig.model_validate(yaml.safe_load(yaml.safe_dump(gateway_settings(settings))))
+    started = started_gateway("swe-local", {"work_dir": str(tmp_path), "recipe": recipe,
+                                            "algorithm.advantage.format_reward": 0,
+                                            "rollout.task_overrides": {}})  # the profile's are mini-swe-agent's
     assert started.recorded_turns is recorded_turns
 
 
@@ -347,17 +345,12 @@ def test_the_coding_clis_runs_start_their_gateway_with_recorded_turns(recipe, re
                                                              ("swe-local", "codex", False)])
 def test_a_profile_chooses_recorded_turns_over_its_recipe(profile, recipe, chosen, tmp_path):
     """`gateway.recorded_turns` set in the profile wins over the recipe's choice, both ways; unset, the recipe's."""
-    from flows.run_processes import gateway_settings
-    from gateway.config import GatewayConfig
-
     base = {"work_dir": str(tmp_path), "recipe": recipe}
     if recipe == "codex":  # the profile's task options and format term are mini-swe-agent's
         base |= {"algorithm.advantage.format_reward": 0, "rollout.task_overrides": {}}
 
     def started(overrides: dict) -> bool:
-        config = load_run_config(profile, {**base, **overrides})
-        settings = process_settings(config, fresh_plan(config, "r", Path("/models/base")))
-        return GatewayConfig.model_validate(yaml.safe_load(yaml.safe_dump(gateway_settings(settings)))).recorded_turns
+        return started_gateway(profile, {**base, **overrides}).recorded_turns
 
     assert started({}) is not chosen
     assert started({"gateway.recorded_turns": chosen}) is chosen
