@@ -17,10 +17,12 @@ call of the same rollout attempt goes to the engine with the recorded tokens in 
   generation prompt; B: closed by its answer's turn) and this call's (C: its messages with the answer's turn as
   recorded); when B extends A and C extends B, the prompt is the earlier call's recorded prompt and answer tokens,
   then what the template writes after the answer's end-of-turn token (its last, found once in it and closing the
-  message before it in A the same way: an answer cut by length or by the harness's stop strings is never
-  continued; at most `MAX_BRIDGE_TOKENS`), then C after B. Every
-  substituted token is one the engine consumed or sampled for this rollout attempt, and the rest is the engine's
-  rendering of what the harness sent: no harness can put tokens in the policy's mouth.
+  message before it in A the same way; at most `MAX_BRIDGE_TOKENS`), then C after B. An answer cut at the length
+  limit has no end-of-turn token (`spliced_cut`): after its tokens comes the template's whole closing of a turn, as
+  the engine renders an empty assistant turn after A (D), when B ends with that closing and the message before the
+  answer is closed by it in A. An answer ended by the harness's stop strings is never continued. Every substituted
+  token is one the engine consumed or sampled for this rollout attempt, and the rest is the engine's rendering of
+  what the harness sent: no harness can put tokens in the policy's mouth.
 - Not for a call whose `tool_choice` forces a call (the engines plan the forced opening on their own rendering).
 - The engine gets them as vLLM's chat completions take a pre-tokenized prompt (`kv_transfer_params.
   prompt_token_ids`, vLLM 0.32; the embedded engine too), with the messages it would have rendered. The call is
@@ -28,7 +30,8 @@ call of the same rollout attempt goes to the engine with the recorded tokens in 
   is the one sent (0 when an engine rendered the messages instead; None when nothing was substituted).
 
 Its cost, only when on, for a call holding an earlier answer: the attempt's last `MAX_CANDIDATES` ok main calls of
-its protocol read (one indexed query, `Store.recent_calls`), and three `/tokenize` calls of the engine, together,
+its protocol read (one indexed query, `Store.recent_calls`), and three `/tokenize` calls of the engine (four after a
+cut answer), together,
 inside the pause gate (a paused gateway holds them as it holds the call).
 """
 
@@ -57,6 +60,8 @@ CANDIDATE_GROWTH, CANDIDATE_SLACK_BYTES = 2, 64 * 1024
 conversation sends it whole, re-serialised a little longer at most)."""
 MAX_BRIDGE_TOKENS = 4  # what a template writes after an answer's end-of-turn token (ChatML: a newline)
 ENDED = frozenset({"stop", "tool_calls"})  # an answer that ended on its own (its last token closes the turn)
+CUT = "length"  # an answer cut at the length limit (no end-of-turn token: the template's closing follows it)
+EMPTY_TURN = {"role": "assistant", "content": ""}  # rendered after the opened messages: the template's closing
 STOP_FIELDS = ("stop", "stop_sequences")  # a harness's stop strings: an answer they ended has no end-of-turn token
 TOKENIZE_PATH = "/tokenize"
 
@@ -141,9 +146,11 @@ def continues(chat: dict[str, Any], earlier: dict[str, Any], answer: dict[str, A
 
 def candidates(latest: Sequence[CallRecord], kind: str) -> list[CallRecord]:
     """Of the attempt's last calls (latest first), the main calls of `kind` that may be continued: ok, answered with
-    tokens, ended on their own (by the model's end-of-turn token: no stop strings asked for)."""
+    tokens, ended on their own (by the model's end-of-turn token) or cut at the length limit, no stop strings asked
+    for (an answer they ended lacks tokens it sampled)."""
     return [call for call in latest[:MAX_CANDIDATES] if call.kind == kind and not call.side
-            and call.status == CallStatus.OK and call.response_token_ids and call.finish_reason in ENDED
+            and call.status == CallStatus.OK and call.response_token_ids
+            and (call.finish_reason in ENDED or call.finish_reason == CUT)
             and not any(call.request.get(key) for key in STOP_FIELDS)]
 
 
@@ -165,6 +172,25 @@ def spliced(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[int],
     if len(bridge) > MAX_BRIDGE_TOKENS or not _closes_turns(end, bridge, opened):
         return None
     return [*prompt, *answer, *bridge, *whole[len(closed):]]
+
+
+def spliced_cut(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[int], closed: Sequence[int],
+                whole: Sequence[int], empty: Sequence[int]) -> list[int] | None:
+    """The prompt of a call that continues a recorded answer cut at the length limit, or None where the renderings
+    do not line up: the earlier call's recorded prompt and answer, the template's closing of a turn (what it renders
+    for an empty assistant turn after its generation prompt: `empty` past `opened`; the answer's turn in `closed`
+    ends with it, the message before the answer is closed by it, and its first token, the end-of-turn one, is not in
+    the answer), then the rest as rendered. The other arguments are those of `spliced`."""
+    if not answer or any(list(longer[:len(shorter)]) != list(shorter) for shorter, longer in (
+            (opened, empty), (opened, closed), (closed, whole))):
+        return None
+    closing = list(empty[len(opened):])
+    if not 1 <= len(closing) <= MAX_BRIDGE_TOKENS + 1 or len(closed) - len(opened) <= len(closing) \
+            or list(closed[len(closed) - len(closing):]) != closing:
+        return None
+    if closing[0] in answer or not _closes_turns(closing[0], closing[1:], opened):
+        return None
+    return [*prompt, *answer, *closing, *whole[len(closed):]]
 
 
 def _closes_turns(end: int, bridge: list[int], opened: Sequence[int]) -> bool:
@@ -242,16 +268,17 @@ async def recorded_prompt(svc: GatewayContext, adapter: ProtocolAdapter, chat: d
         return None
     k = len(match.messages)
     messages = [*match.messages, match.answer, *chat["messages"][k + 1:]]
-    tools = chat.get("tools")
-    async with svc.gate.admit():
-        opened, closed, whole = await asyncio.gather(
-            _tokenize(svc, endpoint, match.messages, tools, True, held),
-            _tokenize(svc, endpoint, [*match.messages, match.answer], tools, False, held),
-            _tokenize(svc, endpoint, messages, tools, True, held))
-    if opened is None or closed is None or whole is None:
-        return None
     earlier = match.call
-    prompt = spliced(earlier.prompt_token_ids, earlier.response_token_ids, opened, closed, whole)
+    cut = earlier.finish_reason == CUT
+    renderings = [(match.messages, True), ([*match.messages, match.answer], False), (messages, True),
+                  *([([*match.messages, EMPTY_TURN], False)] if cut else [])]
+    async with svc.gate.admit():
+        rendered = await asyncio.gather(*(_tokenize(svc, endpoint, turns, chat.get("tools"), generation_prompt, held)
+                                          for turns, generation_prompt in renderings))
+    if any(tokens is None for tokens in rendered):
+        return None
+    splice = spliced_cut if cut else spliced
+    prompt = splice(earlier.prompt_token_ids, earlier.response_token_ids, *rendered)
     recorded = len(earlier.prompt_token_ids) + len(earlier.response_token_ids)
     return None if prompt is None else RecordedPrompt(messages, prompt, recorded)
 

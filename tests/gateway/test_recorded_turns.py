@@ -17,7 +17,7 @@ from gateway.protocols.anthropic_answer import recorded_content
 from tests.gateway.api_support import create_rollouts, current_key
 from tests.gateway.support import ADMIN_TOKEN
 from tests.inprocess import InProcessGateway
-from tests.recipes.cli_episode import Episode, EpisodeUpstream, ToolStep
+from tests.recipes.cli_episode import IM_END, Episode, EpisodeUpstream, ToolStep, encode
 from trainer.recorded import to_recorded_call
 from trainer.samples import build_samples
 
@@ -140,6 +140,32 @@ def test_text_written_after_a_forced_call_continues_on_the_recorded_tokens(admin
     stats = build_samples([to_recorded_call(recorded_call, "g") for recorded_call in (first, second)]).stats
     assert (stats.samples, stats.calls_merged, stats.merge_failures) == ((1, 1, 0) if recorded else (2, 0, 1))
     assert stats.penalized_tokens_masked == 0
+
+
+CALLED = '{"command": "echo 9065"}}\n</tool_call>\n'  # what the model writes of its forced call, then a newline
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_an_answer_cut_at_the_length_limit_continues_with_the_templates_closing(admin, plain, upstream, recorded):
+    """The forced call, then text cut by `max_tokens` (no end-of-turn token sampled): with recorded turns the next
+    call's prompt is the first call's prompt and answer, the template's closing of a turn (`<|im_end|>` and a newline,
+    not sampled: not trained), then the tool's result; without them it opens a second sample."""
+    play(upstream, [ToolStep("Bash", {"command": "echo 9065"}, after="The answer is coming, and more.")])
+    client = admin if recorded else plain
+    (created,) = create_rollouts(client, prefix="cut")
+    content = messages_call(created, [ASK], stream=False, tool_choice={"type": "tool", "name": "Bash"},
+                            max_tokens=len(CALLED) + len("The answer is"))
+    assert [(block["type"], block.get("text")) for block in content] == [("text", "The answer is"), ("tool_use", None)]
+    messages_call(created, [ASK, {"role": "assistant", "content": content}, result(content[1], "9065")], stream=False)
+    first, second = client.calls(created.id)
+    assert first.finish_reason == "length" and first.response_token_ids[-1] != IM_END
+    recorded_tokens = len(first.prompt_token_ids) + len(first.response_token_ids)
+    assert second.recorded_prefix == (recorded_tokens if recorded else None)
+    if recorded:
+        assert second.prompt_token_ids[:recorded_tokens] == first.prompt_token_ids + first.response_token_ids
+        assert second.prompt_token_ids[recorded_tokens:recorded_tokens + 2] == [IM_END, *encode("\n")]
+    stats = build_samples([to_recorded_call(recorded_call, "g") for recorded_call in (first, second)]).stats
+    assert (stats.samples, stats.calls_merged, stats.merge_failures) == ((1, 1, 0) if recorded else (2, 0, 1))
 
 
 def test_another_attempts_answer_is_never_substituted(admin, upstream):

@@ -15,7 +15,8 @@ closed by `IM_END`. So a conversation re-sent as it was answered renders to a pr
 prompt and answer (one sample), and one re-sent otherwise does not. A request with vLLM's
 `kv_transfer_params.prompt_token_ids` is answered on those prompt tokens, as vLLM does. A request whose `tool_choice`
 names a function gets that call's opening at the end of its prompt, reported as `tool_choice_forced_tokens` (the
-embedded engine's forcing); a step's `after` text is written after its call.
+embedded engine's forcing); a step's `after` text is written after its call, and cut at the request's `max_tokens`
+(finish reason `length`, no `<|im_end|>`) where it would pass it.
 """
 
 from __future__ import annotations
@@ -182,6 +183,12 @@ def chat_answer(number: int, request: dict[str, Any], text: str | None, calls: l
     forced = forced_opening(request)
     forced = forced if ids[:len(forced)] == forced else []
     prompt, ids = prompt_ids(request) + forced, ids[len(forced):]
+    limit = request.get("max_completion_tokens") or request.get("max_tokens")
+    if limit and len(ids) > limit and any(step.after for step in calls):  # cut inside the text after the calls
+        ids, finish = ids[:limit], "length"
+        called = len(encode("\n".join(_call_text(call) for call in tool_calls) + "\n")) - len(forced)
+        assert limit > called, f"max_tokens {limit} would cut the scripted calls ({called} tokens): not scripted"
+        text = "".join(chr(token - 10) for token in ids[called:])
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in tool_calls]

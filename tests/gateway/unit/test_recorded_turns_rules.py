@@ -8,7 +8,15 @@ import json
 import pytest
 
 from gateway.protocols.anthropic import ADAPTER
-from gateway.recorded_turns import MAX_CANDIDATES, candidates, continues, same_arguments, same_turn, spliced
+from gateway.recorded_turns import (
+    MAX_CANDIDATES,
+    candidates,
+    continues,
+    same_arguments,
+    same_turn,
+    spliced,
+    spliced_cut,
+)
 from gateway.records import CallRecord, CallStatus
 
 EDIT = {"replace_all": {"type": "boolean", "default": False}, "file_path": {"type": "string"}}
@@ -69,7 +77,7 @@ def record(seq: int, **fields) -> CallRecord:
 def test_candidates_are_the_latest_whole_main_answers_of_the_protocol():
     latest = [record(6), record(5, response_token_ids=[], response_logprobs=[]), record(4, finish_reason="length"),
               record(3, request={"stop_sequences": ["END"]})]
-    assert [c.seq for c in candidates(latest, "messages")] == [6]
+    assert [c.seq for c in candidates(latest, "messages")] == [6, 4]  # a cut answer too (`spliced_cut`)
     others = [record(9, request={"stop": "x"}), record(8, side=True), record(7, status=CallStatus.ERROR),
               record(2, kind="responses")]
     assert [c.seq for c in candidates(others, "messages")] == []  # the store's answer is filtered again
@@ -101,6 +109,31 @@ def test_the_recorded_prompt_and_answer_then_the_bridge_then_the_rest_as_rendere
 ])
 def test_renderings_that_do_not_line_up_give_no_recorded_prompt(answer, closed, whole):
     assert spliced(OPENED, answer, OPENED, closed, whole) is None
+
+
+EMPTY = [*OPENED, END, NL]  # an empty assistant turn after the generation prompt: the template's closing
+
+
+def test_a_cut_answer_is_followed_by_the_templates_closing_of_a_turn():
+    prompt, answer = [*OPENED, 5], [60, 61, 62]  # cut: no end-of-turn token
+    closed, tail = [*OPENED, *TURN], [70, 71, 72]
+    assert spliced_cut(prompt, answer, OPENED, closed, [*closed, *tail], EMPTY) == [*prompt, *answer, END, NL, *tail]
+
+
+@pytest.mark.parametrize(("answer", "closed", "whole", "empty"), [
+    ([60, END, 61], [*OPENED, *TURN], [*OPENED, *TURN, 70], EMPTY),  # the end-of-turn token inside the answer
+    ([60, 61], [*OPENED, 50, 51, NL], [*OPENED, 50, 51, NL, 70], EMPTY),  # the turn not closed as an empty one
+    ([60, 61], [*OPENED, *TURN], [*OPENED, *TURN, 70], [9, *OPENED, END, NL]),  # D does not extend A
+    ([60, 61], [*OPENED, *TURN], [*OPENED, *TURN, 70], OPENED),  # no closing rendered
+    ([60, 61], [*OPENED, 50, *LONG, END], [*OPENED, 50, *LONG, END, 70], [*OPENED, *LONG, END]),  # past 4 + 1
+    ([60, 61], [*OPENED, 50, 98, NL], [*OPENED, 50, 98, NL, 70], [*OPENED, 98, NL]),  # not how A closed a message
+    ([60, 61], [*OPENED, END, NL], [*OPENED, END, NL, 70], EMPTY),  # the answer's turn holds nothing but the closing
+    ([60, 61], [*OPENED, *TURN], [*OPENED, 50, 70], EMPTY),  # the new rendering does not extend the turn
+    ([60, 61], [9, *TURN], [9, *TURN, 70], EMPTY),  # the closed rendering does not extend the opened one
+    ([], [*OPENED, *TURN], [*OPENED, *TURN, 70], EMPTY),
+])
+def test_a_cut_answers_renderings_that_do_not_line_up_give_no_recorded_prompt(answer, closed, whole, empty):
+    assert spliced_cut(OPENED, answer, OPENED, closed, whole, empty) is None
 
 
 def test_a_messages_answer_is_the_same_chat_turn_whether_unary_or_streamed():
