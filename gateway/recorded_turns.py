@@ -180,7 +180,7 @@ def spliced_cut(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[i
     do not line up: the earlier call's recorded prompt and answer, the template's closing of a turn (what it renders
     for an empty assistant turn after its generation prompt: `empty` past `opened`; the answer's turn in `closed`
     ends with it, the message before the answer is closed by it, and its first token, the end-of-turn one, is not in
-    the answer), then the rest as rendered. The other arguments are those of `spliced`."""
+    the answer and found once in the turn), then the rest as rendered. The other arguments are those of `spliced`."""
     if not answer or any(list(longer[:len(shorter)]) != list(shorter) for shorter, longer in (
             (opened, empty), (opened, closed), (closed, whole))):
         return None
@@ -188,8 +188,9 @@ def spliced_cut(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[i
     if not 1 <= len(closing) <= MAX_BRIDGE_TOKENS + 1 or len(closed) - len(opened) <= len(closing) \
             or list(closed[len(closed) - len(closing):]) != closing:
         return None
-    if closing[0] in answer or not _closes_turns(closing[0], closing[1:], opened):
-        return None
+    if closing[0] in answer or list(closed[len(opened):]).count(closing[0]) != 1 \
+            or not _closes_turns(closing[0], closing[1:], opened):
+        return None  # the end-of-turn token once in the turn, at its end (not what a template writes at its head)
     return [*prompt, *answer, *closing, *whole[len(closed):]]
 
 

@@ -131,9 +131,38 @@ def test_a_cut_answer_is_followed_by_the_templates_closing_of_a_turn():
     ([60, 61], [*OPENED, *TURN], [*OPENED, 50, 70], EMPTY),  # the new rendering does not extend the turn
     ([60, 61], [9, *TURN], [9, *TURN, 70], EMPTY),  # the closed rendering does not extend the opened one
     ([], [*OPENED, *TURN], [*OPENED, *TURN, 70], EMPTY),
+    ([60, END], [*OPENED, *TURN], [*OPENED, *TURN, 70], EMPTY),  # `length` on its end-of-turn token (vLLM's order)
+    # each check alone: the other renderings line up, only the one named does not
+    ([60, 61], [*OPENED, *TURN], [*OPENED, *TURN, 70], [9, *OPENED[1:], END, NL]),  # D's closing, D not after A
+    ([60, 61], [9, *OPENED[1:], *TURN], [9, *OPENED[1:], *TURN, 70], EMPTY),  # B as long as A and a turn, not after it
 ])
 def test_a_cut_answers_renderings_that_do_not_line_up_give_no_recorded_prompt(answer, closed, whole, empty):
     assert spliced_cut(OPENED, answer, OPENED, closed, whole, empty) is None
+
+
+@pytest.mark.parametrize(("length", "spliced_in"), [(5, True), (6, False)])
+def test_a_cut_answers_closing_is_at_most_4_plus_1_tokens_even_where_the_message_before_is_closed_so(length,
+                                                                                                    spliced_in):
+    closing = [END, *LONG][:length]  # the message before the answer closed the same way: only the bound refuses it
+    opened = [10, *closing, 12]
+    closed, tail = [*opened, 50, *closing], [70]
+    expected = [*opened, 60, 61, *closing, *tail] if spliced_in else None
+    assert spliced_cut(opened, [60, 61], opened, closed, [*closed, *tail], [*opened, *closing]) == expected
+
+
+def test_what_a_template_writes_at_the_head_of_a_turn_is_never_taken_for_its_closing():
+    """A template that opens each assistant turn after the last user query with a filler (an empty think block,
+    THINK) renders an empty turn as filler then closing, all of it after the generation prompt. A policy whose cut
+    text ends with the filler's text in plain pieces (PIECES, never THINK itself), and a harness whose last message
+    ends with that text, make the turn end with filler and closing and the message before close the same way: the
+    filler would follow the answer, which already holds its text (sampled), a second time (neither sampled nor where
+    the engine renders it). The closing's first token is found once in the turn, at its end, or nothing is spliced."""
+    think, pieces = 80, 81
+    opened = [10, 11, think, END, NL, 12]  # the harness's message ends with the filler's text, rendered as THINK
+    answer = [60, 61, pieces]  # cut; the filler's text in plain pieces
+    closed = [*opened, think, 60, 61, think, END, NL]  # the turn: the filler, the text (its end re-tokenized), closing
+    empty = [*opened, think, END, NL]  # an empty turn: the filler, then the closing
+    assert spliced_cut(opened, answer, opened, closed, [*closed, 70], empty) is None
 
 
 def test_a_messages_answer_is_the_same_chat_turn_whether_unary_or_streamed():
