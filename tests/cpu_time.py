@@ -3,7 +3,8 @@
 `make test` is CPU-bound on 2 cores, so its wall time follows the CPU its tests spend, not their wall times (two
 heavy files side by side each take twice as long). Each test's CPU is the test process's own (user + system) plus
 that of the processes it started and waited for (`RUSAGE_CHILDREN`), from its set-up to its teardown; a session
-fixture's server is counted when it stops, at its worker's last test, and a process nobody waits for is not counted.
+fixture's server is counted when it stops, at its worker's last teardown, on a line of its own (not its last test's
+file), and a process nobody waits for is not counted.
 The workers send it with their teardown reports (`user_properties`), so the summary covers both xdist workers.
 
 At the end of a run the terminal summary prints the costliest files by CPU seconds, the total, and the machine's busy
@@ -22,7 +23,10 @@ import pytest
 
 CPU_PROPERTY = "cpu_s"
 """The `user_properties` key of a teardown report's CPU seconds."""
+SESSION_PROPERTY = "session_teardown_cpu_s"
+"""The `user_properties` key of the CPU seconds of a worker's last teardown, where its session fixtures stop."""
 START = pytest.StashKey[float]()
+SESSION_TEARDOWN = pytest.StashKey[float]()
 SHOWN_FILES = 15
 """Files listed in the summary, costliest first."""
 
@@ -69,13 +73,17 @@ def by_file(cpu_s_by_test: dict[str, float]) -> list[tuple[str, float, int]]:
     return sorted(((path, seconds[path], counts[path]) for path in seconds), key=lambda row: (-row[1], row[0]))
 
 
-def summary_lines(cpu_s_by_test: dict[str, float], busy: float | None, shown: int = SHOWN_FILES) -> list[str]:
-    """The terminal summary: the costliest `shown` files, the total, the machine's busy share."""
+def summary_lines(cpu_s_by_test: dict[str, float], busy: float | None, shown: int = SHOWN_FILES,
+                  session_s: float = 0.0) -> list[str]:
+    """The terminal summary: the costliest `shown` files, the total, the session fixtures' stop (`session_s`: the
+    workers' last teardowns, where their servers' CPU is counted), the machine's busy share."""
     rows = by_file(cpu_s_by_test)
     total_s = sum(cpu_s for _, cpu_s, _ in rows)
     lines = [f"{cpu_s:9.1f} s {100 * cpu_s / total_s if total_s else 0:5.1f}%  {tests:5d} tests  {path}"
              for path, cpu_s, tests in rows[:shown]]
     lines.append(f"{total_s:9.1f} s of CPU in {len(cpu_s_by_test)} tests of {len(rows)} files")
+    if session_s:
+        lines.append(f"{session_s:9.1f} s of CPU in the session fixtures' servers, counted when they stopped")
     if busy is not None:
         lines.append(f"the machine was {100 * busy:.0f}% busy while the suite ran (every process counted)")
     return lines
@@ -86,6 +94,7 @@ class CpuTimeReport:
 
     def __init__(self) -> None:
         self.cpu_s_by_test: dict[str, float] = {}
+        self.session_cpu_s = 0.0
         self.machine_start = MachineTimes.read()
 
     @pytest.hookimpl(tryfirst=True)
@@ -93,20 +102,38 @@ class CpuTimeReport:
         item.stash[START] = cpu_now_s()
 
     @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None):
+        """The last test's teardown also stops the session's fixtures (their servers' CPU arrives with them): kept
+        apart, not charged to that test's file."""
+        before = cpu_now_s()
+        try:
+            return (yield)
+        finally:
+            if nextitem is None:
+                item.stash[SESSION_TEARDOWN] = cpu_now_s() - before
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
         if call.when == "teardown" and START in item.stash:
-            report.user_properties.append((CPU_PROPERTY, cpu_now_s() - item.stash[START]))
+            session_s = item.stash.get(SESSION_TEARDOWN, 0.0)
+            report.user_properties.append((CPU_PROPERTY, cpu_now_s() - item.stash[START] - session_s))
+            report.user_properties.append((SESSION_PROPERTY, session_s))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "teardown":
+            return
         for key, value in report.user_properties:
-            if key == CPU_PROPERTY and report.when == "teardown":
+            if key == CPU_PROPERTY:
                 self.cpu_s_by_test[report.nodeid] = float(value)
+            elif key == SESSION_PROPERTY:
+                self.session_cpu_s += float(value)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.cpu_s_by_test:
             return
         terminalreporter.write_sep("=", "CPU seconds by test file (tests/cpu_time.py)")
-        for line in summary_lines(self.cpu_s_by_test, busy_share(self.machine_start, MachineTimes.read())):
+        busy = busy_share(self.machine_start, MachineTimes.read())
+        for line in summary_lines(self.cpu_s_by_test, busy, session_s=self.session_cpu_s):
             terminalreporter.write_line(line)

@@ -45,11 +45,14 @@ def test_summary_lists_the_costliest_files_then_the_total_and_the_machines_share
     assert lines[1] == "      4.0 s of CPU in 2 tests of 2 files"
     assert lines[2] == "the machine was 87% busy while the suite ran (every process counted)"
     assert summary_lines({}, busy=None) == ["      0.0 s of CPU in 0 tests of 0 files"]
+    assert summary_lines({}, busy=None, session_s=12.5)[1] == \
+        "     12.5 s of CPU in the session fixtures' servers, counted when they stopped"
 
 
-def test_a_tests_child_processes_cpu_is_counted_to_its_file(pytester: pytest.Pytester):
+def test_a_tests_child_processes_cpu_is_counted_to_its_file_and_the_sessions_stop_apart(pytester: pytest.Pytester):
     """The inner test waits for a child that spends 0.6 s of CPU (process time, not wall: a busy machine only makes
-    it take longer); the other file spends next to none."""
+    it take longer); the other file's test spends next to none, and its session fixture's stop 0.4 s, counted apart
+    (the inner run's files run in name order: test_idle's is the last teardown)."""
     pytester.makepyfile(
         test_burn="""
             import subprocess, sys
@@ -57,7 +60,16 @@ def test_a_tests_child_processes_cpu_is_counted_to_its_file(pytester: pytest.Pyt
             def test_burn():
                 subprocess.run([sys.executable, "-c", BURN], check=True)
         """,
-        test_idle="def test_idle(): pass",
+        test_idle="""
+            import subprocess, sys
+            import pytest
+            BURN = "import time\\nwhile time.process_time() < 0.4: pass"
+            @pytest.fixture(scope="session")
+            def server():
+                yield
+                subprocess.run([sys.executable, "-c", BURN], check=True)  # a session server's CPU, at its stop
+            def test_idle(server): pass
+        """,
     )
     result = pytester.runpytest("-p", "no:cacheprovider", plugins=[CpuTimeReport()])
     result.assert_outcomes(passed=2)
@@ -65,5 +77,7 @@ def test_a_tests_child_processes_cpu_is_counted_to_its_file(pytester: pytest.Pyt
         line for line in result.stdout.lines if "CPU seconds by test file" in line)) + 1:]
     burn_s = float(lines[0].split()[0])
     assert lines[0].endswith("test_burn.py") and burn_s >= 0.6, lines
-    assert lines[1].endswith("test_idle.py") and float(lines[1].split()[0]) < burn_s, lines
+    assert lines[1].endswith("test_idle.py") and float(lines[1].split()[0]) < 0.4, lines  # not the session's stop
     assert "of CPU in 2 tests of 2 files" in lines[2]
+    assert lines[3].endswith("the session fixtures' servers, counted when they stopped"), lines
+    assert float(lines[3].split()[0]) >= 0.4, lines
