@@ -61,6 +61,7 @@ conversation sends it whole, re-serialised a little longer at most)."""
 MAX_BRIDGE_TOKENS = 4  # what a template writes after an answer's end-of-turn token (ChatML: a newline)
 ENDED = frozenset({"stop", "tool_calls"})  # an answer that ended on its own (its last token closes the turn)
 CUT = "length"  # an answer cut at the length limit (no end-of-turn token: the template's closing follows it)
+CONTINUED = ENDED | {CUT}  # the finish reasons of the answers a later call may continue on their recorded tokens
 EMPTY_TURN = {"role": "assistant", "content": ""}  # rendered after the opened messages: the template's closing
 STOP_FIELDS = ("stop", "stop_sequences")  # a harness's stop strings: an answer they ended has no end-of-turn token
 TOKENIZE_PATH = "/tokenize"
@@ -149,8 +150,7 @@ def candidates(latest: Sequence[CallRecord], kind: str) -> list[CallRecord]:
     tokens, ended on their own (by the model's end-of-turn token) or cut at the length limit, no stop strings asked
     for (an answer they ended lacks tokens it sampled)."""
     return [call for call in latest[:MAX_CANDIDATES] if call.kind == kind and not call.side
-            and call.status == CallStatus.OK and call.response_token_ids
-            and (call.finish_reason in ENDED or call.finish_reason == CUT)
+            and call.status == CallStatus.OK and call.response_token_ids and call.finish_reason in CONTINUED
             and not any(call.request.get(key) for key in STOP_FIELDS)]
 
 
@@ -161,7 +161,7 @@ def spliced(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[int],
     `prompt`, `answer`: the earlier call's recorded tokens (the answer ending with its end-of-turn token, found nowhere
     else in it); `opened`: its messages rendered with the generation prompt; `closed`: the same closed by its answer's
     turn; `whole`: this call's messages, that answer's turn as recorded."""
-    if not answer or list(closed[:len(opened)]) != list(opened) or list(whole[:len(closed)]) != list(closed):
+    if not answer or not _extends(closed, opened) or not _extends(whole, closed):
         return None
     turn = list(closed[len(opened):])
     end = answer[-1]
@@ -181,8 +181,7 @@ def spliced_cut(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[i
     for an empty assistant turn after its generation prompt: `empty` past `opened`; the answer's turn in `closed`
     ends with it, the message before the answer is closed by it, and its first token, the end-of-turn one, is not in
     the answer and found once in the turn), then the rest as rendered. The other arguments are those of `spliced`."""
-    if not answer or any(list(longer[:len(shorter)]) != list(shorter) for shorter, longer in (
-            (opened, empty), (opened, closed), (closed, whole))):
+    if not answer or not (_extends(empty, opened) and _extends(closed, opened) and _extends(whole, closed)):
         return None
     closing = list(empty[len(opened):])
     if not 1 <= len(closing) <= MAX_BRIDGE_TOKENS + 1 or len(closed) - len(opened) <= len(closing) \
@@ -192,6 +191,11 @@ def spliced_cut(prompt: Sequence[int], answer: Sequence[int], opened: Sequence[i
             or not _closes_turns(closing[0], closing[1:], opened):
         return None  # the end-of-turn token once in the turn, at its end (not what a template writes at its head)
     return [*prompt, *answer, *closing, *whole[len(closed):]]
+
+
+def _extends(longer: Sequence[int], shorter: Sequence[int]) -> bool:
+    """Whether `longer` starts with `shorter`."""
+    return list(longer[:len(shorter)]) == list(shorter)
 
 
 def _closes_turns(end: int, bridge: list[int], opened: Sequence[int]) -> bool:
