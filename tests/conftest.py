@@ -33,9 +33,14 @@ INTEGRATION_FIXTURES = {
 marked `slow` at collection, so `make test-fast` (-m "not slow") leaves it out without a marker per test."""
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-json", type=Path, default=None, metavar="FILE",
+                     help="write every test's CPU seconds to FILE (tests/cpu_time.py)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Every run ends with the CPU seconds of its costliest test files (tests/cpu_time.py)."""
-    config.pluginmanager.register(CpuTimeReport(), "harnessrl-cpu-time")
+    config.pluginmanager.register(CpuTimeReport(config.getoption("cpu_json")), "harnessrl-cpu-time")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,6 +7,9 @@ fixture's server is counted when it stops, at its worker's last teardown, on a l
 file), and a process nobody waits for is not counted.
 The workers send it with their teardown reports (`user_properties`), so the summary covers both xdist workers.
 
+`--cpu-json FILE` also writes every test's CPU seconds (and the session fixtures' stop) to FILE, for a look past
+the summary's top files.
+
 At the end of a run the terminal summary prints the costliest files by CPU seconds, the total, and the machine's busy
 share over the suite (from /proc/stat, every process of the machine counted: a share well under 100% with two
 workers says more workers would help; at 100% only less work does).
@@ -14,6 +17,7 @@ workers says more workers would help; at 100% only less work does).
 
 from __future__ import annotations
 
+import json
 import resource
 from collections import defaultdict
 from dataclasses import dataclass
@@ -92,7 +96,8 @@ def summary_lines(cpu_s_by_test: dict[str, float], busy: float | None, shown: in
 class CpuTimeReport:
     """The plugin: measures on the workers (or the single process), sums and prints on the controller."""
 
-    def __init__(self) -> None:
+    def __init__(self, json_path: Path | None = None) -> None:
+        self.json_path = json_path
         self.cpu_s_by_test: dict[str, float] = {}
         self.session_cpu_s = 0.0
         self.machine_start = MachineTimes.read()
@@ -137,3 +142,7 @@ class CpuTimeReport:
         busy = busy_share(self.machine_start, MachineTimes.read())
         for line in summary_lines(self.cpu_s_by_test, busy, session_s=self.session_cpu_s):
             terminalreporter.write_line(line)
+        if self.json_path is not None:
+            self.json_path.write_text(json.dumps({"cpu_s_by_test": self.cpu_s_by_test,
+                                                  "session_cpu_s": self.session_cpu_s, "busy_share": busy}, indent=1))
+            terminalreporter.write_line(f"every test's CPU seconds: {self.json_path}")

@@ -3,6 +3,7 @@ a known amount of CPU in a child process it waits for."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,8 @@ def test_a_tests_child_processes_cpu_is_counted_to_its_file_and_the_sessions_sto
             def test_idle(server): pass
         """,
     )
-    result = pytester.runpytest("-p", "no:cacheprovider", plugins=[CpuTimeReport()])
+    saved = pytester.path / "cpu.json"
+    result = pytester.runpytest("-p", "no:cacheprovider", plugins=[CpuTimeReport(saved)])
     result.assert_outcomes(passed=2)
     lines = result.stdout.lines[result.stdout.lines.index(next(
         line for line in result.stdout.lines if "CPU seconds by test file" in line)) + 1:]
@@ -81,3 +83,7 @@ def test_a_tests_child_processes_cpu_is_counted_to_its_file_and_the_sessions_sto
     assert "of CPU in 2 tests of 2 files" in lines[2]
     assert lines[3].endswith("the session fixtures' servers, counted when they stopped"), lines
     assert float(lines[3].split()[0]) >= 0.4, lines
+    written = json.loads(saved.read_text())
+    assert written["cpu_s_by_test"]["test_burn.py::test_burn"] >= 0.6, written
+    assert written["session_cpu_s"] >= 0.4 and set(written["cpu_s_by_test"]) == {
+        "test_burn.py::test_burn", "test_idle.py::test_idle"}, written
