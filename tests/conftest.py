@@ -44,9 +44,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks `slow` every test that uses an integration fixture; the costliest files first (tests/file_order.py)."""
+    """Marks `slow` every test that uses an integration fixture or is `e2e`; the costliest files first
+    (tests/file_order.py)."""
     for item in items:
-        if INTEGRATION_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+        if INTEGRATION_FIXTURES.keys() & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.slow)
     items[:] = costliest_first(items)
 

@@ -5,7 +5,8 @@ changed block without an entry in TESTED_BY fails, naming itself.
 - "Run the pieces by hand" (both blocks): run as written, in a temporary directory, by one bash, with real processes;
   only the fixed ports 8001 (engine) and 8100 (gateway) become free ports, so that a server already on them (a real
   gateway on this machine, another test) cannot answer instead.
-- "Two commands": `make test` is the suite itself (`.ci/run`), `make train` a ten-minute job; checked: the targets
+- "Two commands": `make test` is the suite itself but this module's runs (`.ci/run` runs them after it, `make
+  test-e2e`), `make train` a ten-minute job; checked: the targets
   expand (`make -n`) to the commands the README describes; the flows they run are tested end to end elsewhere.
 - "Train your own agent" (every block): run as written, in a temporary directory, by one bash with the venv's bin
   first on PATH (the README says to activate it), MLflow in the temporary directory; SmolLM2 trains the recipe file's
@@ -98,7 +99,7 @@ def readme_blocks() -> dict[tuple[str, str], Block]:
 # ---------------------------------------------------------------- "Two commands": make targets (checked)
 
 MAKE_TARGETS = {  # target -> a command its recipe must run (make -n), and the tests running the same thing
-    "test": ("-m pytest", ".ci/run runs `make test`: this very suite"),
+    "test": ("-m pytest", ".ci/run runs `make test` (this very suite) and `make test-e2e`"),
     "train": ("harnessrl train swe", "tests/flows/test_train_flow.py, tests/flows/test_deployment.py (train-swe)"),
 }
 
@@ -233,6 +234,7 @@ def created_comment(script: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_pieces_by_hand_run_as_written(tmp_path: Path) -> None:
     ports = {fixed: free_port() for fixed in BY_HAND_PORTS}
     script, workdir, log_path = by_hand_script(ports), tmp_path / "project", tmp_path / "output.log"
@@ -279,6 +281,7 @@ OWN_AGENT_TIMEOUT_S = 900
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_train_your_own_agent_runs_as_written(tmp_path: Path) -> None:
     script = "".join(block.text for block in bash_blocks(README.read_text()) if block.heading == OWN_AGENT)
     log_path = tmp_path / "output.log"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def val_calls(run_dir, prefix: str) -> dict[str, list[tuple[int | None, str | None]]]:

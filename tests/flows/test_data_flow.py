@@ -18,7 +18,7 @@ from recipes.swe.splits import fetch_splits
 from storage.directory_store import directory_store
 from tests.recipes.swe.conftest import write_tiny_project
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 K = 2
 GOOD = 2  # generated instances; every one that survives cleaning is probed K times
 

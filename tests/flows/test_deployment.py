@@ -29,7 +29,7 @@ import pytest
 from tests.gateway.support import free_port
 from tests.recipes.swe.conftest import write_tiny_project
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RUN_NAME = "deploy-tiny-swe"

@@ -69,6 +69,7 @@ def train_checkpoint(tmp_path: Path, tiny_model_dir: Path) -> str:
     return uri
 
 
+@pytest.mark.e2e
 def test_nightly_evaluates_the_latest_train_swe_checkpoint_and_gold_resolves(prefect_api, tiny_model_dir, tmp_path,
                                                                               swe_store):
     from mlflow import MlflowClient

@@ -15,7 +15,7 @@ import pytest
 
 from tests.flows.train_support import mlflow_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def test_train_calculator_runs_the_sdk_harness_in_the_sandbox(prefect_api, tiny_model_dir, tmp_path):

@@ -18,7 +18,7 @@ from gateway.client import GatewayAPIError, GatewayClient
 from tests.flows.train_support import mlflow_run, overrides
 from tests.gateway.support import ADMIN_TOKEN, GRADER_TOKEN, GatewayProcess, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from tests.flows.train_support import mlflow_run, overrides
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 ISSUE_METRICS = {
     "rollout/reward_mean", "rollout/reward_std", "rollout/pass_rate", "val/reward_mean", "val/reward_std",
     "val/pass_rate", "samples/samples_per_rollout_mean", "samples/single_sample_rollout_share",

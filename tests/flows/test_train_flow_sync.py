@@ -15,7 +15,7 @@ import pytest
 from tests.flows.train_support import mlflow_run, overrides
 from tests.tracking.trace_checks import check_run_traces, gateway_records
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def test_train_if_sync_schedule_runs_one_batch_at_a_time(prefect_api, tiny_model_dir, tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ import pytest
 
 from tests.flows.train_support import mlflow_run, overrides
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 PACKAGE = '''
 import sys
