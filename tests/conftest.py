@@ -16,6 +16,13 @@ from tests.file_order import costliest_first
 
 TINY_SERVED_NAME = "tiny"
 
+# One torch thread per process: the suite runs two workers beside engine, gateway and harness processes on a small
+# machine, where torch's default (a thread per core) spin-waits in every parallel region for threads that are not
+# running. Measured on the 2-core machine beside a training run: four short SmolLM2 chat answers took the engine 77
+# CPU-s with two threads and 4.3 with one (tests/README.md "Timings"). Set before torch is imported (the workers'
+# own torch and, inherited, every process a test starts); a value set outside the suite is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Property tests judge correctness, not speed: on a loaded 2-core machine (two xdist workers beside server processes)
 # one draw can stall for seconds, which Hypothesis's default health check and deadline report as failures.
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
