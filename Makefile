@@ -34,27 +34,28 @@ VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_verl_sampling.p
 	$(addprefix model-,$(MODELS)) lint bench-gateway \
 	clean train
 
-# The suite but its end-to-end tier (`e2e`: a flow's whole training run, the deployment, the README's runs, the real
-# vLLM: `make test-e2e`, which CI runs after this), then the verl comparisons in the verl venv (PYTEST_ARGS are not
-# passed to them). The set-up is one parallel make: the downloads (uv, npm, apt-get) are network-bound, so the CLIs
-# and Chromium are fetched beside the project venv, and the two models and verl's venv (its editable install of the
+# The suite but its end-to-end tier (`e2e`: the flows on a Prefect server, the deployment, the README's runs, the real
+# vLLM, a package from the index, Chromium: `make test-e2e`, which CI runs after this), then the verl comparisons in the verl venv (PYTEST_ARGS are not
+# passed to them). The set-up is one parallel make: the downloads (uv, npm) are network-bound, so the CLIs are
+# fetched beside the project venv, and the two models and verl's venv (its editable install of the
 # project would race the project venv's) start as soon as the project venv is there. The suite runs on two xdist
 # workers, a test file per worker at a time (module fixtures start once), the costliest files first
 # (tests/conftest.py orders them; --no-loadscope-reorder keeps that order instead of xdist's most-tests-first).
-PYTEST_SUITE = HARNESSRL_REQUIRE_AGENTS_SDK=1 HARNESSRL_REQUIRE_CHROMIUM=1 $(PY) -m pytest -n 2 --dist loadfile \
+PYTEST_SUITE = HARNESSRL_REQUIRE_AGENTS_SDK=1 $(PY) -m pytest -n 2 --dist loadfile \
 	--no-loadscope-reorder
 test: bwrap
-	$(MAKE) -j4 harnesses chromium $(STAMP) $(VERL_STAMP) models
+	$(MAKE) -j4 harnesses $(STAMP) $(VERL_STAMP) models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PYTEST_SUITE) -m "not e2e" $(PYTEST_ARGS)
 	$(MAKE) test-verl PYTEST_ARGS=
 
-# The end-to-end tier: every flow's training run, the deployment run through `make services`, the README's blocks
-# as written and the real vLLM (its server, its tool-call parser) in its venv.
+# The end-to-end tier: every test that runs a flow on a Prefect server (each training run, the evaluation, the data
+# flow, the ablation), the deployment run through `make services`, the README's blocks as written, the real vLLM (its
+# server, its tool-call parser) in its venv, a real package from the index made into tasks, Chromium on the MLflow UI.
 test-e2e: bwrap
-	$(MAKE) -j4 harnesses $(STAMP) $(VLLM_STAMP) models
-	HARNESSRL_REQUIRE_VLLM=1 $(PYTEST_SUITE) -m e2e $(PYTEST_ARGS)
+	$(MAKE) -j4 harnesses chromium $(STAMP) $(VLLM_STAMP) models
+	HARNESSRL_REQUIRE_VLLM=1 HARNESSRL_REQUIRE_CHROMIUM=1 $(PYTEST_SUITE) -m e2e $(PYTEST_ARGS)
 
 # bubblewrap, the sandbox of every harness and graded test run (sandbox/README.md): installed with apt-get where we
 # are root on Debian/Ubuntu, otherwise the message names what to install.

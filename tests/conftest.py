@@ -38,6 +38,9 @@ INTEGRATION_FIXTURES = {
 }
 """Fixtures that make a test an integration test: any test using one (directly or through another fixture) is
 marked `slow` at collection, so `make test-fast` (-m "not slow") leaves it out without a marker per test."""
+E2E_FIXTURES = {"prefect_api": "runs a flow on a Prefect server"}
+"""Fixtures that make a test end to end: any test using one is marked `e2e` (and `slow`) at collection, so `make test`
+(-m "not e2e") starts no Prefect server; `make test-e2e` and CI run them."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,10 +54,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks `slow` every test that uses an integration fixture or is `e2e`; the costliest files first
-    (tests/file_order.py)."""
+    """Marks `e2e` every test that uses an end-to-end fixture, `slow` every test that uses an integration fixture or
+    is `e2e`; the costliest files first (tests/file_order.py)."""
     for item in items:
-        if INTEGRATION_FIXTURES.keys() & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("e2e"):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if E2E_FIXTURES.keys() & fixtures:
+            item.add_marker(pytest.mark.e2e)
+        if INTEGRATION_FIXTURES.keys() & fixtures or item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.slow)
     items[:] = costliest_first(items)
 

@@ -2,8 +2,8 @@
 synthetic SWE run logged through the tracking package: a real headless Chromium renders the pages, and their DOM text
 shows the run's rollouts in the trace list, one rollout's span tree, its group as a session, and both runs' loss and
 reward charts (the chart filter hides the others).
-Slow (the MLflow server); skipped without Chromium unless HARNESSRL_REQUIRE_CHROMIUM=1 (`make test` sets it and
-installs Chromium as root: `make chromium`)."""
+End to end (a real browser on the MLflow server: `make test-e2e`); skipped without Chromium unless
+HARNESSRL_REQUIRE_CHROMIUM=1 (`make test-e2e` sets it and installs Chromium as root: `make chromium`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from benchmarks.browser import find_chromium
 from benchmarks.mlflow_screenshots import FILES, take_screenshots
 from tests.tracking.synthetic_run import EPISODE, log_synthetic_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # a real browser on the MLflow UI
 WIDTH_PX, HEIGHT_PX = 1280, 900
 
 if find_chromium() is None and os.environ.get("HARNESSRL_REQUIRE_CHROMIUM") != "1":

@@ -61,7 +61,7 @@ def test_same_seed_same_tasks_which_carry_no_patch_and_no_test_lists(tiny_store,
         find_instance(store, "nope")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # a real package from the index, generated and graded: about a minute
 def test_real_sdist_yields_three_valid_tasks_whose_gold_fix_resolves():
     with tempfile.TemporaryDirectory(prefix="harnessrl-swe-sdist-") as scratch:
         store = Path(scratch)
