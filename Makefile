@@ -35,8 +35,8 @@ VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_verl_sampling.p
 	clean train
 
 # The suite but its end-to-end tier (`e2e`: the flows on a Prefect server, the deployment, the README's runs, the real
-# vLLM, a package from the index, Chromium: `make test-e2e`, which CI runs after this), then the verl comparisons in the verl venv (PYTEST_ARGS are not
-# passed to them). The set-up is one parallel make: the downloads (uv, npm) are network-bound, so the CLIs are
+# vLLM, a package from the index, Chromium: `make test-e2e`, which CI runs after this), then the verl comparisons in
+# the verl venv (PYTEST_ARGS are not passed to them). The set-up is one parallel make: the downloads (uv, npm) are network-bound, so the CLIs are
 # fetched beside the project venv, and the two models and verl's venv (its editable install of the
 # project would race the project venv's) start as soon as the project venv is there. The suite runs on two xdist
 # workers, a test file per worker at a time (module fixtures start once), the costliest files first
