@@ -28,6 +28,7 @@ from recipes.swe.sandbox import ALLOW_NETWORK_ENV, SANDBOX_MODE_ENV, ContainerCo
 
 REPO_DIR = "repo"
 TRAJECTORY_FILE = "trajectory.json"
+DEFAULT_MODEL_CLASS = "litellm_textbased"  # mini-swe-agent's, for a configuration that names none
 DEFAULTS = {"model": "policy", "step_limit": 30, "max_tokens": 1024, "temperature": 1.0, "command_timeout_s": 60,
             "harness_config": DEFAULT_CONFIG}
 
@@ -43,14 +44,16 @@ def textbased_config() -> dict[str, Any]:
 
 
 def build_model(task: dict[str, Any], config: dict[str, Any]):
-    """litellm's text-based model pointed at the gateway (the rollout's URL and key, no price lookups)."""
-    from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel
+    """The configuration's text-based model pointed at the gateway (the rollout's URL and key, no price lookups):
+    `model.model_class` as mini-swe-agent resolves it (a short name or an import path), litellm's by default."""
+    from minisweagent.models import get_model_class
 
     kwargs = {"api_base": os.environ["OPENAI_BASE_URL"], "api_key": os.environ["OPENAI_API_KEY"],
               "max_tokens": task["max_tokens"], "temperature": task["temperature"], "drop_params": True}
-    model_config = {k: v for k, v in config["model"].items() if k != "model_kwargs"}
-    return LitellmTextbasedModel(model_name=f"openai/{task['model']}", model_kwargs=kwargs,
-                                 cost_tracking="ignore_errors", **model_config)
+    model_config = {k: v for k, v in config["model"].items() if k not in ("model_kwargs", "model_class")}
+    model_class = get_model_class("", config["model"].get("model_class") or DEFAULT_MODEL_CLASS)
+    return model_class(model_name=f"openai/{task['model']}", model_kwargs=kwargs, cost_tracking="ignore_errors",
+                       **model_config)
 
 
 def build_environment(sandbox: Sandbox | ContainerCommands, timeout_s: int):

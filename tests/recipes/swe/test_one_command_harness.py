@@ -83,7 +83,7 @@ def test_the_profile_runs_the_one_command_config_with_one_call():
     assert load_harness_config(task["harness_config"])["model"]["action_regex"].startswith("```(?:bash")
 
 
-@pytest.mark.slow  # a real mini-swe-agent start (litellm imported) and a graded pytest run: about 10 s
+@pytest.mark.slow  # a real mini-swe-agent start (its HTTP model, no litellm) and a graded pytest run: about 4 s
 @pytest.mark.skipif(isolation_problem() is not None, reason=f"no namespaces here: {isolation_problem()}")
 def test_a_bash_fenced_answer_fixes_a_level0_task(tiny_project, tmp_path):
     store = tmp_path / "store"

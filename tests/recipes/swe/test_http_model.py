@@ -1,0 +1,163 @@
+"""mini-swe-agent's text-based model over plain HTTP (recipes/swe/http_model.py): the body litellm's `openai/<model>`
+sends, the same parsing and errors, no API key in templates or the trajectory; the slow test holds it against litellm
+itself on one conversation."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from minisweagent.exceptions import FormatError
+
+from recipes.swe.harness import build_model
+from recipes.swe.harness_configs import load_harness_config
+from recipes.swe.http_model import HttpTextbasedModel, UpstreamRefused, UpstreamUnavailable
+
+ANSWER = "Fix:\n```bash\nsed -i '3s|a|b|' m.py\n```"
+
+
+class Upstream:
+    """An OpenAI-shaped server: answers each POST with `status` (200: a completion of `answer`), keeps the requests."""
+
+    def __init__(self, answer: str = ANSWER, status: int = 200) -> None:
+        self.requests: list[dict] = []
+        self.answer, self.status = answer, status
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append({"path": self.path, "authorization": self.headers.get("Authorization"),
+                                       "body": body})
+                completion = {"id": "c", "object": "chat.completion", "created": 0, "model": "policy",
+                              "choices": [{"index": 0, "finish_reason": "stop",
+                                           "message": {"role": "assistant", "content": outer.answer,
+                                                       "tool_calls": None}}],
+                              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+                data = json.dumps(completion if outer.status == 200 else {"error": {"message": "no"}}).encode()
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+@pytest.fixture
+def upstream():
+    server = Upstream()
+    yield server
+    server.server.shutdown()
+
+
+def harness_model(url: str, harness_config: str = "one_command", model_class: str | None = None):
+    """The model the SWE harness builds for `harness_config` against `url` (its model class overridable)."""
+    config = load_harness_config(harness_config)
+    if model_class is not None:
+        config["model"]["model_class"] = model_class
+    task = {"model": "policy", "max_tokens": 64, "temperature": 0.35}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OPENAI_BASE_URL", url)
+        env.setenv("OPENAI_API_KEY", "rk-secret")
+        return build_model(task, config)
+
+
+def conversation(model) -> list[dict]:
+    """Two calls: a system and user turn, then the answer and an observation."""
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u", "extra": {"note": 1}}]
+    answer = model.query(messages)
+    output = {"output": "ok", "returncode": 0, "exception_info": ""}
+    return [*messages, answer, *model.format_observation_messages(answer, [output])]
+
+
+def test_the_one_command_config_names_it_and_the_default_does_not():
+    assert isinstance(harness_model("http://127.0.0.1:9/v1"), HttpTextbasedModel)
+    assert "model_class" not in load_harness_config("mini_textbased").get("model", {})
+
+
+def test_the_body_is_the_model_the_messages_without_extra_or_nulls_and_the_sampling_fields(upstream):
+    model = harness_model(upstream.url)
+    messages = conversation(model)
+    model.query(messages)
+    first, second = (request["body"] for request in upstream.requests)
+    assert first == {"model": "policy", "max_tokens": 64, "temperature": 0.35,
+                     "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}
+    assert second["messages"][2] == {"role": "assistant", "content": ANSWER}  # `tool_calls: null` and `extra` dropped
+    assert all(r["path"] == "/v1/chat/completions" and r["authorization"] == "Bearer rk-secret"
+               for r in upstream.requests)
+
+
+def test_an_answer_parses_into_its_action_and_keeps_the_response(upstream):
+    answer = harness_model(upstream.url).query([{"role": "user", "content": "u"}])
+    assert answer["extra"]["actions"] == [{"command": "sed -i '3s|a|b|' m.py"}]
+    assert answer["extra"]["response"]["choices"][0]["message"]["content"] == ANSWER and answer["extra"]["cost"] == 0
+
+
+def test_an_answer_without_an_action_is_mini_swe_agents_format_error_with_the_response(upstream):
+    upstream.answer = "I would edit the file."
+    with pytest.raises(FormatError) as error:
+        harness_model(upstream.url).query([{"role": "user", "content": "u"}])
+    message = error.value.messages[0]
+    assert message["content"].startswith("Reply with exactly one shell command") and message["extra"]["response"]
+
+
+@pytest.mark.parametrize(("status", "error"), [(401, UpstreamRefused), (400, UpstreamRefused),
+                                               (404, UpstreamRefused), (429, UpstreamUnavailable),
+                                               (502, UpstreamUnavailable), (503, UpstreamUnavailable)])
+def test_statuses_a_retry_cannot_change_abort_and_the_rest_are_retried(upstream, status, error):
+    upstream.status = status
+    model = harness_model(upstream.url)
+    with pytest.raises(error, match=f"HTTP {status}"):
+        model._query([{"role": "user", "content": "u"}])
+    assert (error in model.abort_exceptions) == (error is UpstreamRefused)
+
+
+def test_an_aborting_status_is_not_retried(upstream):
+    upstream.status = 401
+    with pytest.raises(UpstreamRefused):
+        harness_model(upstream.url).query([{"role": "user", "content": "u"}])
+    assert len(upstream.requests) == 1
+
+
+def test_no_server_is_a_transient_error():
+    with pytest.raises(UpstreamUnavailable, match="failed"):
+        harness_model("http://127.0.0.1:9/v1")._query([{"role": "user", "content": "u"}])
+
+
+def test_the_api_key_is_in_neither_the_templates_nor_the_trajectory():
+    model = harness_model("http://127.0.0.1:9/v1")
+    for exposed in (model.get_template_vars(), model.serialize()):
+        assert "rk-secret" not in json.dumps(exposed)
+    assert model.get_template_vars()["model_kwargs"]["api_base"] == "http://127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"model_name": "openai/p", "model_kwargs": {}}, "api_base is required"),
+    ({"model_name": "openai/p", "model_kwargs": {"api_base": "u"}, "set_cache_control": "default_end"},
+     "leave it unset"),
+    ({"model_name": "openai/p", "model_kwargs": {"api_base": "u"}, "litellm_model_registry": "x"}, "Extra inputs")])
+def test_a_configuration_it_cannot_honour_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        HttpTextbasedModel(**kwargs)
+
+
+@pytest.mark.slow  # imports litellm: 8-9 CPU-s
+def test_it_sends_what_litellm_sends_and_parses_what_litellm_parses(upstream):
+    ours = conversation(harness_model(upstream.url))
+    litellm = conversation(harness_model(upstream.url, model_class="litellm_textbased"))
+    assert upstream.requests[0] == upstream.requests[1]  # path, key and body of the first call
+    for answer, reference in zip(ours, litellm, strict=True):
+        assert {k: v for k, v in answer.items() if k != "extra" and v is not None} == \
+            {k: v for k, v in reference.items() if k != "extra" and v is not None}
+    assert ours[2]["extra"]["actions"] == litellm[2]["extra"]["actions"]
+    harness_model(upstream.url).query(ours)
+    harness_model(upstream.url, model_class="litellm_textbased").query(litellm)
+    assert upstream.requests[2] == upstream.requests[3]  # the second call: the answer and observation re-sent
