@@ -1,11 +1,12 @@
 """The SWE harness: the real mini-swe-agent (text-based actions) on the task's repository copy, every command sandboxed.
 
 A plain program: `python -m recipes.swe.harness`, run in the rollout's working directory, which holds `task.json` and
-`repo/` (the buggy repository copy, no .git). It talks to OPENAI_BASE_URL with OPENAI_API_KEY through litellm
-(`openai/<model>`). Under the local runner it runs inside the runner's sandbox (its only way out is its rollout's
-gateway path); each command of the agent runs in a sandbox of its own inside that one, with no network at all and
-only `repo/` writable (see sandbox.py). The harness makes itself non-dumpable so that nothing running as its uid can
-read its memory or environment.
+`repo/` (the buggy repository copy, no .git). It talks to OPENAI_BASE_URL with OPENAI_API_KEY through the model
+class its configuration names (`model.model_class`): litellm's `openai/<model>` by default, the same request over
+plain HTTP in `one_command` (http_model.py). Under the local runner it runs inside the runner's sandbox (its only way
+out is its rollout's gateway path); each command of the agent runs in a sandbox of its own inside that one, with no
+network at all and only `repo/` writable (see sandbox.py). The harness makes itself non-dumpable so that nothing
+running as its uid can read its memory or environment.
 Task fields: "problem_statement", "store" (hidden from the agent's commands); optional "model" (default "policy"),
 "step_limit" (default 30), "max_tokens" (default 1024), "temperature" (default 1.0), "command_timeout_s" (default 60),
 "harness_config" (default "mini_textbased", mini-swe-agent's own; "one_command" for small models: harness_configs.py).
@@ -29,6 +30,7 @@ from recipes.swe.sandbox import ALLOW_NETWORK_ENV, SANDBOX_MODE_ENV, ContainerCo
 REPO_DIR = "repo"
 TRAJECTORY_FILE = "trajectory.json"
 DEFAULT_MODEL_CLASS = "litellm_textbased"  # mini-swe-agent's, for a configuration that names none
+HTTP_MODEL_CLASS = "http_textbased"  # the project's (http_model.py): litellm's request without litellm
 DEFAULTS = {"model": "policy", "step_limit": 30, "max_tokens": 1024, "temperature": 1.0, "command_timeout_s": 60,
             "harness_config": DEFAULT_CONFIG}
 
@@ -45,15 +47,25 @@ def textbased_config() -> dict[str, Any]:
 
 def build_model(task: dict[str, Any], config: dict[str, Any]):
     """The configuration's text-based model pointed at the gateway (the rollout's URL and key, no price lookups):
-    `model.model_class` as mini-swe-agent resolves it (a short name or an import path), litellm's by default."""
-    from minisweagent.models import get_model_class
-
+    `model.model_class` (`project_model_class`), litellm's by default."""
     kwargs = {"api_base": os.environ["OPENAI_BASE_URL"], "api_key": os.environ["OPENAI_API_KEY"],
               "max_tokens": task["max_tokens"], "temperature": task["temperature"], "drop_params": True}
     model_config = {k: v for k, v in config["model"].items() if k not in ("model_kwargs", "model_class")}
-    model_class = get_model_class("", config["model"].get("model_class") or DEFAULT_MODEL_CLASS)
+    model_class = project_model_class(config["model"].get("model_class") or DEFAULT_MODEL_CLASS)
     return model_class(model_name=f"openai/{task['model']}", model_kwargs=kwargs, cost_tracking="ignore_errors",
                        **model_config)
+
+
+def project_model_class(name: str) -> type:
+    """`name` as a model class: the project's own by its short name (imported here, so that the runner's sandbox,
+    which binds the harness's static imports, holds its file), any other as mini-swe-agent resolves it."""
+    if name == HTTP_MODEL_CLASS:
+        from recipes.swe.http_model import HttpTextbasedModel
+
+        return HttpTextbasedModel
+    from minisweagent.models import get_model_class
+
+    return get_model_class("", name)
 
 
 def build_environment(sandbox: Sandbox | ContainerCommands, timeout_s: int):

@@ -5,8 +5,9 @@ server (the gateway): the same constructor (`model_name="openai/<model>"`, `mode
 and the sampling fields), the same body on the wire (`model`, `messages` without `extra` and without null fields, the
 sampling fields: tested against litellm itself), the same action parsing, observation messages and retries (mini-swe-
 agent's own helpers). What it leaves out is litellm's import: 8-9 CPU-s of every harness start on a 2-core machine,
-about as much CPU as the engine spends on a `make train` rollout. A harness configuration names it in mini-swe-agent's
-way, `model.model_class` (harness.py's `build_model`); the default stays litellm's.
+about as much CPU as the engine spends on a `make train` rollout. A harness configuration names it as
+`model.model_class: http_textbased` (harness.py's `project_model_class`, which imports this module so that the
+runner's sandbox binds it); the default stays litellm's.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ itself on one conversation."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from minisweagent.exceptions import FormatError
@@ -161,3 +163,21 @@ def test_it_sends_what_litellm_sends_and_parses_what_litellm_parses(upstream):
     harness_model(upstream.url).query(ours)
     harness_model(upstream.url, model_class="litellm_textbased").query(litellm)
     assert upstream.requests[2] == upstream.requests[3]  # the second call: the answer and observation re-sent
+
+
+def test_every_model_class_a_configuration_names_resolves_inside_the_runners_sandbox():
+    """The runner's sandbox binds the harness's static imports only (sandbox/paths.py): a model class named in a
+    configuration must resolve from the project's modules bound there, not by an import path the sandbox lacks."""
+    from recipes.swe.harness import project_model_class
+    from recipes.swe.harness_configs import config_names
+    from sandbox.paths import module_closure
+
+    bound = {str(path) for path in module_closure("recipes.swe.harness")}
+    for name in config_names():
+        model_class = load_harness_config(name).get("model", {}).get("model_class")
+        if model_class is None:
+            continue
+        resolved = project_model_class(model_class)
+        source = sys.modules[resolved.__module__].__file__
+        assert resolved.__module__.startswith("minisweagent.") or str(Path(source).resolve()) in bound, \
+            f"{name}: {model_class} lives in {source}, which the runner's sandbox does not bind"
