@@ -31,7 +31,7 @@ ATTACK = ("id -u; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c OPE
 class ScriptedModel:
     """Answers `/r/{id}/v1/chat/completions` with the next scripted bash action, OpenAI-shaped; keeps the requests."""
 
-    def __init__(self, actions: list[str]) -> None:
+    def __init__(self, actions: list[str], fence: str = "mswea_bash_command") -> None:
         self.requests: list[dict] = []
         outer = self
 
@@ -39,7 +39,7 @@ class ScriptedModel:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 outer.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 action = actions[min(len(outer.requests), len(actions)) - 1]
-                content = f"THOUGHT: go.\n\n```mswea_bash_command\n{action}\n```"
+                content = f"THOUGHT: go.\n\n```{fence}\n{action}\n```"
                 body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "policy",
                                    "choices": [{"index": 0, "finish_reason": "stop",
                                                 "message": {"role": "assistant", "content": content}}],
@@ -58,17 +58,21 @@ class ScriptedModel:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
-@pytest.mark.slow  # one harness start: importing litellm and mini-swe-agent costs 5-20 s of CPU
+@pytest.mark.slow  # a harness start: importing mini-swe-agent (and litellm, in mini_textbased) costs 2-20 s of CPU
 @pytest.mark.skipif(os.geteuid() != 0, reason="the local runner's sandbox is started as root")
-def test_harness_inside_the_runner_sandbox_runs_each_command_in_its_own(tiny_store, tmp_path):
+@pytest.mark.parametrize(("harness_config", "fence"),
+                         [("mini_textbased", "mswea_bash_command"), ("one_command", "bash")])
+def test_harness_inside_the_runner_sandbox_runs_each_command_in_its_own(tiny_store, tmp_path, harness_config, fence):
+    """In each configuration (their model classes differ: litellm's, and the project's over plain HTTP)."""
     store, instances = tiny_store
     recipe = SweRecipe(store=store, source="unused")
-    task = rollout_input(instances[0], store) | {"step_limit": 4, "command_timeout_s": 20}
+    task = rollout_input(instances[0], store) | {"step_limit": 4, "command_timeout_s": 20,
+                                                 "harness_config": harness_config}
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / TASK_FILE).write_text(json.dumps(task))
     recipe.prepare_workdir(task, workdir)
-    model = ScriptedModel([ATTACK.format(store=store), "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"])
+    model = ScriptedModel([ATTACK.format(store=store), "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"], fence)
     runner = LocalRunner(1)
     spec = RunSpec(rollout_id="swe1", attempt=1, command=tuple(recipe.harness_command()),
                    base_url=f"{model.url}/r/swe1/v1", api_key="rk-swe1-secret", task=task, workdir=workdir,
@@ -86,6 +90,7 @@ def test_harness_inside_the_runner_sandbox_runs_each_command_in_its_own(tiny_sto
     assert "rk-swe1-secret" not in observation and "no-store" in observation and "no-gateway" in observation
     assert "no-workdir" in observation and json.loads((workdir / "trajectory.json").read_text())
     assert int(uid) >= 100_000 and key_count == "0", observation
+    assert [m["role"] for m in model.requests[1]["messages"]] == ["system", "user", "assistant", "user"]
 
 
 @pytest.mark.slow
