@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from xdist.scheduler import LoadFileScheduling
 
 from tests.cpu_time import CpuTimeReport
-from tests.file_order import costliest_first
+from tests.file_order import costliest_first, work_unit
+from tests.services import MLFLOW_QUIET_ENV, MlflowServerProcess
 
 TINY_SERVED_NAME = "tiny"
 
@@ -63,6 +65,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if INTEGRATION_FIXTURES.keys() & fixtures or item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.slow)
     items[:] = costliest_first(items)
+
+
+class SharedFixtureScheduling(LoadFileScheduling):
+    """xdist's `--dist loadfile` with the files of a shared server fixture as one work unit (tests/file_order.py)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return work_unit(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> SharedFixtureScheduling | None:
+    """`make test`'s `--dist loadfile` groups a shared fixture's files; any other mode is xdist's own."""
+    return SharedFixtureScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServerProcess]:
+    """`mlflow server` with a sqlite backend and proxied local artifacts; its tracking URI is `.url`. One a worker:
+    the files using it run on one worker (tests/file_order.py SHARED_FIXTURE_FILES); each test makes its own
+    experiment."""
+    for name, value in MLFLOW_QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    server = MlflowServerProcess(tmp_path_factory.mktemp("mlflow-server")).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -61,3 +61,20 @@ def costliest_first(items: Sequence[Item], costliest: Sequence[str] = COSTLIEST_
     file keep their order."""
     rank = {path: index for index, path in enumerate(costliest)}
     return sorted(items, key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+SHARED_FIXTURE_FILES = {
+    "mlflow_server": ("tests/gateway/test_otel_mlflow.py", "tests/tracking/test_mlflow_tracker.py",
+                      "tests/tracking/test_traces_server.py", "tests/tracking/test_tracking_tasks.py",
+                      "tests/tracking/test_screenshots.py"),
+}
+"""Files that run on one worker, one after the other, because they share a session fixture that starts a server:
+one MLflow server start (about 15 CPU-s, 16-24 s of a loaded worker) instead of one per worker and file. Every file
+using the fixture must be listed (tests/test_file_order.py checks)."""
+WORK_UNITS = {path: fixture for fixture, paths in SHARED_FIXTURE_FILES.items() for path in paths}
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file, or the shared fixture its file is grouped under."""
+    path = nodeid.split("::", 1)[0]
+    return WORK_UNITS.get(path, path)

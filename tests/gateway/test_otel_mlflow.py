@@ -5,6 +5,7 @@ spans and MLflow stores them as traces of that experiment with the rollout's att
 from __future__ import annotations
 
 import time
+import uuid
 
 import httpx
 import pytest
@@ -20,13 +21,11 @@ pytestmark = pytest.mark.slow
 CALLS = 3
 
 
-@pytest.fixture(scope="module")
-def mlflow_otlp(tmp_path_factory):
-    """A real MLflow server and an experiment on it: (tracking URI, experiment id)."""
-    server = MlflowServerProcess(tmp_path_factory.mktemp("mlflow-otlp")).start()  # quiet: no telemetry, no fetches
-    experiment_id = MlflowClient(server.url).create_experiment("gateway-otlp")
-    yield server.url, experiment_id
-    server.stop()
+@pytest.fixture
+def mlflow_otlp(mlflow_server: MlflowServerProcess):
+    """The session's MLflow server and a new experiment on it: (tracking URI, experiment id)."""
+    experiment_id = MlflowClient(mlflow_server.url).create_experiment(f"gateway-otlp-{uuid.uuid4().hex[:8]}")
+    return mlflow_server.url, experiment_id
 
 
 def test_spans_arrive_in_mlflow_as_traces_of_the_rollout(tmp_path, mlflow_otlp, scripted):
