@@ -97,7 +97,9 @@ def test_harness_inside_the_runner_sandbox_runs_each_command_in_its_own(tiny_sto
 def test_mini_swe_agent_through_the_gateway_is_recorded_and_graded(tiny_store, engine_url, tmp_path):
     store, instances = tiny_store
     recipe = SweRecipe(store=store, source="unused")
-    task = rollout_input(instances[0], store) | {"model": TINY_SERVED_NAME, "step_limit": 3, "max_tokens": 48}
+    # one_command's model over plain HTTP (litellm's, the default's, runs through the gateway in tests/e2e)
+    task = rollout_input(instances[0], store) | {"model": TINY_SERVED_NAME, "step_limit": 3, "max_tokens": 48,
+                                                 "harness_config": "one_command"}
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / TASK_FILE).write_text(json.dumps(task))
