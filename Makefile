@@ -38,10 +38,12 @@ VERL_TESTS := tests/trainer/test_verl_loss.py tests/trainer/test_verl_sampling.p
 # vLLM, a package from the index, Chromium: `make test-e2e`, which CI runs after this), then the verl comparisons in
 # the verl venv (PYTEST_ARGS are not passed to them). The set-up is one parallel make: the downloads (uv, npm) are network-bound, so the CLIs are
 # fetched beside the project venv, and the two models and verl's venv (its editable install of the
-# project would race the project venv's) start as soon as the project venv is there. The suite runs on two xdist
-# workers, a test file per worker at a time (module fixtures start once), the costliest files first
+# project would race the project venv's) start as soon as the project venv is there. The suite runs on three xdist
+# workers on two cores (every process at one torch thread: a worker waiting on a server or subprocess leaves its
+# core to another; 724 s against 753 s with two, 2026-12-07), a test file per worker at a time (module fixtures start
+# once; the files of a shared server fixture are one unit, tests/file_order.py), the costliest files first
 # (tests/conftest.py orders them; --no-loadscope-reorder keeps that order instead of xdist's most-tests-first).
-PYTEST_SUITE = HARNESSRL_REQUIRE_AGENTS_SDK=1 $(PY) -m pytest -n 2 --dist loadfile \
+PYTEST_SUITE = HARNESSRL_REQUIRE_AGENTS_SDK=1 $(PY) -m pytest -n 3 --dist loadfile \
 	--no-loadscope-reorder
 test: bwrap
 	$(MAKE) -j4 harnesses $(STAMP) $(VERL_STAMP) models
