@@ -26,6 +26,10 @@ COSTLIEST_FILES = (
     "tests/e2e/test_recipes_controller.py",
     "tests/flows/test_evaluate_flow.py",
     "tests/engine/test_embedded.py",
+    "tests/gateway/test_schemathesis.py",
+    "tests/gateway/test_fuzz_openapi.py",
+    "tests/recipes/calculator/test_harness_episode.py",
+    "tests/gateway/test_multi_gateway.py",
     "tests/gateway/test_pause.py",
     "tests/test_models.py",
     "tests/tracking/test_screenshots.py",
@@ -44,7 +48,9 @@ flow ~59, e2e recipes ~55). Re-ranked 2026-12-06 from that day's clean-clone CI 
 learning-flow test merged into it: one flow start and three runs instead of two flows and four runs), deployment
 ~135 s, train_flow ~100 s, vLLM ~90 s, sync 73 s, connect 55 s. The ablation flow test ran two runs instead of
 three from 2026-12-06 (its flow phase 128-178 s before, 115-139 s after, measured alone at load 1-3); its place here
-is not re-measured in a CI run."""
+is not re-measured in a CI run. 2026-12-07 (`--cpu-json` of a `make test` suite run): the schemathesis and OpenAPI
+fuzz files (42 and 29 CPU-s), the calculator harness episodes (27) and the multi-gateway file (24) moved up beside
+the embedded engine's (42)."""
 
 
 class HasNodeId(Protocol):
