@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -21,6 +19,7 @@ from gateway.records import RolloutSpec
 from recipes.swe.recipe import SweRecipe, rollout_input
 from tests.conftest import TINY_SERVED_NAME
 from tests.gateway.support import ADMIN_TOKEN, GatewayProcess
+from tests.recipes.swe.completion_server import CompletionServer
 
 # What the scripted model does: try to get out of the command sandbox, then fix nothing and submit.
 ATTACK = ("id -u; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c OPENAI_API_KEY; ls {store} || echo "
@@ -28,34 +27,9 @@ ATTACK = ("id -u; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c OPE
           "socket.create_connection((\"127.0.0.1\", 18080), timeout=2)' 2>/dev/null || echo no-gateway; kill -9 -1")
 
 
-class ScriptedModel:
-    """Answers `/r/{id}/v1/chat/completions` with the next scripted bash action, OpenAI-shaped; keeps the requests."""
-
-    def __init__(self, actions: list[str], fence: str = "mswea_bash_command") -> None:
-        self.requests: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                outer.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                action = actions[min(len(outer.requests), len(actions)) - 1]
-                content = f"THOUGHT: go.\n\n```{fence}\n{action}\n```"
-                body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "policy",
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": content}}],
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+def scripted_model(actions: list[str], fence: str = "mswea_bash_command") -> CompletionServer:
+    """Answers the n-th call with the n-th action (the last one after that) in a `fence` block."""
+    return CompletionServer(lambda n: f"THOUGHT: go.\n\n```{fence}\n{actions[min(n, len(actions)) - 1]}\n```")
 
 
 @pytest.mark.slow  # a harness start: importing mini-swe-agent (and litellm, in mini_textbased) costs 2-20 s of CPU
@@ -72,7 +46,7 @@ def test_harness_inside_the_runner_sandbox_runs_each_command_in_its_own(tiny_sto
     workdir.mkdir()
     (workdir / TASK_FILE).write_text(json.dumps(task))
     recipe.prepare_workdir(task, workdir)
-    model = ScriptedModel([ATTACK.format(store=store), "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"], fence)
+    model = scripted_model([ATTACK.format(store=store), "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"], fence)
     runner = LocalRunner(1)
     spec = RunSpec(rollout_id="swe1", attempt=1, command=tuple(recipe.harness_command()),
                    base_url=f"{model.url}/r/swe1/v1", api_key="rk-swe1-secret", task=task, workdir=workdir,
@@ -82,7 +56,7 @@ def test_harness_inside_the_runner_sandbox_runs_each_command_in_its_own(tiny_sto
     while not (results := runner.poll()):
         assert time.monotonic() < deadline, "the harness did not end"
         time.sleep(0.05)
-    model.server.shutdown()
+    model.close()
     assert results[0].exit_code == 0, (tmp_path / "err.log").read_text()[-3000:]
     assert json.loads((tmp_path / "out.log").read_text().splitlines()[-1])["exit_status"] == "Submitted"
     observation = model.requests[1]["messages"][-1]["content"]

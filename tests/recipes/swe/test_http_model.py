@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,48 +14,25 @@ from minisweagent.exceptions import FormatError
 from recipes.swe.harness import build_model
 from recipes.swe.harness_configs import load_harness_config
 from recipes.swe.http_model import HttpTextbasedModel, UpstreamRefused, UpstreamUnavailable
+from tests.recipes.swe.completion_server import CompletionServer
 
 ANSWER = "Fix:\n```bash\nsed -i '3s|a|b|' m.py\n```"
 
 
-class Upstream:
-    """An OpenAI-shaped server: answers each POST with `status` (200: a completion of `answer`), keeps the requests."""
+class Upstream(CompletionServer):
+    """The server answering every call with `.text` (ANSWER unless a test changes it), at /v1."""
 
-    def __init__(self, answer: str = ANSWER, status: int = 200) -> None:
-        self.requests: list[dict] = []
-        self.answer, self.status = answer, status
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "authorization": self.headers.get("Authorization"),
-                                       "body": body})
-                completion = {"id": "c", "object": "chat.completion", "created": 0, "model": "policy",
-                              "choices": [{"index": 0, "finish_reason": "stop",
-                                           "message": {"role": "assistant", "content": outer.answer,
-                                                       "tool_calls": None}}],
-                              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-                data = json.dumps(completion if outer.status == 200 else {"error": {"message": "no"}}).encode()
-                self.send_response(outer.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+    def __init__(self) -> None:
+        self.text = ANSWER
+        super().__init__(lambda _n: self.text)
+        self.url += "/v1"
 
 
 @pytest.fixture
 def upstream():
     server = Upstream()
     yield server
-    server.server.shutdown()
+    server.close()
 
 
 def harness_model(url: str, harness_config: str = "one_command", model_class: str | None = None):
@@ -89,12 +64,12 @@ def test_the_body_is_the_model_the_messages_without_extra_or_nulls_and_the_sampl
     model = harness_model(upstream.url)
     messages = conversation(model)
     model.query(messages)
-    first, second = (request["body"] for request in upstream.requests)
+    first, second = (request["body"] for request in upstream.seen)
     assert first == {"model": "policy", "max_tokens": 64, "temperature": 0.35,
                      "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}
     assert second["messages"][2] == {"role": "assistant", "content": ANSWER}  # `tool_calls: null` and `extra` dropped
     assert all(r["path"] == "/v1/chat/completions" and r["authorization"] == "Bearer rk-secret"
-               for r in upstream.requests)
+               for r in upstream.seen)
 
 
 def test_an_answer_parses_into_its_action_and_keeps_the_response(upstream):
@@ -104,7 +79,7 @@ def test_an_answer_parses_into_its_action_and_keeps_the_response(upstream):
 
 
 def test_an_answer_without_an_action_is_mini_swe_agents_format_error_with_the_response(upstream):
-    upstream.answer = "I would edit the file."
+    upstream.text = "I would edit the file."
     with pytest.raises(FormatError) as error:
         harness_model(upstream.url).query([{"role": "user", "content": "u"}])
     message = error.value.messages[0]
@@ -126,7 +101,7 @@ def test_an_aborting_status_is_not_retried(upstream):
     upstream.status = 401
     with pytest.raises(UpstreamRefused):
         harness_model(upstream.url).query([{"role": "user", "content": "u"}])
-    assert len(upstream.requests) == 1
+    assert len(upstream.seen) == 1
 
 
 def test_no_server_is_a_transient_error():
@@ -155,14 +130,14 @@ def test_a_configuration_it_cannot_honour_is_refused(kwargs, message):
 def test_it_sends_what_litellm_sends_and_parses_what_litellm_parses(upstream):
     ours = conversation(harness_model(upstream.url))
     litellm = conversation(harness_model(upstream.url, model_class="litellm_textbased"))
-    assert upstream.requests[0] == upstream.requests[1]  # path, key and body of the first call
+    assert upstream.seen[0] == upstream.seen[1]  # path, key and body of the first call
     for answer, reference in zip(ours, litellm, strict=True):
         assert {k: v for k, v in answer.items() if k != "extra" and v is not None} == \
             {k: v for k, v in reference.items() if k != "extra" and v is not None}
     assert ours[2]["extra"]["actions"] == litellm[2]["extra"]["actions"]
     harness_model(upstream.url).query(ours)
     harness_model(upstream.url, model_class="litellm_textbased").query(litellm)
-    assert upstream.requests[2] == upstream.requests[3]  # the second call: the answer and observation re-sent
+    assert upstream.seen[2] == upstream.seen[3]  # the second call: the answer and observation re-sent
 
 
 def test_every_model_class_a_configuration_names_resolves_inside_the_runners_sandbox():

@@ -8,8 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -22,34 +20,7 @@ from recipes.swe.ladder import LadderMix
 from recipes.swe.recipe import SweRecipe, rollout_input
 from recipes.swe.sandbox import isolation_problem
 from rollouts.feed import FeedConfig, RolloutFeed
-
-
-class BashFenceModel:
-    """Answers every chat completion with `answer` (OpenAI-shaped) and keeps the requests."""
-
-    def __init__(self, answer: str) -> None:
-        self.requests: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                outer.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "policy",
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": answer}}],
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+from tests.recipes.swe.completion_server import CompletionServer
 
 
 def statement_command(statement: str) -> str:
@@ -96,12 +67,12 @@ def test_a_bash_fenced_answer_fixes_a_level0_task(tiny_project, tmp_path):
     recipe.prepare_workdir(task, workdir)  # the runner's sandbox binds only Python files: the config is copied
     assert (workdir / WORKDIR_FILE).read_text() == config_path("one_command").read_text()
     command = statement_command(instance["problem_statement"])
-    model = BashFenceModel(f"```bash\n{command}\n```")
-    env = {**os.environ, "OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": "rk-test",
+    model = CompletionServer(lambda _n: f"```bash\n{command}\n```")
+    env = {**os.environ, "OPENAI_BASE_URL": f"{model.url}/v1", "OPENAI_API_KEY": "rk-test",
            "HARNESSRL_TASK": str(workdir / TASK_FILE)}
     harness = subprocess.run([sys.executable, "-m", "recipes.swe.harness"], cwd=workdir, env=env, capture_output=True,
                              text=True, timeout=120)
-    model.server.shutdown()
+    model.close()
     assert harness.returncode == 0, harness.stderr[-3000:]
     assert json.loads(harness.stdout.strip().splitlines()[-1])["exit_status"] == "LimitsExceeded"  # its one call
     messages = model.requests[0]["messages"]
