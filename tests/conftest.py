@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-from xdist.scheduler import LoadFileScheduling
 
 from tests.cpu_time import CpuTimeReport
 from tests.file_order import costliest_first, work_unit
@@ -67,17 +66,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = costliest_first(items)
 
 
-class SharedFixtureScheduling(LoadFileScheduling):
-    """xdist's `--dist loadfile` with the files of a shared server fixture as one work unit (tests/file_order.py)."""
+def shared_fixture_scheduling() -> type:
+    """xdist's `--dist loadfile` with the files of a shared server fixture as one work unit (tests/file_order.py).
+    Imported here, not at the top: the verl venv's run (`make test-verl`) has no xdist."""
+    from xdist.scheduler import LoadFileScheduling
 
-    def _split_scope(self, nodeid: str) -> str:
-        return work_unit(nodeid)
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SharedFixtureScheduling
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log) -> SharedFixtureScheduling | None:
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """`make test`'s `--dist loadfile` groups a shared fixture's files; any other mode is xdist's own."""
-    return SharedFixtureScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
+    return shared_fixture_scheduling()(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 @pytest.fixture(scope="session")

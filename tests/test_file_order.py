@@ -55,8 +55,9 @@ def test_files_of_a_shared_server_fixture_are_one_work_unit_and_every_user_is_li
 
 def test_the_suites_scheduler_splits_work_by_unit():
     """The conftest hook's scheduler class (what `make test`'s `--dist loadfile` uses) splits by `work_unit`."""
-    from tests.conftest import SharedFixtureScheduling
+    from tests.conftest import shared_fixture_scheduling
 
+    scheduling = shared_fixture_scheduling()
     path = SHARED_FIXTURE_FILES["mlflow_server"][0]
-    assert SharedFixtureScheduling._split_scope(None, f"{path}::test_a") == "mlflow_server"
-    assert SharedFixtureScheduling._split_scope(None, "tests/a.py::test_a") == "tests/a.py"
+    assert scheduling._split_scope(None, f"{path}::test_a") == "mlflow_server"
+    assert scheduling._split_scope(None, "tests/a.py::test_a") == "tests/a.py"
