@@ -57,15 +57,44 @@ def build_model(task: dict[str, Any], config: dict[str, Any]):
 
 
 def project_model_class(name: str) -> type:
-    """`name` as a model class: the project's own by its short name (imported here, so that the runner's sandbox,
-    which binds the harness's static imports, holds its file), any other as mini-swe-agent resolves it."""
+    """`name` as a model class, from an allow-list: the project's HTTP model (imported here, so that the runner's
+    sandbox, which binds the harness's static imports, holds its file) or litellm's text-based model with the
+    rollout's key kept out of its template variables and its trajectory file (litellm's own writes it there, where an
+    agent command in a container sandbox could read it)."""
     if name == HTTP_MODEL_CLASS:
         from recipes.swe.http_model import HttpTextbasedModel
 
         return HttpTextbasedModel
-    from minisweagent.models import get_model_class
+    if name == DEFAULT_MODEL_CLASS:
+        from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel
 
-    return get_model_class("", name)
+        return keyless(LitellmTextbasedModel)
+    raise ValueError(f"model.model_class={name!r} is not a model class of the SWE harness; use "
+                     f"{HTTP_MODEL_CLASS!r} or {DEFAULT_MODEL_CLASS!r}")
+
+
+def keyless(model_class: type) -> type:
+    """`model_class` whose template variables and serialisation (the trajectory file) hold no `api_key`."""
+
+    class Keyless(model_class):
+        def get_template_vars(self, **kwargs) -> dict[str, Any]:
+            return without_api_keys(super().get_template_vars(**kwargs))
+
+        def serialize(self) -> dict:
+            return without_api_keys(super().serialize())
+
+    Keyless.__name__, Keyless.__qualname__, Keyless.__module__ = (model_class.__name__, model_class.__qualname__,
+                                                                  model_class.__module__)
+    return Keyless
+
+
+def without_api_keys(value: Any) -> Any:
+    """`value` with every `api_key` entry of every nested mapping dropped."""
+    if isinstance(value, dict):
+        return {k: without_api_keys(v) for k, v in value.items() if k != "api_key"}
+    if isinstance(value, list):
+        return [without_api_keys(v) for v in value]
+    return value
 
 
 def build_environment(sandbox: Sandbox | ContainerCommands, timeout_s: int):

@@ -60,12 +60,24 @@ class HttpTextbasedModelConfig(BaseModel):
     """Regex to extract multimodal content; empty disables it."""
 
 
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Refuses every redirect: urllib would follow one to another host with the rollout's key in its Authorization
+    header (httpx, under litellm, drops it there); the gateway never redirects, so one is an error, not retried."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise UpstreamRefused(f"HTTP {code} redirect from {req.full_url} to {newurl}: the model's server must answer "
+                              f"at its own URL (api_base)")
+
+
 class UpstreamRefused(Exception):
     """A status a retry cannot change (auth, a bad request, no such model): mini-swe-agent stops instead of retrying."""
 
 
 class UpstreamUnavailable(Exception):
     """A transient failure (connection, 429, 5xx): retried as litellm's are."""
+
+
+OPENER = urllib.request.build_opener(NoRedirects)
 
 
 class HttpTextbasedModel:
@@ -97,7 +109,7 @@ class HttpTextbasedModel:
             headers["Authorization"] = f"Bearer {self._api_key}"
         request = urllib.request.Request(self._url, data=data, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+            with OPENER.open(request, timeout=self._timeout_s) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as e:
             detail = f"HTTP {e.code} from {self._url}: {e.read()[:500].decode(errors='replace')}"

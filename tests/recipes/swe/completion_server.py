@@ -16,6 +16,7 @@ class CompletionServer:
     def __init__(self, answer: Callable[[int], str], status: int = 200) -> None:
         self.seen: list[dict] = []
         self.answer, self.status = answer, status
+        self.location: str | None = None  # sent as Location with a non-200 status (a redirect)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -31,6 +32,8 @@ class CompletionServer:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                if status != 200 and outer.location:
+                    self.send_header("Location", outer.location)
                 self.end_headers()
                 self.wfile.write(data)
 

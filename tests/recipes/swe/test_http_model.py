@@ -104,6 +104,27 @@ def test_an_aborting_status_is_not_retried(upstream):
     assert len(upstream.seen) == 1
 
 
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_is_refused_and_the_key_goes_nowhere_else(upstream, status):
+    """urllib would follow a redirect to another host with the Authorization header; the gateway never redirects."""
+    elsewhere = CompletionServer(lambda _n: ANSWER)
+    upstream.status, upstream.location = status, f"{elsewhere.url}/steal"
+    try:
+        with pytest.raises(UpstreamRefused, match=f"HTTP {status} redirect"):
+            harness_model(upstream.url).query([{"role": "user", "content": "u"}])
+    finally:
+        elsewhere.close()
+    assert len(upstream.seen) == 1 and elsewhere.seen == []
+
+
+def test_a_model_class_outside_the_allow_list_is_refused():
+    from recipes.swe.harness import project_model_class
+
+    for name in ("os.getcwd", "repo.evil.Model", "litellm", "deterministic"):
+        with pytest.raises(ValueError, match="not a model class of the SWE harness"):
+            project_model_class(name)
+
+
 def test_no_server_is_a_transient_error():
     with pytest.raises(UpstreamUnavailable, match="failed"):
         harness_model("http://127.0.0.1:9/v1")._query([{"role": "user", "content": "u"}])
@@ -127,7 +148,8 @@ def test_a_configuration_it_cannot_honour_is_refused(kwargs, message):
 
 
 @pytest.mark.slow  # imports litellm: 8-9 CPU-s
-def test_it_sends_what_litellm_sends_and_parses_what_litellm_parses(upstream):
+def test_it_sends_what_litellm_sends_and_parses_what_litellm_parses(upstream, monkeypatch):
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as the harness runs it: no fetch of litellm's prices
     ours = conversation(harness_model(upstream.url))
     litellm = conversation(harness_model(upstream.url, model_class="litellm_textbased"))
     assert upstream.seen[0] == upstream.seen[1]  # path, key and body of the first call
@@ -136,8 +158,12 @@ def test_it_sends_what_litellm_sends_and_parses_what_litellm_parses(upstream):
             {k: v for k, v in reference.items() if k != "extra" and v is not None}
     assert ours[2]["extra"]["actions"] == litellm[2]["extra"]["actions"]
     harness_model(upstream.url).query(ours)
-    harness_model(upstream.url, model_class="litellm_textbased").query(litellm)
+    reference = harness_model(upstream.url, model_class="litellm_textbased")
+    reference.query(litellm)
     assert upstream.seen[2] == upstream.seen[3]  # the second call: the answer and observation re-sent
+    assert type(reference).__module__ == "minisweagent.models.litellm_textbased_model"
+    for exposed in (reference.get_template_vars(), reference.serialize()):  # litellm's own holds the key in both
+        assert "rk-secret" not in json.dumps(exposed, default=str)
 
 
 def test_every_model_class_a_configuration_names_resolves_inside_the_runners_sandbox():
