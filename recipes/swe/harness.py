@@ -76,6 +76,8 @@ def project_model_class(name: str) -> type:
 def keyless(model_class: type) -> type:
     """`model_class` whose template variables and serialisation (the trajectory file) hold no `api_key`."""
 
+    from recipes.swe.http_model import without_api_keys
+
     class Keyless(model_class):
         def get_template_vars(self, **kwargs) -> dict[str, Any]:
             return without_api_keys(super().get_template_vars(**kwargs))
@@ -86,15 +88,6 @@ def keyless(model_class: type) -> type:
     Keyless.__name__, Keyless.__qualname__, Keyless.__module__ = (model_class.__name__, model_class.__qualname__,
                                                                   model_class.__module__)
     return Keyless
-
-
-def without_api_keys(value: Any) -> Any:
-    """`value` with every `api_key` entry of every nested mapping dropped."""
-    if isinstance(value, dict):
-        return {k: without_api_keys(v) for k, v in value.items() if k != "api_key"}
-    if isinstance(value, list):
-        return [without_api_keys(v) for v in value]
-    return value
 
 
 def build_environment(sandbox: Sandbox | ContainerCommands, timeout_s: int):

@@ -152,6 +152,13 @@ class HttpTextbasedModel:
 
     def _keyless_config(self) -> dict[str, Any]:
         """The configuration without the API key: templates and the trajectory file never hold the rollout's key."""
-        config = self.config.model_dump(mode="json")
-        config["model_kwargs"] = {k: v for k, v in config["model_kwargs"].items() if k != "api_key"}
-        return config
+        return without_api_keys(self.config.model_dump(mode="json"))
+
+
+def without_api_keys(value: Any) -> Any:
+    """`value` with every `api_key` entry of every nested mapping dropped (the harness's litellm model uses it too)."""
+    if isinstance(value, dict):
+        return {k: without_api_keys(v) for k, v in value.items() if k != "api_key"}
+    if isinstance(value, list):
+        return [without_api_keys(v) for v in value]
+    return value
