@@ -6,9 +6,10 @@
    Karmarkar-Karp largest differencing method (or, for comparison, greedy placement in arrival
    order onto the least-loaded worker).
 3. Each worker's sequences become micro-batches under `max_tokens_per_micro_batch`: "packed"
-   (first-fit decreasing into rows of concatenated sequences) or "padded" (longest first, rows of
-   equal length, the budget counting padding). A sequence longer than the budget gets its own
-   micro-batch and is counted.
+   (first-fit decreasing into rows of concatenated sequences), "padded" (longest first, rows of
+   equal length, the budget counting padding) or "shared_prefix" (padded rows, but the samples of a
+   prefix family, `trainer.shared_prefix`, run their shared prefix once: a prefix row per family and
+   a suffix row per sample). A sequence longer than the budget gets its own micro-batch and is counted.
 
 Slots are the token positions a micro-batch computes: its row(s) rounded up to `pad_to_multiple`.
 Padding waste is 1 - tokens / slots. Load is measured in tokens (attention's quadratic term is
@@ -23,11 +24,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from trainer.shared_prefix import PrefixSequence, prefix_families
+
 Balancer = Literal["karmarkar_karp", "greedy"]
 """How sequences are spread over workers."""
 
-Layout = Literal["packed", "padded"]
+Layout = Literal["packed", "padded", "shared_prefix"]
 """How sequences share a micro-batch."""
+
+LAYOUTS: tuple[str, ...] = ("packed", "padded", "shared_prefix")
 
 
 class Schedulable(Protocol):
@@ -51,7 +56,8 @@ class ScheduleConfig:
     max_tokens_per_micro_batch: int = 8192
     """Token budget of a micro-batch (slots, padding included)."""
     layout: Layout = "packed"
-    """packed: concatenated rows; padded: one sequence per row."""
+    """packed: concatenated rows; padded: one sequence per row; shared_prefix: padded, a prefix family's shared
+    prefix run once (the samples must carry token ids and loss masks)."""
     balancer: Balancer = "karmarkar_karp"
     """Worker balancing method."""
     pad_to_multiple: int = 1
@@ -61,8 +67,8 @@ class ScheduleConfig:
         for name in ("num_workers", "num_updates", "max_tokens_per_micro_batch", "pad_to_multiple"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ScheduleConfig.{name}={getattr(self, name)}: use a positive integer")
-        if self.layout not in ("packed", "padded"):
-            raise ValueError(f"ScheduleConfig.layout={self.layout!r}: use 'packed' or 'padded'")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"ScheduleConfig.layout={self.layout!r}: use one of {', '.join(LAYOUTS)}")
         if self.balancer not in ("karmarkar_karp", "greedy"):
             raise ValueError(f"ScheduleConfig.balancer={self.balancer!r}: use 'karmarkar_karp' or 'greedy'")
 
@@ -78,7 +84,7 @@ class ScheduledSequence:
     num_tokens: int
     """Its length."""
     offset: int
-    """Start position in the packed row, or the row index when padded."""
+    """Start position in the packed row, or the row index when padded (shared_prefix: its suffix row)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class MicroBatch:
     """Real tokens."""
     slots: int
     """Token positions computed, padding included."""
+    shared_tokens: int = 0
+    """Sample tokens not computed because a prefix family ran them once (shared_prefix layout)."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +223,8 @@ def _round_up(tokens: int, multiple: int) -> int:
 def _micro_batches(
     sequences: Sequence[Schedulable], indices: list[int], config: ScheduleConfig
 ) -> tuple[MicroBatch, ...]:
+    if config.layout == "shared_prefix":
+        return shared_prefix_micro_batches(sequences, indices, config)  # type: ignore[arg-type]
     ordered = sorted(indices, key=lambda i: (-sequences[i].num_tokens, i))
     rows = (
         _pack_first_fit(sequences, ordered, config)
@@ -278,6 +288,7 @@ def _metrics(updates: list[UpdatePlan], config: ScheduleConfig) -> dict[str, flo
     micro_batches = [mb for update in updates for worker in update.workers for mb in worker.micro_batches]
     per_worker = [len(worker.micro_batches) for update in updates for worker in update.workers]
     tokens = sum(mb.num_tokens for mb in micro_batches)
+    shared = sum(mb.shared_tokens for mb in micro_batches)
     slots = sum(mb.slots for mb in micro_batches)
     budget = config.max_tokens_per_micro_batch
     return {
@@ -285,10 +296,57 @@ def _metrics(updates: list[UpdatePlan], config: ScheduleConfig) -> dict[str, flo
         "schedule/sequences": float(sum(len(mb.sequences) for mb in micro_batches)),
         "schedule/tokens": float(tokens),
         "schedule/imbalance_max": max((update.imbalance for update in updates), default=1.0),
-        "schedule/padding_waste": 1.0 - tokens / slots if slots else 0.0,
+        "schedule/padding_waste": 1.0 - (tokens - shared) / slots if slots else 0.0,
+        "schedule/shared_prefix_tokens": float(shared),
         "schedule/budget_fill": tokens / (len(micro_batches) * budget) if micro_batches else 0.0,
         "schedule/micro_batches": float(len(micro_batches)),
         "schedule/micro_batches_per_worker_max": float(max(per_worker, default=0)),
         "schedule/micro_batches_per_worker_min": float(min(per_worker, default=0)),
         "schedule/over_budget_sequences": float(sum(1 for mb in micro_batches if mb.slots > budget)),
     }
+
+
+def shared_prefix_micro_batches(
+    sequences: Sequence[PrefixSequence], indices: list[int], config: ScheduleConfig
+) -> tuple[MicroBatch, ...]:
+    """Families longest first, each member longest suffix first; a micro-batch takes members while its prefix rows
+    (one per family present) and suffix rows, each padded to its longest, fit the budget. A family split over
+    micro-batches runs its prefix in each."""
+    families = prefix_families(sequences, indices)
+    family_of = {i: f for f, family in enumerate(families) for i in family.members}
+    prefix_of = {i: families[f].prefix_len for i, f in family_of.items()}
+    suffix_of = {i: sequences[i].num_tokens - prefix_of[i] for i in family_of}  # type: ignore[attr-defined]
+    order = sorted(range(len(families)),
+                   key=lambda f: (-(families[f].prefix_len + max(suffix_of[i] for i in families[f].members)), f))
+    batches: list[list[int]] = []
+    for f in order:
+        for index in sorted(families[f].members, key=lambda i: (-suffix_of[i], i)):
+            if batches and _shared_slots(batches[-1] + [index], family_of, prefix_of, suffix_of, config) <= \
+                    config.max_tokens_per_micro_batch:
+                batches[-1].append(index)
+            else:
+                batches.append([index])
+    return tuple(_shared_micro_batch(sequences, members, family_of, prefix_of, suffix_of, config)
+                 for members in batches)
+
+
+def _shared_slots(members: list[int], family_of: dict[int, int], prefix_of: dict[int, int],
+                  suffix_of: dict[int, int], config: ScheduleConfig) -> int:
+    """Positions computed: a prefix row per family present and a suffix row per member, each padded to its longest."""
+    multiple = config.pad_to_multiple
+    prefix_width = _round_up(max(prefix_of[i] for i in members), multiple)
+    suffix_width = _round_up(max(suffix_of[i] for i in members), multiple)
+    return len({family_of[i] for i in members}) * prefix_width + len(members) * suffix_width
+
+
+def _shared_micro_batch(sequences: Sequence[PrefixSequence], members: list[int], family_of: dict[int, int],
+                        prefix_of: dict[int, int], suffix_of: dict[int, int], config: ScheduleConfig) -> MicroBatch:
+    lengths = [prefix_of[i] + suffix_of[i] for i in members]
+    firsts = {family_of[i]: i for i in reversed(members)}
+    shared = sum(prefix_of[i] for i in members) - sum(prefix_of[i] for i in firsts.values())
+    scheduled = tuple(
+        ScheduledSequence(i, sequences[i].rollout_id, n, row)  # type: ignore[attr-defined]
+        for row, (i, n) in enumerate(zip(members, lengths, strict=True))
+    )
+    slots = _shared_slots(members, family_of, prefix_of, suffix_of, config)
+    return MicroBatch(scheduled, sum(lengths), slots, shared)

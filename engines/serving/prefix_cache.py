@@ -1,10 +1,12 @@
-"""Prefix caching: the KV cache of finished rows, reused by later prompts that start with the same tokens.
+"""Prefix caching: the KV cache of prompts and finished rows, reused by later prompts that start with the same tokens.
 
 An agent's next call re-sends its whole conversation: without reuse, every call prefills its history again, and on a
 CPU that prefill is most of the engine's work (multistep validation: 37k prompt tokens for 6k generated). When a row
 finishes, its cache (the prompt and every generated token fed back, so all but the last one) is kept here, keyed by
 those tokens. A new prompt reuses the longest common prefix with any kept entry (a key's KV at position i depends on
-its tokens up to i only, so a cut entry is exact) and prefills only the rest. Entries are evicted least recently used
+its tokens up to i only, so a cut entry is exact) and prefills only the rest. A prompt's KV is kept as soon as it is
+prefilled, so that the other rollouts of a group, whose prompts arrive while it generates, run only their last token;
+an entry that a new one extends is dropped. Entries are evicted least recently used
 first, under a budget of cached tokens. Every weight operation clears the cache (KV of old weights is not the new
 policy's), and so does a change of the weights' policy version.
 """
@@ -42,6 +44,8 @@ class PrefixCacheStats:
     """Entries stored."""
     evicted_entries: int = 0
     """Entries evicted for the token budget."""
+    replaced_entries: int = 0
+    """Entries dropped because a new entry extends them (a prompt's entry when its row finishes)."""
     clears: int = 0
     """Times the cache was emptied (weight operations, policy version changes)."""
 
@@ -56,7 +60,7 @@ def common_prefix_len(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[
 
 
 class PrefixCache:
-    """LRU of finished rows' KV caches under a token budget; used from the generation thread only."""
+    """LRU of prompts' and finished rows' KV caches under a token budget; used from the generation thread only."""
 
     def __init__(self, max_tokens: int, min_reuse_tokens: int = 16) -> None:
         if max_tokens < 0:
@@ -95,17 +99,28 @@ class PrefixCache:
             self.clear()
             self._version = version
 
-    def lookup(self, prompt: list[int]) -> PrefixHit | None:
-        """The longest reusable prefix of `prompt` among the entries (marked recently used), or None."""
-        if not self.enabled:
-            return None
-        self.stats.queried_tokens += len(prompt)
+    def _longest(self, prompt: list[int]) -> tuple[tuple[int, ...] | None, int]:
+        """The entry sharing the longest prefix with `prompt`, and the reusable length (at most len(prompt) - 1)."""
         best_key, best = None, 0
         for key in self._entries:
             shared = common_prefix_len(key, prompt)
             if shared > best:
                 best_key, best = key, shared
-        best = min(best, len(prompt) - 1)  # the last prompt token is always run: its logits start the answer
+        return best_key, min(best, len(prompt) - 1)  # the last prompt token is always run: its logits start the answer
+
+    def reusable_len(self, prompt: list[int]) -> int:
+        """Prompt tokens a lookup would reuse now (0 when below `min_reuse_tokens`), without counting or touching."""
+        if not self.enabled:
+            return 0
+        best = self._longest(prompt)[1]
+        return best if best >= self.min_reuse_tokens else 0
+
+    def lookup(self, prompt: list[int]) -> PrefixHit | None:
+        """The longest reusable prefix of `prompt` among the entries (marked recently used), or None."""
+        if not self.enabled:
+            return None
+        self.stats.queried_tokens += len(prompt)
+        best_key, best = self._longest(prompt)
         if best_key is None or best < self.min_reuse_tokens:
             return None
         self._entries.move_to_end(best_key)
@@ -124,6 +139,10 @@ class PrefixCache:
         if key in self._entries:
             self._entries.move_to_end(key)
             return
+        for shorter in [old for old in self._entries if len(old) < len(key) and key[:len(old)] == old]:
+            del self._entries[shorter]  # every lookup it would serve, the new entry serves as well
+            self._tokens -= len(shorter)
+            self.stats.replaced_entries += 1
         self._entries[key] = layers
         self._tokens += len(key)
         self.stats.stored_entries += 1

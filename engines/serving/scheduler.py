@@ -1,8 +1,9 @@
 """The generation thread: continuous batching of concurrent requests over one model.
 
 Requests join the running batch at step boundaries (their prompts are prefilled together and their cache
-merged in; a prompt that starts with a finished row's tokens reuses that row's cache and prefills only the rest,
-`engines.serving.prefix_cache`), finished rows leave it, and every row keeps its own sampling parameters, generator and
+merged in; a prompt that starts with the tokens of a prompt prefilled earlier or of a finished row reuses that KV and
+prefills only the rest, `engines.serving.prefix_cache`; prompts arriving together that share a prefix are prefilled
+after the first of them), finished rows leave it, and every row keeps its own sampling parameters, generator and
 stopping rules. Weight operations (sleep, wake-up, update) stop admission, wait until the running batch has drained,
 then run, so every response is produced by exactly one policy version.
 """
@@ -22,7 +23,7 @@ import torch
 from engines.serving import kv_batch
 from engines.serving.detokenizer import ChoiceText
 from engines.serving.model_holder import ModelHolder
-from engines.serving.prefix_cache import PrefixCache, PrefixHit
+from engines.serving.prefix_cache import PrefixCache, PrefixHit, common_prefix_len
 from engines.serving.prefix_constraint import Continuations, allowed_next_tokens, constrain_logits_BV
 from engines.serving.sampling import (
     LOGPROBS_MODES,
@@ -253,11 +254,27 @@ class GenerationScheduler:
         for request in requests:
             request.emit(Admitted(self.holder.policy_version))
         self.prefix_cache.sync_version(self.holder.policy_version)
-        hits = {id(request): self.prefix_cache.lookup(request.prompt_ids) for request in requests}
-        cold = [request for request in requests if hits[id(request)] is None]
-        warm = [request for request in requests if hits[id(request)] is not None]
-        for group in ([cold] if cold else []) + [[request] for request in warm]:
-            self._join(group, hits[id(group[0])])
+        leaders, followers = self._leaders(requests)
+        if leaders:
+            self._join(leaders, None)  # their prompts' KV is cached now: the followers reuse it
+        for request in followers:  # one at a time, each looked up after the previous one's prompt was stored
+            self._join([request], self.prefix_cache.lookup(request.prompt_ids))
+
+    def _leaders(self, requests: list[GenerationRequest]) -> tuple[list[GenerationRequest], list[GenerationRequest]]:
+        """Splits the requests admitted together into leaders, prefilled together first, and followers: those with a
+        reusable prefix in the cache or in a leader's prompt (a group's rollouts, prompts with one system prompt),
+        each prefilled after it."""
+        if not self.prefix_cache.enabled:
+            return requests, []
+        leaders: list[GenerationRequest] = []
+        followers: list[GenerationRequest] = []
+        for request in requests:
+            prompt = request.prompt_ids
+            shared = max([self.prefix_cache.reusable_len(prompt)]
+                         + [common_prefix_len(leader.prompt_ids, prompt) for leader in leaders])
+            reusable = min(shared, len(prompt) - 1) >= self.prefix_cache.min_reuse_tokens
+            (followers if reusable else leaders).append(request)
+        return leaders, followers
 
     def _join(self, requests: list[GenerationRequest], hit: PrefixHit | None) -> None:
         """Prefills `requests` (together, or one request after its cached prefix) and merges their rows in."""
@@ -272,6 +289,7 @@ class GenerationScheduler:
                 if len(prompts) > 1:  # n choices of one request: the same cache for each
                     batch = kv_batch.select(batch, [0] * len(prompts))
                     logits_BV = logits_BV.repeat(len(prompts), 1)
+            self._keep_prompts(batch, new_rows)
             keep = self._emit_tokens(new_rows, logits_BV, [len(r.request.prompt_ids) for r in new_rows], batch)
         except Exception as exc:  # noqa: BLE001 - a failed prefill fails the joining requests only
             logger.exception("prefill failed")
@@ -282,6 +300,14 @@ class GenerationScheduler:
         if survivors is not None:
             self._batch = kv_batch.merge(self._batch, survivors)
             self._rows.extend(new_rows[i] for i in keep)
+
+    def _keep_prompts(self, batch: kv_batch.KVBatch, rows: list[_Row]) -> None:
+        """Stores each new request's prompt KV as soon as it is prefilled, so that a prompt arriving while it still
+        generates (its group's other rollouts) reuses it; the finished row's longer entry replaces it."""
+        if self.prefix_cache.enabled:
+            for b, row in enumerate(rows):
+                if row.choice == 0:
+                    self.prefix_cache.store(row.request.prompt_ids, kv_batch.row_layers(batch, b))
 
     def _keep_finished(self, batch: kv_batch.KVBatch, b: int, row: _Row) -> None:
         """Stores finished row `b`'s cache (its prompt and every generated token but the last) for later prompts."""

@@ -12,10 +12,10 @@ from engines.serving import kv_batch
 from engines.serving.model_holder import ModelHolder
 from engines.serving.prefix_cache import PrefixCache, common_prefix_len
 from engines.serving.sampling import RowSampling
-from engines.serving.scheduler import GenerationScheduler
+from engines.serving.scheduler import GenerationScheduler, TokenEvent
 from engines.serving.weights_api import prefix_cache_body
 from tests.engine.support import assert_teacher_forced
-from tests.engine.test_scheduler import submit
+from tests.engine.test_scheduler import submit, wait_for_tokens
 
 GREEDY = RowSampling(temperature=0.0, top_p=1.0, top_k=-1)
 
@@ -54,6 +54,15 @@ def test_what_a_prompt_reuses(prompt, reused) -> None:
     cache.store([1, 2, 3, 4], fake_layers(4))
     hit = cache.lookup(prompt)
     assert (hit.length if hit else None) == reused
+
+
+def test_an_entry_that_a_new_one_extends_is_dropped() -> None:
+    cache = PrefixCache(max_tokens=100, min_reuse_tokens=1)
+    cache.store([1, 2, 3], fake_layers(3))  # a prompt, as soon as it is prefilled
+    cache.store([1, 2, 9], fake_layers(3))  # another prompt: shares a prefix, extends nothing
+    cache.store([1, 2, 3, 4, 5], fake_layers(5))  # the first prompt's row finished
+    assert sorted(cache._entries) == [(1, 2, 3, 4, 5), (1, 2, 9)]
+    assert (cache.cached_tokens, cache.stats.replaced_entries, cache.stats.evicted_entries) == (8, 1, 0)
 
 
 def test_least_recently_used_entries_go_first_under_the_token_budget() -> None:
@@ -127,7 +136,9 @@ def test_an_agents_next_call_reuses_its_history_and_stays_exact(cached_scheduler
     for choice in range(2):
         tokens = second.tokens(choice)
         assert_teacher_forced(reference_model, follow_up, [t.token_id for t in tokens], [t.logprob for t in tokens])
-    assert len(cached_scheduler.prefix_cache) == 3  # both calls' finished rows (the follow-up's two choices)
+    # The follow-up's two finished choices: each replaced what it extends (the first call's prompt by its finished row,
+    # that row by the follow-up's prompt, that prompt by the first finished choice).
+    assert len(cached_scheduler.prefix_cache) == 2 and cached_scheduler.prefix_cache.stats.replaced_entries == 3
 
 
 def test_greedy_answers_are_the_same_with_and_without_the_cache(cached_scheduler, holder) -> None:
@@ -158,4 +169,39 @@ def test_a_weight_operation_clears_the_cache(cached_scheduler) -> None:
     assert cached_scheduler.control(lambda: "weights swapped").result(timeout=60) == "weights swapped"
     body = prefix_cache_body(cached_scheduler.prefix_cache)
     assert (body["entries"], body["cached_tokens"], body["clears"]) == (0, 0, 1)
-    assert body["max_tokens"] == 4096 and body["stored_entries"] == 1
+    assert body["max_tokens"] == 4096 and body["stored_entries"] == 2  # the prompt's, then the finished row's
+
+
+def test_a_group_s_prompts_arriving_together_prefill_once_and_stay_exact(holder, reference_model) -> None:
+    scheduler = GenerationScheduler(holder, max_batch_size=8, prefix_cache_tokens=4096)
+    log: list = []
+    group = list(range(700, 760))
+    other = list(range(700, 730)) + list(range(900, 920))  # shares the first 30 tokens (a system prompt)
+    alone = list(range(1000, 1040))
+    prompts = [group, group, group, other, alone]
+    collectors = [submit(scheduler, f"r{i}", log, prompt, max_tokens=6, seed=i) for i, prompt in enumerate(prompts)]
+    scheduler.start()  # all five are admitted in one step
+    try:
+        for collector, prompt in zip(collectors, prompts, strict=True):
+            assert collector.done.wait(60)
+            tokens = collector.tokens()
+            assert_teacher_forced(reference_model, prompt, [t.token_id for t in tokens], [t.logprob for t in tokens])
+        # The first group member and the unrelated prompt are prefilled together; the other two members run only
+        # their last prompt token, the prompt sharing 30 tokens runs the other 20.
+        assert scheduler.prefix_cache.stats.hit_tokens == 2 * (len(group) - 1) + 30
+    finally:
+        scheduler.stop()
+
+
+def test_a_prompt_arriving_while_its_group_mate_generates_reuses_its_prompt(cached_scheduler, reference_model) -> None:
+    log: list = []
+    prompt = list(range(1100, 1170))
+    first = submit(cached_scheduler, "first", log, prompt, max_tokens=40, seed=1)
+    wait_for_tokens(first, 2)
+    second = submit(cached_scheduler, "second", log, prompt, max_tokens=5, seed=2)
+    assert second.done.wait(60) and first.done.wait(60)
+    order = [name for name, event in log if isinstance(event, TokenEvent)]
+    assert order.index("second") < max(i for i, name in enumerate(order) if name == "first"), "they must overlap"
+    assert cached_scheduler.prefix_cache.stats.hit_tokens == len(prompt) - 1
+    tokens = second.tokens()
+    assert_teacher_forced(reference_model, prompt, [t.token_id for t in tokens], [t.logprob for t in tokens])

@@ -118,3 +118,43 @@ def test_trainable_first_token_is_refused():
     object.__setattr__(broken, "loss_mask_T", mask)
     with pytest.raises(ValueError, match="position 0"):
         list(all_inputs([broken], "packed", 100))
+
+
+def make_family_samples(shapes: list[tuple[int, int, int]]):
+    """One single-call rollout per (prompt choice, prompt length, response length): equal choices and lengths give
+    equal prompts (a family); responses are distinct."""
+    calls = []
+    for index, (choice, prompt_len, response_len) in enumerate(shapes):
+        prompt = tuple(100 * choice + t for t in range(1, prompt_len + 1))
+        response = tuple(10_000 + 100 * index + t for t in range(response_len))
+        logprobs = tuple(-0.5 for _ in response)
+        calls.append(RecordedCall(f"r{index}", "g", 0, prompt, response, logprobs, 0, True, "stop"))
+    return build_samples(calls).samples
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 5), st.integers(1, 4)), min_size=1, max_size=8),
+       budget=st.integers(4, 40))
+def test_a_shared_prefix_target_sees_exactly_its_own_sample_s_context(shapes, budget):
+    samples = make_family_samples(shapes)
+    seen: list[int] = []
+    for micro_batch, inputs in all_inputs(samples, "shared_prefix", budget):
+        prefix = inputs.prefix
+        for n, (row, col) in enumerate(zip(inputs.target_rows_N.tolist(), inputs.target_cols_N.tolist(), strict=True)):
+            sample = samples[micro_batch.sequences[row].sample_index]
+            start = int(inputs.position_ids[row, 0])  # the row continues its family's prefix of `start` tokens
+            context = []
+            if prefix is not None:
+                family = int(prefix.family_R[row])
+                assert int(prefix.attention_mask[family].sum()) == max(start, 1)
+                context = prefix.input_ids[family, :start].tolist()
+                assert inputs.attention_mask[row, :prefix.input_ids.shape[1]].tolist() == \
+                    [1] * start + [0] * (prefix.input_ids.shape[1] - start)
+            else:
+                assert start == 0
+            context += inputs.input_ids[row, : col + 1].tolist()
+            position = start + col + 1
+            assert context == sample.token_ids_T[:position].tolist()
+            assert int(inputs.target_ids_N[n]) == int(sample.token_ids_T[position]) and sample.loss_mask_T[position]
+            seen.append(id(sample) * 1000 + position)
+    assert len(seen) == len(set(seen)) == sum(s.num_trainable_tokens for s in samples)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,16 @@ class Seq:
 
     rollout_id: str
     num_tokens: int
+    family: int = 0
+    """Sequences of one family and length share their first half (the shared_prefix layout's prefix families)."""
+
+    @property
+    def token_ids_T(self) -> np.ndarray:
+        return np.arange(self.num_tokens) + 1000 * self.family
+
+    @property
+    def loss_mask_T(self) -> np.ndarray:
+        return np.arange(self.num_tokens) >= max(1, self.num_tokens // 2)
 
 
 def sums(loads, parts):
@@ -97,13 +108,13 @@ def test_invalid_config_is_rejected(config):
         ScheduleConfig(**config)
 
 
-sequence_lists = st.lists(st.tuples(st.integers(0, 9), st.integers(1, 60)), max_size=40)
+sequence_lists = st.lists(st.tuples(st.integers(0, 9), st.integers(1, 60), st.integers(0, 2)), max_size=40)
 configs = st.builds(
     ScheduleConfig,
     num_workers=st.integers(1, 4),
     num_updates=st.integers(1, 3),
     max_tokens_per_micro_batch=st.integers(16, 128),
-    layout=st.sampled_from(["packed", "padded"]),
+    layout=st.sampled_from(["packed", "padded", "shared_prefix"]),
     balancer=st.sampled_from(["karmarkar_karp", "greedy"]),
     pad_to_multiple=st.sampled_from([1, 8]),
 )
@@ -112,7 +123,7 @@ configs = st.builds(
 @settings(max_examples=200, deadline=None)
 @given(sequence_lists, configs)
 def test_every_sample_scheduled_once_and_no_rollout_split_across_updates(rows, config):
-    seqs = [Seq(f"r{rollout}", n) for rollout, n in rows]
+    seqs = [Seq(f"r{rollout}", n, family) for rollout, n, family in rows]
     plan = schedule(seqs, config)
     placed = [s for u in plan.updates for w in u.workers for mb in w.micro_batches for s in mb.sequences]
     assert sorted(s.sample_index for s in placed) == list(range(len(seqs)))
@@ -124,7 +135,9 @@ def test_every_sample_scheduled_once_and_no_rollout_split_across_updates(rows, c
             assert worker.load_tokens == sum(mb.num_tokens for mb in worker.micro_batches)
             for mb in worker.micro_batches:
                 assert mb.slots <= config.max_tokens_per_micro_batch or len(mb.sequences) == 1
-                assert mb.slots >= mb.num_tokens == sum(s.num_tokens for s in mb.sequences)
+                assert mb.slots >= mb.num_tokens - mb.shared_tokens
+                assert mb.num_tokens == sum(s.num_tokens for s in mb.sequences)
+                assert mb.shared_tokens == 0 or config.layout == "shared_prefix"
                 for s in mb.sequences:
                     assert update_of.setdefault(s.rollout_id, u_index) == u_index
                     assert s.rollout_id in update.rollout_ids
@@ -140,3 +153,17 @@ def test_karmarkar_karp_covers_every_item_with_spread_at_most_the_largest_item(l
     # Merging a descending with an ascending partition never widens the larger spread.
     kk_sums = sums(loads, kk_parts)
     assert kk_sums[-1] - kk_sums[0] <= max(loads, default=0)
+
+
+def test_a_prefix_family_runs_its_prefix_once_in_each_micro_batch_it_is_in():
+    # Three sequences of family 0 and length 10 share 4 tokens (prefix end 4: the first trainable token is 5th);
+    # one of family 1 shares nothing with them.
+    seqs = [Seq("a", 10), Seq("b", 10), Seq("c", 10), Seq("d", 10, family=1)]
+    whole = schedule(seqs, ScheduleConfig(max_tokens_per_micro_batch=100, layout="shared_prefix"))
+    (mb,) = whole.updates[0].workers[0].micro_batches
+    assert mb.shared_tokens == 2 * 4 and mb.slots == 2 * 4 + 4 * 6  # two prefix rows, four suffix rows of 6
+    assert whole.metrics["schedule/shared_prefix_tokens"] == 8 and whole.metrics["schedule/padding_waste"] == 0
+    split = schedule(seqs, ScheduleConfig(max_tokens_per_micro_batch=16, layout="shared_prefix"))
+    batches = [[s.sample_index for s in mb.sequences] for mb in split.updates[0].workers[0].micro_batches]
+    assert batches == [[0, 1], [2], [3]]  # 4 + 2 x 6 = 16 fits, a third member would not
+    assert [mb.shared_tokens for mb in split.updates[0].workers[0].micro_batches] == [4, 0, 0]

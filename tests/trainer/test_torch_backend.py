@@ -118,8 +118,10 @@ def whole_update(tiny_model_dir, mixed_batch) -> tuple[list[torch.Tensor], dict[
         ScheduleConfig(max_tokens_per_micro_batch=40),
         ScheduleConfig(max_tokens_per_micro_batch=40, layout="padded"),
         ScheduleConfig(max_tokens_per_micro_batch=4096, layout="padded"),
+        ScheduleConfig(max_tokens_per_micro_batch=40, layout="shared_prefix"),
+        ScheduleConfig(max_tokens_per_micro_batch=4096, layout="shared_prefix"),
     ],
-    ids=["packed-split", "padded-split", "padded-whole"],
+    ids=["packed-split", "padded-split", "padded-whole", "shared-prefix-split", "shared-prefix-whole"],
 )
 def test_micro_batch_split_and_layout_do_not_change_the_update(tiny_model_dir, mixed_batch, whole_update, schedule):
     whole_grads, whole_metrics = whole_update
@@ -132,6 +134,46 @@ def test_micro_batch_split_and_layout_do_not_change_the_update(tiny_model_dir, m
     assert worst <= 2e-6 * scale, f"gradients differ by {worst} (largest gradient {scale})"
     for key in ("loss/total", "loss/entropy", "loss/ppo_kl", "train/grad_norm"):
         assert split_metrics[key] == pytest.approx(whole_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.fixture(scope="module")
+def group_batch(base_model) -> TrainBatch:
+    """Two groups answering their own prompt (one rollout multi-turn, one compacted), two rollouts with their own."""
+    rng = np.random.default_rng(1)
+    calls = []
+    for group in range(2):
+        prompt = tuple(int(t) for t in rng.integers(1, 49000, 12 + 5 * group))
+        for member in range(4):
+            rollout = f"g{group}r{member}"
+            answer = tuple(int(t) for t in rng.integers(1, 49000, 3 + member))
+            calls.append(on_policy_call(base_model, rollout, 0, prompt, answer))
+            if member == 1:  # a second turn extending the first
+                follow = prompt + answer + tuple(int(t) for t in rng.integers(1, 49000, 2))
+                calls.append(on_policy_call(base_model, rollout, 1, follow, (5, 6, 7)))
+            if member == 2:  # compaction: a new context
+                calls.append(on_policy_call(base_model, rollout, 1, (11, 12, 13, 14), (8, 9)))
+    calls.append(on_policy_call(base_model, "alone", 0, (3, 4), (21, 22, 23)))
+    calls.append(on_policy_call(base_model, "one-token-prompt", 0, (7,), (24, 25)))  # nothing before its prefix end
+    samples = build_samples(calls).samples
+    return TrainBatch.of(samples, rng.normal(size=len(samples)))
+
+
+@pytest.mark.parametrize("budget", [24, 60, 4096])
+def test_a_shared_prefix_gives_the_padded_update_and_computes_fewer_tokens(tiny_model_dir, group_batch, budget):
+    padded = make_backend(tiny_model_dir, schedule=ScheduleConfig(max_tokens_per_micro_batch=4096, layout="padded"))
+    padded_metrics = padded.train_step(group_batch)
+    shared = make_backend(tiny_model_dir,
+                          schedule=ScheduleConfig(max_tokens_per_micro_batch=budget, layout="shared_prefix"))
+    shared_metrics = shared.train_step(group_batch)
+    scale = max(float(g.abs().max()) for g in grads(padded))
+    worst = max(float((a - b).abs().max()) for a, b in zip(grads(padded), grads(shared), strict=True))
+    assert worst <= 2e-6 * scale, f"gradients differ by {worst} (largest gradient {scale})"
+    for key in ("loss/total", "loss/entropy", "train/grad_norm", "train/tokens", "train/trainable_tokens"):
+        assert shared_metrics[key] == pytest.approx(padded_metrics[key], rel=1e-5, abs=1e-7), key
+    assert shared_metrics["schedule/shared_prefix_tokens"] > 0
+    if budget == 4096:  # one micro-batch: each group's prompt (all but its last token) runs once, not four times, and
+        # the two compacted samples' common context (11, 12, 13) once, not twice
+        assert shared_metrics["schedule/shared_prefix_tokens"] == 3 * 11 + 3 * 16 + 3
 
 
 def test_gradient_is_clipped_to_max_norm_and_the_raw_norm_reported(tiny_model_dir, mixed_batch):
