@@ -1,17 +1,22 @@
 """`harnessrl train`: validate the run's configuration, then run the training flow in this process (Prefect starts a
-temporary server for it only once the configuration is known to be good)."""
+temporary server for it only once the configuration is known to be good). The configuration's modules (torch,
+transformers, every component's config) are imported when the command runs, not when the console script starts, so
+that `harnessrl model ...` and `--help` start in about a second."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 import yaml
 from pydantic import ValidationError
 
-from flows.config import PROFILES_DIR, RunConfig, load_run_config
 from rollouts.registry import RECIPE_PATH_ENV, recipe_names
+
+if TYPE_CHECKING:
+    from flows.config import RunConfig
 
 PREFECT_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",  # 22-35 s on 2 cores; Prefect's default is 20 s
@@ -35,6 +40,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, object]:
 
 def local_profile(name: str) -> str | None:
     """The profile `NAME-local` in deploy/configs when there is one (`if` names if-local)."""
+    from flows.config import PROFILES_DIR
+
     return f"{name}-local" if (PROFILES_DIR / f"{name}-local.yaml").is_file() else None
 
 
@@ -91,6 +98,8 @@ def train(
 
 def check_config(profile: str | None, overrides: dict[str, object], recipe: str | None) -> RunConfig:
     """The validated configuration, or the errors as a usage error (exit status 2) naming each bad key."""
+    from flows.config import load_run_config
+
     try:
         return load_run_config(profile, overrides, recipe)
     except ValidationError as error:

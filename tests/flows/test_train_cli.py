@@ -63,3 +63,15 @@ def test_a_bad_configuration_stops_before_any_server_naming_the_fault(flow_calls
     assert result.exit_code == 2, result.output
     assert named in plain(result.output)
     assert flow_calls == []
+
+
+def test_the_console_script_starts_without_the_training_stack():
+    # `make train` runs `harnessrl model prepare` before training, and every `--help` starts the script: importing it
+    # must not pull in torch, transformers, Prefect or the run configuration (5.6 s against 1 s here).
+    import subprocess
+    import sys
+
+    heavy = ("torch", "transformers", "prefect", "flows.config", "mlflow")
+    code = f"import sys, harnessrl.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", f"importing harnessrl.cli loaded {loaded}"
