@@ -51,7 +51,7 @@ class EmbeddedEngine(ProcessEngine):
         self.logprobs_mode = logprobs_mode  # which distribution the reported logprobs are of (serving/sampling.py)
         if prefix_cache_tokens < 0:
             raise ValueError(f"prefix_cache_tokens={prefix_cache_tokens}; use 0 (off) or a positive token budget")
-        self.prefix_cache_tokens = prefix_cache_tokens  # finished rows' KV kept for prompts that extend them
+        self.prefix_cache_tokens = prefix_cache_tokens  # prompts' and finished rows' KV, for prompts extending them
         if dtype not in DTYPES:
             raise ValueError(f"dtype={dtype!r}; use one of {DTYPES} (float32: the trainer's default precision)")
         self.dtype = dtype  # the served weights' and activations' dtype; logprobs are computed in float32

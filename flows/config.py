@@ -112,8 +112,8 @@ class EngineSection(Section):
     num_threads: int | None = Field(default=None, ge=1, description="Embedded engine: torch threads (none: one per "
                                     "core; 1 can be faster on a small machine that also runs the harnesses).")
     prefix_cache_tokens: int = Field(default=embedded.PREFIX_CACHE_TOKENS, ge=0, description="Embedded engine: "
-                                     "finished rows' KV kept (in tokens) for later prompts that start with them; 0: "
-                                     "off.")
+                                     "prompts' and finished rows' KV kept (in tokens) for later prompts that start "
+                                     "with them (a group's other rollouts, an agent's next call); 0: off.")
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Embedded engine: weights' and "
                                                   "activations' dtype (bfloat16: faster on a CPU with bf16 units, "
                                                   "20x and more slower without them, warned at start; "

@@ -30,8 +30,9 @@ def serve(
     logprobs_mode: str = typer.Option("processed", help="processed: logprobs of the distribution each token was "
                                       "sampled from (temperature, top-k, min-p, top-p); raw: of the model's raw "
                                       "distribution."),
-    prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, min=0, help="Tokens of finished rows' KV kept "
-                                            "for later prompts that start with them (an agent's next call); 0: off."),
+    prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, min=0, help="Tokens of prompts' and finished "
+                                            "rows' KV kept for later prompts that start with them (a group's other "
+                                            "rollouts, an agent's next call); 0: off."),
     dtype: str = typer.Option("float32", help=f"Weights' and activations' dtype, one of {', '.join(DTYPES)} "
                               "(logprobs are computed in float32 either way)."),
 ) -> None:
