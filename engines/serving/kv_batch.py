@@ -7,11 +7,12 @@ explicit 2-D attention mask and explicit position ids, so a row's numbers do not
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+
+from engines.hf_cache import forward_with_cache
 
 
 @dataclass
@@ -31,13 +32,6 @@ class KVBatch:
         return int(self.mask_BT.shape[0])
 
 
-def _forward(model: torch.nn.Module, cache: DynamicCache, **inputs: object):
-    """Calls the model with `cache` (transformers 5) or `past_key_values` (older); fills `cache` in place."""
-    parameters = inspect.signature(model.forward).parameters
-    cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
-    return model(**inputs, **{cache_kwarg: cache}, use_cache=True)
-
-
 def _cache_layers(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(keys, values) per layer of a transformers dynamic cache."""
     return [(layer.keys, layer.values) for layer in cache.layers]
@@ -54,7 +48,7 @@ def prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int) -> tu
         mask_BT[b, length - len(prompt):] = 1
     positions_BT = (torch.cumsum(mask_BT, dim=-1) - 1).clamp(min=0)
     cache = DynamicCache(config=model.config)
-    out = _forward(model, cache, input_ids=ids_BT, attention_mask=mask_BT, position_ids=positions_BT,
+    out = forward_with_cache(model, cache, input_ids=ids_BT, attention_mask=mask_BT, position_ids=positions_BT,
                    logits_to_keep=1)
     batch = KVBatch(cache, mask_BT, mask_BT.sum(dim=-1))
     return batch, out.logits[:, -1, :]
@@ -73,7 +67,7 @@ def prefill_after(model: torch.nn.Module, prompt: list[int],
     mask_BT = torch.ones((1, len(prompt)), dtype=torch.long)
     ids_BT = torch.tensor([prompt[done:]], dtype=torch.long)
     positions_BT = torch.arange(done, len(prompt), dtype=torch.long)[None, :]
-    out = _forward(model, cache, input_ids=ids_BT, attention_mask=mask_BT, position_ids=positions_BT,
+    out = forward_with_cache(model, cache, input_ids=ids_BT, attention_mask=mask_BT, position_ids=positions_BT,
                    logits_to_keep=1)
     return KVBatch(cache, mask_BT, torch.tensor([len(prompt)], dtype=torch.long)), out.logits[:, -1, :]
 
@@ -89,7 +83,7 @@ def row_layers(batch: KVBatch, row: int) -> list[tuple[torch.Tensor, torch.Tenso
 def decode_step(model: torch.nn.Module, batch: KVBatch, next_ids_B: torch.Tensor) -> torch.Tensor:
     """Feeds one token per row, growing the cache in place; returns the next-token logits [B, V]."""
     mask_BT = torch.cat([batch.mask_BT, torch.ones((batch.size, 1), dtype=torch.long)], dim=-1)
-    out = _forward(model, batch.cache, input_ids=next_ids_B[:, None], attention_mask=mask_BT,
+    out = forward_with_cache(model, batch.cache, input_ids=next_ids_B[:, None], attention_mask=mask_BT,
                    position_ids=batch.positions_B[:, None])
     batch.mask_BT = mask_BT
     batch.positions_B = batch.positions_B + 1

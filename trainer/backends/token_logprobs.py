@@ -10,12 +10,12 @@ log-softmax.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
+from engines.hf_cache import forward_with_cache
 from trainer.backends.model_inputs import ModelInputs
 from trainer.backends.sampling_filter import sampled_logprobs
 
@@ -67,15 +67,10 @@ def _after_prefixes(model: torch.nn.Module, inputs: ModelInputs) -> torch.Tensor
     decoder = model.base_model
     cache = DynamicCache(config=model.config)
     width = prefix.input_ids.shape[1]
-    _with_cache(decoder, cache, input_ids=prefix.input_ids, attention_mask=prefix.attention_mask,
+    forward_with_cache(decoder, cache, input_ids=prefix.input_ids, attention_mask=prefix.attention_mask,
                 position_ids=torch.arange(width).expand_as(prefix.input_ids))
     rows = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, prefix.family_R),
                                          layer.values.index_select(0, prefix.family_R)) for layer in cache.layers])
-    return _with_cache(decoder, rows, input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+    return forward_with_cache(decoder, rows, input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
                        position_ids=inputs.position_ids).last_hidden_state
 
-
-def _with_cache(decoder: torch.nn.Module, cache: DynamicCache, **inputs: object):
-    """Calls the decoder with `cache` (transformers 5.25+) or `past_key_values` (older), filling it."""
-    cache_kwarg = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
-    return decoder(**inputs, **{cache_kwarg: cache}, use_cache=True)
